@@ -1,0 +1,156 @@
+"""Every value the spec marks PROJECT CHOICE lives here, and only here.
+
+Values marked FACT in ``../shared/spec/gsn-harp.md`` are kept here too when
+several modules need them, so that each module imports one name.  Each block
+cites the spec section it comes from.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# --- micropacket (spec §1.1, §1.2) -------------------------------------------
+MP_DATA_BYTES = 32  # FACT
+MP_CTRL_BYTES = 8  # FACT: 64 control bits
+MP_BYTES = MP_DATA_BYTES + MP_CTRL_BYTES  # 40 on the wire: data, then ctrl
+
+# Control-word bit positions (PROJECT CHOICE, MSB first in IRIX order).
+CTRL_VC_SHIFT = 62  # 2 bits
+CTRL_TYPE_SHIFT = 58  # 4 bits
+CTRL_TAIL_SHIFT = 57
+CTRL_ERROR_SHIFT = 56
+CTRL_VCR_SHIFT = 54  # 2 bits
+CTRL_CR_SHIFT = 48  # 6 bits
+CTRL_RSEQ_SHIFT = 40  # 8 bits
+CTRL_TSEQ_SHIFT = 32  # 8 bits
+CTRL_ECRC_SHIFT = 16  # 16 bits
+CTRL_LCRC_SHIFT = 0  # 16 bits
+CR_MAX = 63  # 6-bit CR field
+SEQ_MOD = 256  # 8-bit TSEQ/RSEQ
+
+
+class MpType(enum.IntEnum):
+    """Micropacket TYPE codes (names FACT [IRIX]; numbers PROJECT CHOICE)."""
+
+    NULL = 0x0
+    DATA = 0x1
+    HEADER = 0x2
+    ADMIN = 0x3
+    CREDIT = 0x4
+    RESET = 0x5
+    RESET_ACK = 0x6
+    INIT = 0x7
+    INIT_ACK = 0x8
+
+
+SEQUENCED_TYPES = frozenset({MpType.DATA, MpType.HEADER, MpType.ADMIN, MpType.CREDIT})
+UPPER_TYPES = frozenset({MpType.DATA, MpType.HEADER, MpType.ADMIN})
+
+# --- CRCs (spec §1.6, PROJECT CHOICE): CRC-16/IBM-3740 ------------------------
+CRC_POLY = 0x1021
+CRC_INIT = 0xFFFF
+CRC_CHECK = 0x29B1  # CRC of b"123456789"
+
+# --- virtual channels (spec §2) ---------------------------------------------
+NUM_VCS = 4
+VC_MAX_DATA_MPS = (68, 4100, 4100, 1 << 27)  # FACT; HEADER not counted (PC)
+M_LEN_MAX = (1 << 32) - 1  # 32-bit M_len field caps VC3 (PC)
+VC_IP = 1  # FACT [2835 §4.1]
+VC_ADMIN_REQUEST = 1  # FACT [IRIX Table 1-3]
+VC_ADMIN_RESPONSE = 2
+
+# --- Message header (spec §3.1, FACT) ----------------------------------------
+MAC_HEADER_BYTES = 16
+LLC_SNAP_PREFIX = bytes((0xAA, 0xAA, 0x03, 0x00, 0x00, 0x00))
+LLC_SNAP_BYTES = 8
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_ARP = 0x0806
+ETHERTYPE_IPV6 = 0x86DD
+ETHERTYPE_ST = 0x8181
+
+# --- ULAs (spec §5) -----------------------------------------------------------
+ULA_BROADCAST = bytes.fromhex("ffffffffffff")  # FACT
+ULA_HARP_SERVER = bytes.fromhex("00103bffffe0")  # FACT
+ULA_NONE = bytes(6)
+# Switch-assigned ULAs: 02:47:53:<switch-id>:<port>:00 (PC, spec §4.4).
+ULA_ASSIGN_PREFIX = bytes((0x02, 0x47, 0x53))
+
+# --- Admin (spec §4.2/4.3, codes PROJECT CHOICE) ------------------------------
+
+
+class AdminCmd(enum.IntEnum):
+    ARE_YOU_THERE = 0x01
+    SET_ELEMENT_ADDRESS = 0x02
+    INITIALIZE = 0x03
+    WHAT_ARE_YOU = 0x04
+    ASSIGN_ULA = 0x05
+    READ_REGISTER = 0x06
+    WRITE_REGISTER = 0x07
+    LIST_ULAS = 0x08
+    CHANGE_ROUTE = 0x09
+    GET_PORT = 0x0A
+    I_AM_HERE = 0x81
+    ELEMENT_ADDRESS_STATUS = 0x82
+    INITIALIZE_DONE = 0x83
+    I_AM = 0x84
+    HERE_IS_ULA = 0x85
+    REGISTER_DATA = 0x86
+    WRITE_STATUS = 0x87
+    ULA_LIST = 0x88
+    ROUTE_STATUS = 0x89
+    PORT_ID = 0x8A
+    INVALID_ADMIN = 0xFF
+
+
+ADMIN_RESPONSE_BIT = 0x80
+
+
+class AdminStatus(enum.IntEnum):
+    OK = 0
+    NOT_SUPPORTED = 1
+    BAD_ARGUMENT = 2
+    NO_SUCH_ULA = 3
+
+
+class ElementType(enum.IntEnum):
+    ENDPOINT = 1
+    SWITCH = 2
+
+
+ADMIN_ROUTE_SLOTS = 7
+ADMIN_ROUTE_UNUSED = 0xFF
+ADMIN_XID_MEMORY_S = 1.0  # switch remembers XID -> ingress port for 1 s
+
+# --- link (spec §1.4, §1.5, §1.7; PROJECT CHOICE) -------------------------------
+# Receive buffer per VC, in micropackets.  The spec's 64 suits a 40 m copper
+# cable; an emulated UDP cable needs the buffer (hence the credit grant) to
+# cover its bandwidth-delay product, exactly as the sequence window does
+# (DESIGN §4).  A full-MTU IP datagram is 2041 micropackets.
+VC_BUFFER_MPS = (512, 16384, 4096, 16384)
+ACK_DELAY_S = 0.001  # spec default 1 ms
+RTX_TIMEOUT_S = 0.020  # spec default 20 ms
+RTX_LIMIT = 8  # consecutive timeouts without progress -> link reset
+RESET_INTERVAL_S = 0.010  # RESET repeated every 10 ms until answered
+KEEPALIVE_S = 0.100  # NULL when idle this long (emulation choice)
+DEAD_INTERVAL_S = 1.0  # nothing heard this long -> link down (emulation choice)
+# Wide sequence window, micropackets in flight unacknowledged.
+SEQ_WINDOW_MPS = sum(VC_BUFFER_MPS) + 1024
+VC_QUANTUM_MPS = 512  # round-robin quantum per VC per datagram
+
+# --- UDP cable shim (DESIGN §4; PROJECT CHOICE) --------------------------------
+SHIM_MAGIC = 0x4753  # "GS"
+SHIM_VERSION = 1
+SHIM_FLAG_SEQUENCED = 0x01
+SHIM_BYTES = 32
+MAX_DATAGRAM_MPS = 1600  # 32 + 1600*40 = 64,032 bytes < 65,507
+SOCKET_BUFFER_BYTES = 8 << 20
+NO_ACK = (1 << 64) - 1
+
+# --- ULP socket (PROJECT CHOICE) -----------------------------------------------
+ULP_MAX_PAYLOAD = 4 << 20  # largest message through the ULP socket
+RUNTIME_DIR = "/run/gsnd"
+SWITCH_RUNTIME_DIR = "/run/gsn-switch"
+
+# --- defaults for config files ---------------------------------------------------
+DEFAULT_CABLE_PORT = 6400
+EX_CONFIG = 78  # sysexits.h

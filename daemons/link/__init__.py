@@ -1,0 +1,1 @@
+"""Sans-IO GSN link layer."""

@@ -1,0 +1,476 @@
+"""Sans-IO GSN link: bring-up/reset, wide go-back-N sequencing, per-VC credits,
+VC scheduling, keepalive and link-down detection.
+
+The link is fed datagrams (``receive``) and the time (``handle_timer``), and asked
+for datagrams to send (``datagrams``) and events (``events``).  It never reads a
+clock or touches a socket.  Micropackets travel in bulk as :data:`MP_DTYPE`
+arrays; the per-micropacket fields that change per hop (VCR/CR, RSEQ, TSEQ and
+LCRC) are stamped and checked with numpy, never with a Python loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import constants as C
+from ..constants import MpType
+from ..wire.errors import DecodeError
+from ..wire.micropacket import MP_DTYPE, Micropacket, credit_split, field, lcrc_fold_ok, restamp
+from ..wire.shim import Shim, decode_datagram
+from .credits import CreditLedger
+
+_U64 = np.uint64
+_SEQ_MASK = _U64(C.SEQ_MOD - 1)
+_CLEAR_LINK = ~_U64(((1 << 24) - 1) << C.CTRL_TSEQ_SHIFT)  # VCR|CR|RSEQ|TSEQ occupy bits 55..32
+_SEQUENCED = np.zeros(16, bool)
+_SEQUENCED[[int(t) for t in C.SEQUENCED_TYPES]] = True
+
+
+class LinkState(enum.Enum):
+    RESETTING = "resetting"
+    UP = "up"
+
+
+@dataclass(frozen=True)
+class LinkUp:
+    peer_nonce: int
+
+
+@dataclass(frozen=True)
+class LinkDown:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Received:
+    """In-order upper-layer micropackets (HEADER/DATA/ADMIN) of one VC."""
+
+    vc: int
+    recs: np.ndarray
+
+
+@dataclass(frozen=True)
+class Timers:
+    ack_delay: float = C.ACK_DELAY_S
+    rtx_timeout: float = C.RTX_TIMEOUT_S
+    rtx_limit: int = C.RTX_LIMIT
+    reset_interval: float = C.RESET_INTERVAL_S
+    keepalive: float = C.KEEPALIVE_S
+    dead_interval: float = C.DEAD_INTERVAL_S
+
+
+class _VcQueue:
+    """FIFO of micropacket arrays for one VC; takes any number of micropackets."""
+
+    __slots__ = ("chunks", "head", "count")
+
+    def __init__(self) -> None:
+        self.chunks: deque[np.ndarray] = deque()
+        self.head = 0
+        self.count = 0
+
+    def push(self, recs: np.ndarray) -> None:
+        if len(recs):
+            self.chunks.append(recs)
+            self.count += len(recs)
+
+    def take(self, n: int, out: list) -> int:
+        taken = 0
+        while taken < n and self.chunks:
+            chunk = self.chunks[0]
+            k = min(n - taken, len(chunk) - self.head)
+            out.append(chunk[self.head : self.head + k])
+            taken += k
+            self.head += k
+            if self.head == len(chunk):
+                self.chunks.popleft()
+                self.head = 0
+        self.count -= taken
+        return taken
+
+    def clear(self) -> int:
+        dropped = self.count
+        self.chunks.clear()
+        self.head = self.count = 0
+        return dropped
+
+
+class Link:
+    def __init__(
+        self,
+        cable_id: int,
+        now: float,
+        *,
+        buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
+        timers: Timers = Timers(),
+        rng: random.Random | None = None,
+        window: int = C.SEQ_WINDOW_MPS,
+    ) -> None:
+        self.cable_id = cable_id
+        self.timers = timers
+        self.buffers = tuple(buffers)
+        self.window = window
+        self.rng = rng or random.Random()
+        self.counters: Counter[str] = Counter()
+        self.queues = [_VcQueue() for _ in range(C.NUM_VCS)]
+        self._events: list = []
+        self._control_out: list[bytes] = []
+        self.state = LinkState.RESETTING
+        self.peer_nonce = 0
+        self.last_heard = now
+        self.last_sent = -1e9
+        self._rr = 0
+        self._start_reset(now)
+
+    # --- state ---------------------------------------------------------------
+    def _clear(self) -> None:
+        self.next_seq = 0  # wide TSEQ of the next micropacket we sequence
+        self.base = 0  # oldest unacknowledged
+        self.expected = 0  # wide TSEQ we accept next
+        self.inflight: deque[tuple[int, np.ndarray]] = deque()
+        self.rtx_deadline: float | None = None
+        self.rtx_count = 0
+        self.ack_due: float | None = None
+        self.credit_due: float | None = None
+        self.unacked_rx = 0
+        self.ledger = CreditLedger(self.buffers)
+        for q in self.queues:
+            self.counters["dropped_on_reset_mps"] += q.clear()
+
+    def _start_reset(self, now: float) -> None:
+        self.my_nonce = self.rng.getrandbits(32) or 1
+        self.state = LinkState.RESETTING
+        self._clear()
+        self.reset_due = now
+
+    def _go_up(self, peer_nonce: int, now: float) -> None:
+        self.peer_nonce = peer_nonce
+        self.state = LinkState.UP
+        self.last_heard = now
+        self.ledger.grant_initial()
+        self.counters["link_up"] += 1
+        self._events.append(LinkUp(peer_nonce))
+
+    def _fail(self, reason: str, now: float) -> None:
+        self.counters[f"link_down_{reason}"] += 1
+        self._events.append(LinkDown(reason))
+        self._start_reset(now)
+
+    @property
+    def up(self) -> bool:
+        return self.state is LinkState.UP
+
+    def events(self) -> list:
+        ev, self._events = self._events, []
+        return ev
+
+    # --- upper interface ------------------------------------------------------
+    def enqueue(self, vc: int, recs: np.ndarray) -> None:
+        """Queue micropackets (whole Messages, or successive parts of one) on ``vc``."""
+        self.queues[vc].push(recs)
+
+    def queued(self, vc: int) -> int:
+        return self.queues[vc].count
+
+    def release(self, vc: int, n: int) -> None:
+        """The upper layer freed ``n`` receive-buffer micropackets of ``vc``."""
+        self.ledger.release(vc, n)
+
+    @property
+    def credits(self) -> list[int]:
+        return self.ledger.tx
+
+    # --- receive ----------------------------------------------------------------
+    def receive(self, datagram, now: float) -> None:
+        try:
+            shim, count = decode_datagram(datagram)
+        except DecodeError as exc:
+            self.counters[f"bad_shim_{exc.field}"] += 1
+            return
+        if shim.cable_id != self.cable_id:
+            self.counters["wrong_cable"] += 1
+            return
+        recs = np.frombuffer(datagram, MP_DTYPE, count, C.SHIM_BYTES)
+        if not lcrc_fold_ok(recs):
+            self.counters["lcrc_error"] += 1
+            return
+        if shim.sequenced:
+            self._receive_sequenced(shim, recs, now)
+        else:
+            self._receive_control(shim, recs, now)
+
+    def _nonces_ok(self, shim: Shim) -> bool:
+        if self.state is not LinkState.UP:
+            self.counters["rx_while_resetting"] += 1
+            return False
+        if shim.src_nonce != self.peer_nonce or shim.dst_nonce != self.my_nonce:
+            self.counters["stale_nonce"] += 1
+            return False
+        return True
+
+    def _process_ack(self, ack: int, rseq_field: np.ndarray | None, now: float) -> bool:
+        if ack == C.NO_ACK:
+            ack = 0
+        if not self.base <= ack <= self.next_seq:
+            self.counters["bad_ack"] += 1
+            return False
+        if rseq_field is not None and (rseq_field != _U64((ack - 1) & 0xFF)).any():
+            self.counters["rseq_mismatch"] += 1
+            return False
+        if ack > self.base:
+            self.base = ack
+            while self.inflight and self.inflight[0][0] + len(self.inflight[0][1]) <= ack:
+                self.inflight.popleft()
+            self.rtx_count = 0
+            self.rtx_deadline = now + self.timers.rtx_timeout if self.inflight else None
+        return True
+
+    def _receive_sequenced(self, shim: Shim, recs: np.ndarray, now: float) -> None:
+        if not self._nonces_ok(shim):
+            return
+        ctrl = recs["ctrl"].astype(_U64)
+        n = len(ctrl)
+        types = field(ctrl, C.CTRL_TYPE_SHIFT, 4).astype(np.intp)
+        if not _SEQUENCED[types].all():
+            self.counters["unsequenced_in_sequenced_batch"] += 1
+            return
+        tseq = field(ctrl, C.CTRL_TSEQ_SHIFT, 8)
+        if (tseq != ((np.arange(n, dtype=_U64) + _U64(shim.seq & 0xFF)) & _SEQ_MASK)).any():
+            self.counters["tseq_mismatch"] += 1
+            return
+        if not self._process_ack(shim.ack, field(ctrl, C.CTRL_RSEQ_SHIFT, 8), now):
+            return
+        self.last_heard = now
+        if shim.seq > self.expected:
+            self.counters["out_of_order"] += 1
+            self._want_ack(now, soon=True)
+            return
+        start = self.expected - shim.seq
+        if start >= n:
+            self.counters["duplicate"] += 1
+            self._want_ack(now, soon=True)
+            return
+        if start:
+            ctrl, types, recs = ctrl[start:], types[start:], recs[start:]
+        self.expected += len(recs)
+        self.unacked_rx += len(recs)
+        self.counters["rx_mps"] += len(recs)
+        self._want_ack(now, soon=self.unacked_rx >= self.window // 4)
+        # credits granted to us ride on every accepted sequenced micropacket
+        vcr = field(ctrl, C.CTRL_VCR_SHIFT, 2).astype(np.intp)
+        cr = field(ctrl, C.CTRL_CR_SHIFT, 6).astype(np.int64)
+        if cr.any():
+            self.ledger.granted(np.bincount(vcr, weights=cr, minlength=C.NUM_VCS).astype(int))
+        upper = types != MpType.CREDIT
+        if not upper.any():
+            return
+        vcs = field(ctrl, C.CTRL_VC_SHIFT, 2).astype(np.intp)
+        if not upper.all():
+            recs, vcs = recs[upper], vcs[upper]
+        counts = np.bincount(vcs, minlength=C.NUM_VCS)
+        for vc in np.flatnonzero(counts):
+            vc = int(vc)
+            part = recs if counts[vc] == len(recs) else recs[vcs == vc]
+            accepted = self.ledger.received(vc, len(part))
+            if accepted < len(part):
+                self.counters[f"credit_violation_vc{vc}_mps"] += len(part) - accepted
+                part = part[:accepted]
+            if len(part):
+                self._events.append(Received(vc, part))
+
+    def _receive_control(self, shim: Shim, recs: np.ndarray, now: float) -> None:
+        for raw in recs:
+            mp = Micropacket.decode(raw.tobytes())  # few micropackets; LCRC already checked
+            kind = mp.type
+            if kind in (MpType.RESET, MpType.INIT):
+                self.counters[f"rx_{kind.name.lower()}"] += 1
+                self._on_reset(shim.src_nonce, MpType.RESET_ACK if kind is MpType.RESET else MpType.INIT_ACK, now)
+            elif kind in (MpType.RESET_ACK, MpType.INIT_ACK):
+                if self.state is LinkState.RESETTING and shim.dst_nonce == self.my_nonce:
+                    self._go_up(shim.src_nonce, now)
+                else:
+                    self.counters["stale_reset_ack"] += 1
+            elif kind is MpType.NULL:
+                if self._nonces_ok(shim) and self._process_ack(shim.ack, None, now):
+                    self.last_heard = now
+            else:
+                self.counters["sequenced_in_control_batch"] += 1
+
+    def _on_reset(self, their_nonce: int, answer: MpType, now: float) -> None:
+        if self.state is LinkState.UP and their_nonce == self.peer_nonce:
+            self.counters["duplicate_reset"] += 1  # already answered: answer again, keep state
+        else:
+            if self.state is LinkState.UP:
+                self._events.append(LinkDown("peer_reset"))
+                self.counters["link_down_peer_reset"] += 1
+            self.my_nonce = self.rng.getrandbits(32) or 1
+            self._clear()
+            self._go_up(their_nonce, now)
+        self._control_out.append(self._control_datagram(answer, dst_nonce=their_nonce))
+
+    def _want_ack(self, now: float, soon: bool) -> None:
+        due = now if soon else now + self.timers.ack_delay
+        if self.ack_due is None or due < self.ack_due:
+            self.ack_due = due
+
+    # --- send ------------------------------------------------------------------
+    def _control_datagram(self, kind: MpType, dst_nonce: int | None = None) -> bytes:
+        rseq = (self.expected - 1) & 0xFF
+        mp = Micropacket(type=kind, rseq=rseq, tseq=(self.next_seq - 1) & 0xFF)
+        shim = Shim(0, self.cable_id, self.my_nonce, self.peer_nonce if dst_nonce is None else dst_nonce,
+                    self.next_seq, self.expected)
+        return shim.encode() + mp.encode()
+
+    def _sequenced_datagram(self, seq: int, recs: np.ndarray) -> bytes:
+        shim = Shim(C.SHIM_FLAG_SEQUENCED, self.cable_id, self.my_nonce, self.peer_nonce, seq, self.expected)
+        return shim.encode() + recs.tobytes()
+
+    def _stamp(self, recs: np.ndarray, seq: int, grants: list[tuple[int, int]]) -> None:
+        """Set VCR/CR (first micropackets), RSEQ and TSEQ, and fix LCRC."""
+        n = len(recs)
+        ctrl = recs["ctrl"].astype(_U64) & _CLEAR_LINK
+        ctrl |= _U64((self.expected - 1) & 0xFF) << _U64(C.CTRL_RSEQ_SHIFT)
+        ctrl |= ((np.arange(n, dtype=_U64) + _U64(seq & 0xFF)) & _SEQ_MASK) << _U64(C.CTRL_TSEQ_SHIFT)
+        for i, (vc, cr) in enumerate(grants):
+            ctrl[i] |= _U64((vc << C.CTRL_VCR_SHIFT) | (cr << C.CTRL_CR_SHIFT))
+        restamp(recs, ctrl)
+
+    def _credit_mps(self, k: int) -> np.ndarray:
+        recs = np.zeros(k, MP_DTYPE)
+        empty = Micropacket(type=MpType.CREDIT).encode()
+        recs[:] = np.frombuffer(empty, MP_DTYPE)[0]
+        return recs
+
+    def _build_batch(self, now: float, force_credit: bool) -> bytes | None:
+        space = min(C.MAX_DATAGRAM_MPS, self.window - (self.next_seq - self.base))
+        if space <= 0:
+            self.counters["window_full"] += 1
+            return None
+        pending = self.ledger.pending
+        want_credit = force_credit or any(p >= max(1, b // 4) for p, b in zip(pending, self.buffers))
+        grants: list[tuple[int, int]] = []
+        if want_credit:
+            grants = [(vc, cr) for vc in range(C.NUM_VCS) for cr in credit_split(pending[vc])][:space]
+        parts: list[np.ndarray] = []
+        taken_total = 0
+        progress = True
+        while progress and taken_total < space:
+            progress = False
+            for i in range(C.NUM_VCS):
+                vc = (self._rr + i) % C.NUM_VCS
+                q = self.queues[vc]
+                k = min(C.VC_QUANTUM_MPS, self.ledger.tx[vc], q.count, space - taken_total)
+                if k > 0:
+                    got = q.take(k, parts)
+                    self.ledger.spend(vc, got)
+                    taken_total += got
+                    progress = True
+            self._rr = (self._rr + 1) % C.NUM_VCS
+        if not parts and not grants:
+            return None
+        extra = max(0, len(grants) - taken_total)
+        if extra:
+            parts.append(self._credit_mps(extra))
+        recs = np.concatenate(parts, dtype=MP_DTYPE) if len(parts) > 1 else parts[0].copy()
+        for vc, cr in grants:
+            self.ledger.returned(vc, cr)
+        seq = self.next_seq
+        self._stamp(recs, seq, grants)
+        self.next_seq += len(recs)
+        self.inflight.append((seq, recs))
+        if self.rtx_deadline is None:
+            self.rtx_deadline = now + self.timers.rtx_timeout
+        self.counters["tx_mps"] += len(recs)
+        return self._sequenced_datagram(seq, recs)
+
+    def datagrams(self, now: float) -> list[bytes]:
+        """Everything that should be sent now."""
+        out, self._control_out = self._control_out, []
+        if self.state is LinkState.RESETTING:
+            if now >= self.reset_due:
+                out.append(self._control_datagram(MpType.RESET, dst_nonce=0))
+                self.reset_due = now + self.timers.reset_interval
+                self.counters["tx_reset"] += 1
+        else:
+            ack_due = self.ack_due is not None and now >= self.ack_due
+            if not any(self.ledger.pending):
+                self.credit_due = None
+            elif self.credit_due is None:
+                self.credit_due = now + self.timers.ack_delay
+            credit_due = self.credit_due is not None and (ack_due or now >= self.credit_due)
+            while True:
+                dgram = self._build_batch(now, force_credit=credit_due and any(self.ledger.pending))
+                if dgram is None:
+                    break
+                out.append(dgram)
+                ack_due = False
+            if not any(self.ledger.pending):
+                self.credit_due = None
+            if out:
+                self._acked_out()
+            elif ack_due or now - self.last_sent >= self.timers.keepalive:
+                out.append(self._control_datagram(MpType.NULL))
+                self._acked_out()
+        if out:
+            self.last_sent = now
+        return out
+
+    def _acked_out(self) -> None:
+        self.ack_due = None
+        self.unacked_rx = 0
+
+    # --- timers -----------------------------------------------------------------
+    def timer(self) -> float:
+        """The next time ``handle_timer`` must run."""
+        if self.state is LinkState.RESETTING:
+            return self.reset_due
+        t = min(self.last_sent + self.timers.keepalive, self.last_heard + self.timers.dead_interval)
+        for due in (self.ack_due, self.credit_due, self.rtx_deadline):
+            if due is not None:
+                t = min(t, due)
+        return t
+
+    def handle_timer(self, now: float) -> list[bytes]:
+        """Run due timers; returns retransmissions (call ``datagrams`` too)."""
+        if self.state is LinkState.RESETTING:
+            return []
+        if now - self.last_heard >= self.timers.dead_interval:
+            self._fail("silent", now)
+            return []
+        if self.rtx_deadline is None or now < self.rtx_deadline:
+            return []
+        self.rtx_count += 1
+        if self.rtx_count > self.timers.rtx_limit:
+            self._fail("rtx_limit", now)
+            return []
+        self.rtx_deadline = now + self.timers.rtx_timeout
+        out = []
+        for seq, recs in self.inflight:
+            self._stamp_rseq(recs)
+            out.append(self._sequenced_datagram(seq, recs))
+            self.counters["rtx_mps"] += len(recs)
+        if out:
+            self._acked_out()
+            self.last_sent = now
+        return out
+
+    def _stamp_rseq(self, recs: np.ndarray) -> None:
+        ctrl = recs["ctrl"].astype(_U64) & ~(_U64(0xFF) << _U64(C.CTRL_RSEQ_SHIFT))
+        ctrl |= _U64((self.expected - 1) & 0xFF) << _U64(C.CTRL_RSEQ_SHIFT)
+        restamp(recs, ctrl)
+
+    def status(self) -> dict:
+        return {
+            "state": self.state.value,
+            "credits_tx": list(self.ledger.tx),
+            "credits_in_use": [b - o for b, o in zip(self.buffers, self.ledger.rx_outstanding)],
+            "credits_pending_return": list(self.ledger.pending),
+            "queued_mps": [q.count for q in self.queues],
+            "inflight_mps": self.next_seq - self.base,
+            "counters": dict(self.counters),
+        }

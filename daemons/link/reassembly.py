@@ -1,0 +1,163 @@
+"""Per-VC Message reassembly at the final destination (spec §3.2).
+
+A HEADER opens a Message, DATA appends, TAIL closes.  A HEADER (or ADMIN) while a
+Message is open, or DATA with none open, is a protocol error: the open Message and
+the stray micropacket are discarded.  Messages with ERROR set, a failed ECRC, more
+DATA than the VC allows, or a bad header are discarded and counted.  The walk is
+per Message; fields are examined per batch with numpy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field as dc_field
+
+import numpy as np
+
+from ..constants import (
+    CRC_INIT,
+    CTRL_ECRC_SHIFT,
+    CTRL_ERROR_SHIFT,
+    CTRL_TAIL_SHIFT,
+    CTRL_TYPE_SHIFT,
+    MP_DATA_BYTES,
+    NUM_VCS,
+    VC_MAX_DATA_MPS,
+    MpType,
+)
+from ..wire.crc import ecrc_chain_ok
+from ..wire.errors import DecodeError
+from ..wire.message import Message, MessageHeader, decode_stream, mps_for
+from ..wire.micropacket import field
+
+_U64 = np.uint64
+
+
+@dataclass(frozen=True)
+class Delivered:
+    message: Message
+    mps: int
+
+
+@dataclass(frozen=True)
+class AdminIn:
+    vc: int
+    data: bytes
+
+
+@dataclass
+class _Open:
+    parts: list = dc_field(default_factory=list)
+    count: int = 0
+    last_ecrc: int = CRC_INIT
+    expect: int = 0  # micropackets M_len announces
+    bad: str | None = None
+
+
+class Reassembler:
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.open: list[_Open | None] = [None] * NUM_VCS
+        self.counters: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        for vc in range(NUM_VCS):
+            if self.open[vc] is not None:
+                self.counters["aborted_on_reset"] += 1
+                self.open[vc] = None
+
+    def _discard(self, reason: str) -> None:
+        self.counters[f"discard_{reason}"] += 1
+
+    def feed(self, vc: int, recs: np.ndarray) -> list:
+        out: list = []
+        ctrl = recs["ctrl"].astype(_U64)
+        types = field(ctrl, CTRL_TYPE_SHIFT, 4)
+        tails = np.flatnonzero(field(ctrl, CTRL_TAIL_SHIFT, 1))
+        starts = np.flatnonzero((types == _U64(MpType.HEADER)) | (types == _U64(MpType.ADMIN)))
+        n = len(recs)
+        pos = 0
+        while pos < n:
+            st = self.open[vc]
+            first = pos
+            if st is None:
+                kind = int(types[pos])
+                if kind == MpType.ADMIN:
+                    self._admin(vc, recs[pos], ctrl[pos], out)
+                    pos += 1
+                    continue
+                if kind != MpType.HEADER:
+                    nxt = starts[np.searchsorted(starts, pos)] if np.searchsorted(starts, pos) < len(starts) else n
+                    self.counters["stray_data_mps"] += int(nxt - pos)
+                    pos = int(nxt)
+                    continue
+                st = self.open[vc] = self._start(vc, recs[pos]["data"].tobytes())
+                first = pos + 1
+            i = np.searchsorted(tails, pos)
+            end = int(tails[i]) + 1 if i < len(tails) else n
+            j = np.searchsorted(starts, first)
+            if j < len(starts) and starts[j] < end:
+                bad = int(starts[j])
+                self._discard("header_in_open_message")
+                self.open[vc] = None
+                pos = bad + 1
+                continue
+            self._append(vc, st, recs[pos:end], ctrl[pos:end])
+            pos = end
+            if i < len(tails):
+                self.open[vc] = None
+                self._finish(vc, st, out)
+        return out
+
+    def _start(self, vc: int, header: bytes) -> _Open:
+        st = _Open()
+        try:
+            hdr = MessageHeader.decode(header)
+            st.expect = mps_for(hdr.m_len)
+            if st.expect - 1 > VC_MAX_DATA_MPS[vc]:
+                st.bad = "vc_limit"
+            elif self.max_bytes is not None and hdr.m_len > self.max_bytes:
+                st.bad = "too_large"
+        except DecodeError as exc:
+            st.bad = f"header_{exc.field}"
+        return st
+
+    def _append(self, vc: int, st: _Open, recs: np.ndarray, ctrl: np.ndarray) -> None:
+        st.count += len(recs)
+        if st.bad:
+            return
+        if st.count > st.expect:
+            st.bad = "longer_than_m_len"
+            return
+        if field(ctrl, CTRL_ERROR_SHIFT, 1).any():
+            st.bad = "error_bit"
+            return
+        ecrcs = field(ctrl, CTRL_ECRC_SHIFT, 16).astype(np.uint16)
+        data = recs["data"]
+        if not ecrc_chain_ok(data, ecrcs, st.last_ecrc):
+            st.bad = "ecrc"
+            return
+        st.last_ecrc = int(ecrcs[-1])
+        st.parts.append(data)
+
+    def _finish(self, vc: int, st: _Open, out: list) -> None:
+        if st.bad is None and st.count != st.expect:
+            st.bad = "shorter_than_m_len"
+        if st.bad:
+            self._discard(st.bad)
+            return
+        stream = b"".join(p.tobytes() for p in st.parts)
+        try:
+            out.append(Delivered(decode_stream(vc, stream, st.count), st.count))
+        except DecodeError as exc:  # pragma: no cover - _start checked the header
+            self._discard(f"header_{exc.field}")
+
+    def _admin(self, vc: int, rec, ctrl: int, out: list) -> None:
+        if not field(int(ctrl), CTRL_TAIL_SHIFT, 1):
+            self._discard("admin_without_tail")
+            return
+        data = rec["data"].reshape(1, MP_DATA_BYTES)
+        if not ecrc_chain_ok(data, np.array([field(int(ctrl), CTRL_ECRC_SHIFT, 16)], np.uint16)):
+            self._discard("ecrc")
+            return
+        out.append(AdminIn(vc, data.tobytes()))
