@@ -413,7 +413,7 @@ class Link:
                 self.credit_due = None
             if out:
                 self._acked_out()
-            elif ack_due or now - self.last_sent >= self.timers.keepalive:
+            elif ack_due or now >= self.last_sent + self.timers.keepalive:
                 out.append(self._control_datagram(MpType.NULL))
                 self._acked_out()
         if out:
@@ -439,7 +439,7 @@ class Link:
         """Run due timers; returns retransmissions (call ``datagrams`` too)."""
         if self.state is LinkState.RESETTING:
             return []
-        if now - self.last_heard >= self.timers.dead_interval:
+        if now >= self.last_heard + self.timers.dead_interval:
             self._fail("silent", now)
             return []
         if self.rtx_deadline is None or now < self.rtx_deadline:

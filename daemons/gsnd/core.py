@@ -1,0 +1,218 @@
+"""Sans-IO GSN endpoint: one port, its link, its ULA, Admin and Message delivery.
+
+Fed by the driver with datagrams and time; produces datagrams (through its
+:class:`~daemons.link.link.Link`) and events for the upper layers (ULP socket,
+TAP bridge).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+from .. import constants as C
+from ..constants import AdminCmd, AdminStatus, ElementType, MpType
+from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..link.reassembly import AdminIn, Delivered, Reassembler
+from ..wire.admin import Admin, i_am_args, parse_i_am
+from ..wire.errors import DecodeError
+from ..wire.message import Message, encode_stream, max_payload, single_records, stream_records
+
+ADMIN_RETRY_S = 0.5
+
+
+@dataclass(frozen=True)
+class UlaChanged:
+    ula: bytes | None
+
+
+@dataclass(frozen=True)
+class MessageIn:
+    message: Message
+
+
+@dataclass(frozen=True)
+class AdminResponse:
+    admin: Admin
+
+
+@dataclass(frozen=True)
+class LinkState:
+    up: bool
+    reason: str = ""
+
+
+class Endpoint:
+    def __init__(
+        self,
+        cable_id: int,
+        now: float,
+        *,
+        ula: bytes | None = None,
+        buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
+        timers: Timers = Timers(),
+        rng: random.Random | None = None,
+        max_message: int | None = None,
+    ) -> None:
+        self.rng = rng or random.Random()
+        self.link = Link(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
+        self.reasm = Reassembler(max_message)
+        self.configured_ula = ula
+        self.ula: bytes | None = None
+        self.neighbour: str = "unknown"  # "switch" | "endpoint" once I_AM arrives
+        self.counters: Counter[str] = Counter()
+        self._events: list = []
+        self._pending: dict[int, tuple[int, float]] = {}  # xid -> (command, resend time)
+        self._acquiring: Admin | None = None
+        self._acquire_due: float | None = None
+
+    # --- events -----------------------------------------------------------------
+    def events(self) -> list:
+        ev, self._events = self._events, []
+        return ev
+
+    def _set_ula(self, ula: bytes | None) -> None:
+        if ula != self.ula:
+            self.ula = ula
+            self._events.append(UlaChanged(ula))
+
+    def process(self, now: float) -> None:
+        """Consume the link's events (call after ``receive`` or timers)."""
+        for ev in self.link.events():
+            if isinstance(ev, Received):
+                for out in self.reasm.feed(ev.vc, ev.recs):
+                    if isinstance(out, Delivered):
+                        self._deliver(out.message)
+                    else:
+                        self._admin_in(out, now)
+                self.link.release(ev.vc, len(ev.recs))
+            elif isinstance(ev, LinkUp):
+                self.reasm.reset()
+                self._events.append(LinkState(True))
+                self._start_discovery(now)
+            elif isinstance(ev, LinkDown):
+                self.reasm.reset()
+                self.neighbour = "unknown"
+                self._acquiring = None
+                self._events.append(LinkState(False, ev.reason))
+
+    # --- sending ----------------------------------------------------------------
+    def send(self, vc: int, d_ula: bytes, ethertype: int, payload) -> bool:
+        """Queue a Message; False (and counted) when it cannot be sent now."""
+        if not self.link.up:
+            self.counters["tx_drop_link_down"] += 1
+            return False
+        if self.ula is None:
+            self.counters["tx_drop_no_ula"] += 1
+            return False
+        if len(payload) > max_payload(vc):
+            self.counters[f"tx_drop_vc{vc}_limit"] += 1
+            return False
+        self.link.enqueue(vc, stream_records(vc, encode_stream(vc, d_ula, self.ula, ethertype, payload)))
+        self.counters["tx_messages"] += 1
+        return True
+
+    def _deliver(self, msg: Message) -> None:
+        if msg.d_ula != self.ula and msg.d_ula != C.ULA_BROADCAST:
+            self.counters["rx_drop_not_for_us"] += 1
+            return
+        self.counters["rx_messages"] += 1
+        self._events.append(MessageIn(msg))
+
+    # --- Admin --------------------------------------------------------------------
+    def send_admin(self, admin: Admin, vc: int) -> None:
+        self.link.enqueue(vc, single_records(vc, MpType.ADMIN, admin.encode()))
+        self.counters["tx_admin"] += 1
+
+    def admin_request(self, command: int, args: bytes = b"", *, hops: int = 1, route=()) -> Admin:
+        """Originate a request; the response arrives as an AdminResponse event."""
+        route = tuple(route) + (C.ADMIN_ROUTE_UNUSED,) * (C.ADMIN_ROUTE_SLOTS - len(route))
+        # Leaving the host, the request passes its own adapter (hop 0 = own adapter).
+        req = Admin(command, xid=self.rng.getrandbits(32), hop_count=hops - 1, init_hops=hops, route=route,
+                    args=bytes(args).ljust(16, b"\0"))
+        self.send_admin(req, C.VC_ADMIN_REQUEST)
+        return req
+
+    def _start_discovery(self, now: float) -> None:
+        self._acquiring = self.admin_request(AdminCmd.WHAT_ARE_YOU)
+        self._acquire_due = now + ADMIN_RETRY_S
+
+    def timer(self) -> float:
+        t = self.link.timer()
+        if self._acquiring is not None and self._acquire_due is not None:
+            t = min(t, self._acquire_due)
+        return t
+
+    def handle_timer(self, now: float) -> list[bytes]:
+        out = self.link.handle_timer(now)
+        if self._acquiring is not None and self._acquire_due is not None and now >= self._acquire_due:
+            self.counters["admin_retry"] += 1
+            cmd = self._acquiring.command
+            self._acquiring = self.admin_request(cmd, self._acquiring.args)
+            self._acquire_due = now + ADMIN_RETRY_S
+        self.process(now)
+        return out
+
+    def _admin_in(self, ev: AdminIn, now: float) -> None:
+        try:
+            adm = Admin.decode(ev.data)
+        except DecodeError as exc:
+            self.counters[f"admin_bad_{exc.field}"] += 1
+            return
+        if adm.is_response:
+            self._admin_response(adm, now)
+        elif adm.hop_count > 0:
+            self.counters["admin_for_host_side_dropped"] += 1
+        else:
+            self._admin_request_in(adm)
+
+    def _admin_request_in(self, adm: Admin) -> None:
+        self.counters["rx_admin_request"] += 1
+        ula = self.ula or C.ULA_NONE
+        if adm.command == AdminCmd.WHAT_ARE_YOU:
+            resp = adm.response(AdminCmd.I_AM, i_am_args(ElementType.ENDPOINT, 1, ula))
+        elif adm.command == AdminCmd.ARE_YOU_THERE:
+            resp = adm.response(AdminCmd.I_AM_HERE)
+        else:
+            self.counters["admin_invalid"] += 1
+            resp = adm.invalid()
+        self.send_admin(resp, C.VC_ADMIN_RESPONSE)
+
+    def _admin_response(self, adm: Admin, now: float) -> None:
+        acq = self._acquiring
+        if acq is not None and adm.xid == acq.xid:
+            self._acquisition_step(adm, now)
+        else:
+            self._events.append(AdminResponse(adm))
+
+    def _acquisition_step(self, adm: Admin, now: float) -> None:
+        if adm.command == AdminCmd.I_AM:
+            etype, _ports, _ula = parse_i_am(adm.args)
+            if etype == ElementType.SWITCH:
+                self.neighbour = "switch"
+                self._acquiring = self.admin_request(AdminCmd.ASSIGN_ULA, self.ula or C.ULA_NONE)
+                self._acquire_due = now + ADMIN_RETRY_S
+                return
+            self.neighbour = "endpoint"
+            self._acquiring = None
+            if self.configured_ula is None:
+                self.counters["no_ula_for_back_to_back"] += 1
+            self._set_ula(self.configured_ula)
+        elif adm.command == AdminCmd.HERE_IS_ULA and adm.status == AdminStatus.OK:
+            self._acquiring = None
+            self._set_ula(bytes(adm.args[:6]))
+        else:
+            self.counters["admin_unexpected_response"] += 1
+
+    def status(self) -> dict:
+        from ..wire.ula import format_ula
+
+        return {
+            "kind": "gsnd",
+            "ula": format_ula(self.ula) if self.ula else None,
+            "neighbour": self.neighbour,
+            "link": self.link.status(),
+            "reassembly": dict(self.reasm.counters),
+            "counters": dict(self.counters),
+        }

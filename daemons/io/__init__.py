@@ -1,0 +1,1 @@
+"""Thin trio drivers: they move bytes and time between the OS and the sans-IO cores."""

@@ -1,0 +1,303 @@
+"""Sans-IO GSN switch: ports, ULA table, wormhole forwarding, Admin.
+
+Forwarding is by Message: the HEADER's D_ULA picks the output port(s) and the rest
+of the Message follows on the same VC (cut-through: each received batch is
+forwarded as soon as it arrives).  An output VC carries one Message at a time;
+other inputs wanting it wait in their input buffer, holding their credits, which
+is the back-pressure.  Input credits are returned when micropackets leave the
+input buffer for the output queue.  Broadcast (on by config) copies a Message to
+every port that is up, the sender's included.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import constants as C
+from ..constants import AdminCmd, AdminStatus, ElementType, MpType
+from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..wire.admin import Admin, change_route_args, i_am_args, parse_change_route, port_id_args, ula_list_args
+from ..wire.errors import DecodeError
+from ..wire.message import single_records
+from ..wire.micropacket import MP_DTYPE, Micropacket, field as ctrl_field
+from ..wire.ula import assigned_ula, format_ula
+
+_U64 = np.uint64
+ADMIN_SOURCE = -1  # the switch's own Admin engine competes for outputs like a port
+
+
+@dataclass
+class _Segment:
+    recs: np.ndarray
+    targets: tuple[int, ...]
+    tail: bool
+    credit_port: int | None  # input port whose buffer this occupies
+
+
+@dataclass
+class Port:
+    number: int
+    link: Link
+    inq: list = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
+    current: list = field(default_factory=lambda: [None] * C.NUM_VCS)  # targets of the open Message
+    counters: Counter = field(default_factory=Counter)
+
+
+class Switch:
+    def __init__(
+        self,
+        switch_id: int,
+        port_numbers: list[int],
+        now: float,
+        *,
+        broadcast: bool = True,
+        static: dict[bytes, int] | None = None,
+        cable_ids: dict[int, int] | None = None,
+        buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
+        timers: Timers = Timers(),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.switch_id = switch_id
+        self.broadcast = broadcast
+        self.buffers = buffers
+        self.rng = rng or random.Random()
+        self.ula = assigned_ula(switch_id, 0)
+        cable_ids = cable_ids or {}
+        self.ports = {
+            p: Port(p, Link(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng))
+            for p in port_numbers
+        }
+        self.static = dict(static or {})
+        self.table: dict[bytes, int] = dict(self.static)  # ULA -> port
+        self.kind: dict[bytes, str] = {u: "static" for u in self.static}
+        self.owner = {p: [None] * C.NUM_VCS for p in self.ports}  # output VC -> input owning it
+        self.admin_q = [deque() for _ in range(C.NUM_VCS)]
+        self.xids: dict[int, tuple[int, float]] = {}  # forwarded request XID -> (ingress, expiry)
+        self.counters: Counter[str] = Counter()
+
+    # --- link events --------------------------------------------------------------
+    def process(self, port_no: int, now: float) -> None:
+        port = self.ports[port_no]
+        for ev in port.link.events():
+            if isinstance(ev, Received):
+                self._ingress(port, ev.vc, ev.recs, now)
+            elif isinstance(ev, LinkUp):
+                port.counters["link_up"] += 1
+            elif isinstance(ev, LinkDown):
+                port.counters["link_down"] += 1
+                self._port_down(port)
+        self.pump()
+
+    def _port_down(self, port: Port) -> None:
+        for vc in range(C.NUM_VCS):
+            port.inq[vc].clear()
+            port.current[vc] = None
+            for out, owners in self.owner.items():
+                if owners[vc] == port.number:
+                    self._abort_output(out, vc)
+            self.owner[port.number][vc] = None
+
+    def _abort_output(self, out: int, vc: int) -> None:
+        """An input died mid-Message: end the Message with TAIL + ERROR (spec §1.6)."""
+        mp = Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode()
+        self.ports[out].link.enqueue(vc, np.frombuffer(mp, MP_DTYPE).copy())
+        self.owner[out][vc] = None
+        self.counters["messages_aborted"] += 1
+
+    # --- forwarding -------------------------------------------------------------------
+    def _targets(self, port: Port, d_ula: bytes) -> tuple[int, ...]:
+        if d_ula == C.ULA_BROADCAST:
+            if not self.broadcast:
+                port.counters["drop_broadcast_disabled"] += 1
+                return ()
+            return tuple(p for p, pt in self.ports.items() if pt.link.up)
+        out = self.table.get(d_ula)
+        if out is None:
+            port.counters["drop_unknown_ula"] += 1
+            return ()
+        if not self.ports[out].link.up:
+            port.counters["drop_output_down"] += 1
+            return ()
+        return (out,)
+
+    def _ingress(self, port: Port, vc: int, recs: np.ndarray, now: float) -> None:
+        ctrl = recs["ctrl"].astype(_U64)
+        types = ctrl_field(ctrl, C.CTRL_TYPE_SHIFT, 4)
+        tails = ctrl_field(ctrl, C.CTRL_TAIL_SHIFT, 1).astype(bool)
+        starts = np.flatnonzero((types == _U64(MpType.HEADER)) | (types == _U64(MpType.ADMIN)))
+        bounds = np.flatnonzero(tails)
+        n = len(recs)
+        pos = 0
+        while pos < n:
+            kind = int(types[pos])
+            if kind == MpType.ADMIN:
+                port.link.release(vc, 1)
+                if port.current[vc] is not None:
+                    port.counters["drop_admin_inside_message"] += 1
+                else:
+                    self._admin_in(port, recs[pos]["data"].tobytes(), now)
+                pos += 1
+                continue
+            if kind == MpType.HEADER:
+                if port.current[vc] is not None:
+                    port.counters["header_inside_message"] += 1
+                    self._close_open(port, vc)
+                port.current[vc] = self._targets(port, bytes(recs[pos]["data"][:6]))
+                port.counters["rx_messages"] += 1
+            elif port.current[vc] is None:
+                port.counters["drop_stray_data"] += 1
+                port.link.release(vc, 1)
+                pos += 1
+                continue
+            i = np.searchsorted(bounds, pos)
+            end = int(bounds[i]) + 1 if i < len(bounds) else n
+            j = np.searchsorted(starts, pos + 1)
+            if j < len(starts) and starts[j] < end:
+                end = int(starts[j])  # next HEADER/ADMIN inside: protocol error handled next round
+            tail = bool(tails[end - 1])
+            port.inq[vc].append(_Segment(recs[pos:end], port.current[vc], tail, port.number))
+            if tail:
+                port.current[vc] = None
+            pos = end
+
+    def _close_open(self, port: Port, vc: int) -> None:
+        """Input broke a Message off (HEADER inside a Message): terminate it downstream."""
+        targets = port.current[vc]
+        port.current[vc] = None
+        if targets:
+            mp = Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode()
+            port.inq[vc].append(_Segment(np.frombuffer(mp, MP_DTYPE).copy(), targets, True, None))
+
+    def pump(self) -> None:
+        """Move input segments to output queues where the output VC is free or ours."""
+        sources = [(p.number, p.inq) for p in self.ports.values()] + [(ADMIN_SOURCE, self.admin_q)]
+        self.rng.shuffle(sources)  # fairness among inputs
+        for vc in range(C.NUM_VCS):
+            limit = self.buffers[vc]
+            for src, inq in sources:
+                q = inq[vc]
+                while q:
+                    seg = q[0]
+                    live = tuple(t for t in seg.targets if self.ports[t].link.up)
+                    if live and not all(
+                        self.owner[t][vc] in (None, src) and self.ports[t].link.queued(vc) < limit for t in live
+                    ):
+                        break
+                    q.popleft()
+                    for t in live:
+                        self.ports[t].link.enqueue(vc, seg.recs)
+                        self.owner[t][vc] = None if seg.tail else src
+                        self.ports[t].counters["tx_mps"] += len(seg.recs)
+                    if seg.credit_port is not None:
+                        self.ports[seg.credit_port].link.release(vc, len(seg.recs))
+                    if not live:
+                        self.counters["dropped_mps"] += len(seg.recs)
+
+    # --- Admin ------------------------------------------------------------------------
+    def _emit_admin(self, out: int, adm: Admin, vc: int) -> None:
+        self.admin_q[vc].append(_Segment(single_records(vc, MpType.ADMIN, adm.encode()), (out,), True, None))
+
+    def _admin_in(self, port: Port, data: bytes, now: float) -> None:
+        try:
+            adm = Admin.decode(data)
+        except DecodeError as exc:
+            port.counters[f"admin_bad_{exc.field}"] += 1
+            return
+        port.counters["rx_admin"] += 1
+        if adm.is_response:
+            self._forward_response(port, adm, now)
+        elif adm.hop_count > 0:
+            self._forward_request(port, adm, now)
+        else:
+            for resp in self._answer(port, adm):
+                self._emit_admin(port.number, resp, C.VC_ADMIN_RESPONSE)
+
+    def _forward_request(self, port: Port, adm: Admin, now: float) -> None:
+        out = adm.route[adm.route_idx] if adm.route_idx < C.ADMIN_ROUTE_SLOTS else C.ADMIN_ROUTE_UNUSED
+        if out not in self.ports or not self.ports[out].link.up:
+            port.counters["admin_bad_route"] += 1
+            self._emit_admin(port.number, adm.response(AdminCmd.INVALID_ADMIN, bytes([adm.command]),
+                                                       AdminStatus.BAD_ARGUMENT), C.VC_ADMIN_RESPONSE)
+            return
+        self._expire_xids(now)
+        self.xids[adm.xid] = (port.number, now + C.ADMIN_XID_MEMORY_S)
+        fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx + 1, adm.route,
+                    adm.status, adm.args)
+        self._emit_admin(out, fwd, C.VC_ADMIN_REQUEST)
+
+    def _forward_response(self, port: Port, adm: Admin, now: float) -> None:
+        self._expire_xids(now)
+        back = self.xids.get(adm.xid)
+        if adm.hop_count == 0 or back is None:
+            port.counters["admin_response_unrouted"] += 1
+            return
+        fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx, adm.route,
+                    adm.status, adm.args)
+        self._emit_admin(back[0], fwd, C.VC_ADMIN_RESPONSE)
+
+    def _expire_xids(self, now: float) -> None:
+        for xid in [x for x, (_, exp) in self.xids.items() if exp < now]:
+            del self.xids[xid]
+
+    def _answer(self, port: Port, adm: Admin) -> list[Admin]:
+        cmd = adm.command
+        if cmd == AdminCmd.WHAT_ARE_YOU:
+            return [adm.response(AdminCmd.I_AM, i_am_args(ElementType.SWITCH, len(self.ports), self.ula))]
+        if cmd == AdminCmd.ARE_YOU_THERE:
+            return [adm.response(AdminCmd.I_AM_HERE)]
+        if cmd == AdminCmd.ASSIGN_ULA:
+            ula = assigned_ula(self.switch_id, port.number)
+            for old in [u for u, p in self.table.items() if p == port.number and self.kind.get(u) == "assigned"]:
+                del self.table[old]
+            self.table[ula] = port.number
+            self.kind[ula] = "assigned"
+            self.counters["ulas_assigned"] += 1
+            return [adm.response(AdminCmd.HERE_IS_ULA, ula)]
+        if cmd == AdminCmd.LIST_ULAS:
+            start = int.from_bytes(adm.args[:2], "big")
+            entries = sorted(self.table.items())
+            if not entries[start:]:
+                return [adm.response(AdminCmd.ULA_LIST, ula_list_args(start, len(entries), C.ULA_NONE, 0, False),
+                                     AdminStatus.NO_SUCH_ULA)]
+            return [
+                adm.response(AdminCmd.ULA_LIST, ula_list_args(i, len(entries), u, p, i + 1 < len(entries)))
+                for i, (u, p) in enumerate(entries) if i >= start
+            ]
+        if cmd == AdminCmd.GET_PORT:
+            ula = bytes(adm.args[:6])
+            p = self.table.get(ula)
+            if p is None:
+                return [adm.response(AdminCmd.PORT_ID, port_id_args(ula, 0), AdminStatus.NO_SUCH_ULA)]
+            return [adm.response(AdminCmd.PORT_ID, port_id_args(ula, p))]
+        if cmd == AdminCmd.CHANGE_ROUTE:
+            ula, new_port = parse_change_route(adm.args)
+            if new_port not in self.ports or ula in (C.ULA_BROADCAST, C.ULA_NONE):
+                return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port),
+                                     AdminStatus.BAD_ARGUMENT)]
+            self.table[bytes(ula)] = new_port
+            self.kind[bytes(ula)] = "route"
+            return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port))]
+        port.counters["admin_invalid"] += 1
+        return [adm.invalid()]
+
+    # --- timers and status ----------------------------------------------------------
+    def timer(self) -> float:
+        return min(p.link.timer() for p in self.ports.values())
+
+    def status(self) -> dict:
+        return {
+            "kind": "gsn-switch",
+            "switch_id": self.switch_id,
+            "broadcast": self.broadcast,
+            "table": [
+                {"ula": format_ula(u), "port": p, "kind": self.kind.get(u, "?")} for u, p in sorted(self.table.items())
+            ],
+            "ports": {
+                str(n): {"link": p.link.status(), "counters": dict(p.counters)} for n, p in self.ports.items()
+            },
+            "counters": dict(self.counters),
+        }
