@@ -140,7 +140,9 @@ class Link:
         self.unacked_rx = 0
         self.ledger = CreditLedger(self.buffers)
         for q in self.queues:
-            self.counters["dropped_on_reset_mps"] += q.clear()
+            dropped = q.clear()
+            if dropped:
+                self.counters["dropped_on_reset_mps"] += dropped
 
     def _start_reset(self, now: float) -> None:
         self.my_nonce = self.rng.getrandbits(32) or 1

@@ -1,0 +1,1 @@
+"""gsnd: one GSN endpoint port (link, ULA, Admin, ULP socket, control socket)."""

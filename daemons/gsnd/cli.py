@@ -1,0 +1,55 @@
+"""gsnd command line."""
+
+from __future__ import annotations
+
+import click
+
+from ..runtime import daemon, log as logsetup
+from ..runtime.config import ConfigError, fail
+from . import config as gconfig
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML config file (see etc/gsnd.toml). Flags below override it.")
+@click.option("-i", "--interface", help="Port/interface name; names the sockets gsnN.ulp/.ctl. [gsn0]")
+@click.option("--local", help="Local UDP address of the cable, host:port. [0.0.0.0:6400]")
+@click.option("--peer", help="UDP address of the switch port or the peer endpoint, host:port.")
+@click.option("--cable-id", type=int, help="Cable id; both ends must agree. [1]")
+@click.option("--ula", help="This port's ULA for back-to-back cables (a switch assigns one otherwise).")
+@click.option("--runtime-dir", help="Where the ULP and control sockets live. [/run/gsnd]")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
+@click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+def main(config_path, interface, local, peer, cable_id, ula, runtime_dir, log_level, check) -> None:
+    """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
+
+    gsnd brings the link up (RESET/RESET_ACK), learns its ULA from the switch
+    (or uses --ula back-to-back), and offers local daemons a ULP socket
+    (RUNTIME_DIR/IFACE.ulp) to send and receive GSN Messages by EtherType, plus a
+    control socket for `gsnctl status`.
+
+    \b
+    Example (back-to-back on loopback):
+      gsnd --peer 127.0.0.1:6401 --local 127.0.0.1:6400 --ula 02:00:00:00:00:01 --runtime-dir /tmp/a
+    Exit status 78 means a bad configuration.
+    """
+    overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, ula=ula,
+                     runtime_dir=runtime_dir, log_level=log_level)
+    try:
+        cfg = gconfig.load(config_path, overrides)
+    except ConfigError as exc:
+        fail(exc)
+    if check:
+        click.echo(f"{config_path or 'command line'}: ok")
+        return
+    logsetup.setup(cfg.log_level)
+    from .daemon import Gsnd
+
+    async def _main(nursery):
+        await nursery.start(Gsnd(cfg).run)
+
+    def _reload():
+        new = gconfig.load(config_path, overrides)
+        logsetup.setup(new.log_level)
+
+    daemon.run(_main, _reload)

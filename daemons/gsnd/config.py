@@ -1,0 +1,83 @@
+"""gsnd configuration: TOML file (etc/gsnd.toml) with CLI overrides."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..io.udp import resolve
+from ..link.link import Timers
+from ..runtime.config import ConfigError, Section, in_range, load_toml
+from ..runtime.linkconfig import parse_link
+from ..wire.ula import parse_ula
+from .. import constants as C
+
+IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+
+
+def _ifname(v: str) -> str:
+    if not IFNAME.match(v):
+        raise ValueError(f"{v!r} is not an interface name (1-15 of A-Z a-z 0-9 _ . -)")
+    return v
+
+
+@dataclass
+class GsndConfig:
+    interface: str = "gsn0"
+    ula: bytes | None = None
+    runtime_dir: str = C.RUNTIME_DIR
+    log_level: str = "info"
+    local: tuple = ("0.0.0.0", C.DEFAULT_CABLE_PORT)
+    peer: tuple | None = None
+    cable_id: int = 1
+    timers: Timers = field(default_factory=Timers)
+    buffers: tuple = C.VC_BUFFER_MPS
+
+    @property
+    def ulp_path(self) -> str:
+        return f"{self.runtime_dir}/{self.interface}.ulp"
+
+    @property
+    def control_path(self) -> str:
+        return f"{self.runtime_dir}/{self.interface}.ctl"
+
+
+def _level(v: str) -> str:
+    if v not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"{v!r} is not one of debug, info, warning, error")
+    return v
+
+
+def load(path: str | None, overrides: dict) -> GsndConfig:
+    """Read the file (if any), apply CLI overrides, validate; raises ConfigError."""
+    cfg = GsndConfig()
+    data = load_toml(path) if path else {}
+    src = path or "command line"
+    unknown = set(data) - {"gsnd", "cable", "link"}
+    if unknown:
+        raise ConfigError(f"{src}: [{sorted(unknown)[0]}]: unknown table")
+    g = Section(src, "gsnd", data.get("gsnd", {}))
+    cfg.interface = g.get("interface", str, cfg.interface, check=_ifname)
+    ula = g.get("ula", str, None, check=parse_ula)
+    cfg.ula = ula
+    cfg.runtime_dir = g.get("runtime_dir", str, cfg.runtime_dir)
+    cfg.log_level = g.get("log_level", str, cfg.log_level, check=_level)
+    g.finish()
+    c = Section(src, "cable", data.get("cable", {}))
+    cfg.local = c.get("local", str, None, check=resolve) or cfg.local
+    cfg.peer = c.get("peer", str, None, check=resolve)
+    cfg.cable_id = c.get("id", int, cfg.cable_id, check=in_range(0, 2**32 - 1))
+    c.finish()
+    cfg.timers, cfg.buffers = parse_link(src, data.get("link", {}))
+    checks = {"interface": _ifname, "ula": parse_ula, "local": resolve, "peer": resolve, "log_level": _level}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        try:
+            value = checks[key](value) if key in checks else value
+        except ValueError as exc:
+            raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
+        setattr(cfg, key, value)
+    if cfg.peer is None:
+        raise ConfigError(f"{src}: cable.peer: missing (the address of the switch port or peer endpoint)")
+    return cfg

@@ -1,0 +1,167 @@
+"""gsnd's trio driver: the cable, the ULP socket and the control socket."""
+
+from __future__ import annotations
+
+import os
+
+import structlog
+import trio
+
+from ..constants import ULA_NONE, ULP_MAX_PAYLOAD
+from ..io.runner import LinkRunner
+from ..io.udp import UdpTransport
+from ..io.ulp import UlpServer
+from ..runtime.control import serve_control
+from ..runtime.log import CounterLog
+from ..runtime.notify import sd_notify
+from ..wire.admin import parse_ula_list
+from ..wire.message import max_payload
+from ..wire.ula import format_ula, parse_ula
+from ..wire.ulp import Frame, Op
+from .config import GsndConfig
+from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
+from ..constants import AdminCmd
+
+log = structlog.get_logger("gsnd")
+HIGH_WATER_MPS = 8192
+
+
+class Gsnd:
+    def __init__(self, cfg: GsndConfig) -> None:
+        self.cfg = cfg
+        now = trio.current_time()
+        self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
+                           max_message=ULP_MAX_PAYLOAD)
+        self.transport = UdpTransport(cfg.local, cfg.peer)
+        self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
+                                 timer=self.ep.timer, handle_timer=self.ep.handle_timer)
+        self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame)
+        self.drained = trio.Event()
+        self.admin_waiters: dict[int, trio.MemorySendChannel] = {}
+        self.drops = CounterLog(log)
+
+    # --- core glue ---------------------------------------------------------------
+    def _on_input(self, now: float) -> None:
+        self.ep.process(now)
+        for ev in self.ep.events():
+            if isinstance(ev, MessageIn):
+                self.ulp.deliver(ev.message)
+            elif isinstance(ev, LinkState):
+                if ev.up:
+                    log.info("link.up", interface=self.cfg.interface)
+                else:
+                    log.warning("link.down", interface=self.cfg.interface, reason=ev.reason)
+                self.ulp.broadcast_status()
+                self._notify_status()
+            elif isinstance(ev, UlaChanged):
+                log.info("ula.assigned", interface=self.cfg.interface, ula=format_ula(ev.ula) if ev.ula else None,
+                         neighbour=self.ep.neighbour)
+                self.ulp.broadcast_status()
+                self._notify_status()
+            elif isinstance(ev, AdminResponse):
+                chan = self.admin_waiters.get(ev.admin.xid)
+                if chan is not None:
+                    chan.send_nowait(ev.admin)
+                else:
+                    self.ep.counters["admin_response_unmatched"] += 1
+
+    def _after(self, now: float) -> None:
+        self.runner.flush(now)
+        self.drained.set()
+        self.drained = trio.Event()
+
+    def _send(self, vc: int, ula: bytes, ethertype: int, payload: bytes) -> str | None:
+        if len(payload) > max_payload(vc):
+            return f"payload_over_vc{vc}_limit"
+        if not self.ep.send(vc, ula, ethertype, payload):
+            return "link_down" if not self.ep.link.up else "no_ula"
+        self.runner.flush(trio.current_time())
+        return None
+
+    async def _wait_room(self, vc: int) -> None:
+        while self.ep.link.up and self.ep.link.queued(vc) > HIGH_WATER_MPS:
+            await self.drained.wait()
+
+    def _status_frame(self) -> Frame:
+        up = self.ep.link.up and self.ep.ula is not None
+        return Frame(Op.STATUS, int(up), 0, self.ep.ula or ULA_NONE)
+
+    def _notify_status(self) -> None:
+        ula = format_ula(self.ep.ula) if self.ep.ula else "none"
+        sd_notify(f"STATUS=link {'up' if self.ep.link.up else 'down'}, ULA {ula}")
+
+    # --- control socket ------------------------------------------------------------
+    async def _control(self, req: dict) -> dict:
+        cmd = req.get("cmd")
+        if cmd == "status":
+            st = self.ep.status()
+            st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
+                      "id": self.cfg.cable_id, "transport": dict(self.transport.counters)},
+                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters)})
+            return {"ok": True, "status": st}
+        if cmd == "ulas":
+            return await self._list_ulas()
+        if cmd == "admin":
+            try:
+                command = AdminCmd[str(req.get("command", "")).upper()]
+                args = bytes.fromhex(req.get("args", ""))
+            except (KeyError, ValueError):
+                return {"ok": False, "error": "admin: unknown command or bad args hex"}
+            resps = await self._admin(command, args, hops=int(req.get("hops", 1)), route=req.get("route", []))
+            return {"ok": True, "responses": [{"command": AdminCmd(r.command).name if r.command in AdminCmd._value2member_map_ else r.command,
+                                               "status": r.status, "args": r.args.hex()} for r in resps]}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    async def _admin(self, command: int, args: bytes, hops: int = 1, route=(), expect_more=None) -> list:
+        if not self.ep.link.up:
+            return []
+        req = self.ep.admin_request(command, args, hops=hops, route=route)
+        send, recv = trio.open_memory_channel(256)
+        self.admin_waiters[req.xid] = send
+        self.runner.flush(trio.current_time())
+        out = []
+        try:
+            with trio.move_on_after(1.0):
+                while True:
+                    resp = await recv.receive()
+                    out.append(resp)
+                    if expect_more is None or not expect_more(resp):
+                        break
+        finally:
+            del self.admin_waiters[req.xid]
+        return out
+
+    async def _list_ulas(self) -> dict:
+        resps = await self._admin(AdminCmd.LIST_ULAS, b"\0\0", expect_more=lambda r: parse_ula_list(r.args)[4])
+        if not resps:
+            return {"ok": False, "error": "no answer to LIST_ULAS (link down, or the neighbour is not a switch)"}
+        entries = []
+        for r in resps:
+            if r.command == AdminCmd.ULA_LIST and r.status == 0:
+                _i, _total, ula, port, _more = parse_ula_list(r.args)
+                entries.append({"ula": format_ula(ula), "port": port})
+        return {"ok": True, "ulas": entries}
+
+    # --- run -------------------------------------------------------------------------
+    async def _stats(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            now = trio.current_time()
+            self.drops.update("link", self.ep.link.counters, now)
+            self.drops.update("gsnd", self.ep.counters, now)
+            self.drops.update("reassembly", self.ep.reasm.counters, now)
+            self.drops.update("cable", self.transport.counters, now)
+            self.drops.update("ulp", self.ulp.counters, now)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        os.makedirs(self.cfg.runtime_dir, exist_ok=True)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.ulp.serve)
+            await nursery.start(serve_control, self.cfg.control_path, self._control)
+            nursery.start_soon(self.runner.run)
+            nursery.start_soon(self._stats)
+            log.info("gsnd.started", interface=self.cfg.interface, local=f"{self.cfg.local[0]}:{self.cfg.local[1]}",
+                     peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}", ulp=self.cfg.ulp_path)
+            sd_notify("READY=1")
+            self._notify_status()
+            task_status.started()

@@ -1,0 +1,1 @@
+"""Daemon plumbing: config, logging, sd_notify, control sockets, CLI helpers."""

@@ -1,0 +1,52 @@
+"""Running a daemon: signals (TERM/INT stop, HUP reload), config errors -> exit 78."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Awaitable, Callable
+
+import structlog
+import trio
+
+from ..constants import EX_CONFIG
+from .config import ConfigError
+
+log = structlog.get_logger()
+
+
+def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], None] | None = None) -> None:
+    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP calls ``reload``."""
+
+    async def _top() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_signals, nursery.cancel_scope)
+            await main(nursery)
+
+    async def _signals(scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+            async for sig in sigs:
+                if sig == signal.SIGHUP:
+                    if reload is None:
+                        log.info("reload.ignored", reason="nothing to reload")
+                    else:
+                        try:
+                            reload()
+                        except ConfigError as exc:
+                            log.error("reload.failed", error=str(exc))
+                else:
+                    log.info("stopping", signal=signal.Signals(sig).name)
+                    scope.cancel()
+                    return
+
+    try:
+        trio.run(_top)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EX_CONFIG) from None
+    except PermissionError as exc:
+        print(f"error: {exc.filename or ''}: permission denied (run as root or with CAP_NET_ADMIN)", file=sys.stderr)
+        raise SystemExit(77) from None
+    except OSError as exc:
+        print(f"error: {exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr)
+        raise SystemExit(71) from None

@@ -1,0 +1,1 @@
+"""gsn-switch: N ports joined into one GSN fabric."""

@@ -1,0 +1,81 @@
+"""gsn-switch configuration (etc/gsn-switch.toml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import constants as C
+from ..io.udp import resolve
+from ..link.link import Timers
+from ..runtime.config import ConfigError, Section, in_range, load_toml
+from ..runtime.linkconfig import parse_link
+from ..wire.ula import parse_ula
+
+
+@dataclass
+class PortConfig:
+    number: int
+    local: tuple
+    peer: tuple
+    cable_id: int
+
+
+@dataclass
+class SwitchConfig:
+    switch_id: int = 1
+    broadcast: bool = True
+    runtime_dir: str = C.SWITCH_RUNTIME_DIR
+    log_level: str = "info"
+    ports: list[PortConfig] = field(default_factory=list)
+    static: dict[bytes, int] = field(default_factory=dict)
+    timers: Timers = field(default_factory=Timers)
+    buffers: tuple = C.VC_BUFFER_MPS
+
+    @property
+    def control_path(self) -> str:
+        return f"{self.runtime_dir}/control.sock"
+
+
+def load(path: str, overrides: dict) -> SwitchConfig:
+    data = load_toml(path)
+    cfg = SwitchConfig()
+    unknown = set(data) - {"switch", "port", "static", "link"}
+    if unknown:
+        raise ConfigError(f"{path}: [{sorted(unknown)[0]}]: unknown table")
+    s = Section(path, "switch", data.get("switch", {}))
+    cfg.switch_id = s.get("id", int, cfg.switch_id, check=in_range(0, 255))
+    cfg.broadcast = s.get("broadcast", bool, cfg.broadcast)
+    cfg.runtime_dir = s.get("runtime_dir", str, cfg.runtime_dir)
+    cfg.log_level = s.get("log_level", str, cfg.log_level)
+    s.finish()
+    ports = data.get("port", [])
+    if not isinstance(ports, list) or not ports:
+        raise ConfigError(f"{path}: [[port]]: at least one port is required")
+    for i, raw in enumerate(ports):
+        p = Section(path, f"port[{i}]", raw)
+        number = p.get("number", int, required=True, check=in_range(1, 254))
+        if any(q.number == number for q in cfg.ports):
+            raise ConfigError(f"{path}: port[{i}].number: port {number} configured twice")
+        cfg.ports.append(PortConfig(
+            number,
+            p.get("local", str, required=True, check=resolve),
+            p.get("peer", str, required=True, check=resolve),
+            p.get("cable_id", int, number, check=in_range(0, 2**32 - 1)),
+        ))
+        p.finish()
+    numbers = {q.number for q in cfg.ports}
+    for i, raw in enumerate(data.get("static", [])):
+        st = Section(path, f"static[{i}]", raw)
+        ula = st.get("ula", str, required=True, check=parse_ula)
+        port = st.get("port", int, required=True)
+        if port not in numbers:
+            raise ConfigError(f"{path}: static[{i}].port: no port {port} is configured")
+        if ula == C.ULA_BROADCAST:
+            raise ConfigError(f"{path}: static[{i}].ula: the broadcast ULA cannot be bound to a port")
+        cfg.static[ula] = port
+        st.finish()
+    cfg.timers, cfg.buffers = parse_link(path, data.get("link", {}))
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(cfg, key, value)
+    return cfg

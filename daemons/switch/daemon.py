@@ -1,0 +1,79 @@
+"""gsn-switch's trio driver: one UDP cable per port, a control socket."""
+
+from __future__ import annotations
+
+import os
+
+import structlog
+import trio
+
+from ..io.runner import LinkRunner
+from ..io.udp import UdpTransport
+from ..link.link import LinkDown, LinkUp
+from ..runtime.control import serve_control
+from ..runtime.log import CounterLog
+from ..runtime.notify import sd_notify
+from .config import SwitchConfig
+from .core import Switch
+
+log = structlog.get_logger("gsn-switch")
+
+
+class SwitchDaemon:
+    def __init__(self, cfg: SwitchConfig) -> None:
+        self.cfg = cfg
+        now = trio.current_time()
+        self.core = Switch(cfg.switch_id, [p.number for p in cfg.ports], now, broadcast=cfg.broadcast,
+                           static=cfg.static, cable_ids={p.number: p.cable_id for p in cfg.ports},
+                           buffers=cfg.buffers, timers=cfg.timers)
+        self.transports = {p.number: UdpTransport(p.local, p.peer) for p in cfg.ports}
+        self.runners = {
+            n: LinkRunner(self.core.ports[n].link, self.transports[n],
+                          on_input=lambda now, n=n: self._input(n, now), after=self._flush)
+            for n in self.transports
+        }
+        self.drops = CounterLog(log)
+
+    def _input(self, n: int, now: float) -> None:
+        link = self.core.ports[n].link
+        was_up = link.up
+        self.core.process(n, now)
+        if link.up != was_up or link.counters["link_up"] != getattr(self, f"_ups{n}", 0):
+            setattr(self, f"_ups{n}", link.counters["link_up"])
+            if link.up:
+                log.info("port.up", port=n)
+            else:
+                log.warning("port.down", port=n)
+
+    def _flush(self, now: float) -> None:
+        for r in self.runners.values():
+            r.flush(now)
+
+    async def _control(self, req: dict) -> dict:
+        if req.get("cmd") == "status":
+            st = self.core.status()
+            for n, t in self.transports.items():
+                st["ports"][str(n)]["cable"] = dict(t.counters)
+            return {"ok": True, "status": st}
+        return {"ok": False, "error": f"unknown command {req.get('cmd')!r}"}
+
+    async def _stats(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            now = trio.current_time()
+            for n, p in self.core.ports.items():
+                self.drops.update(f"port{n}.link", p.link.counters, now)
+                self.drops.update(f"port{n}", p.counters, now)
+                self.drops.update(f"port{n}.cable", self.transports[n].counters, now)
+            self.drops.update("switch", self.core.counters, now)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        os.makedirs(self.cfg.runtime_dir, exist_ok=True)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_control, self.cfg.control_path, self._control)
+            for r in self.runners.values():
+                nursery.start_soon(r.run)
+            nursery.start_soon(self._stats)
+            log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast)
+            sd_notify("READY=1")
+            task_status.started()
