@@ -16,7 +16,7 @@ from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify
 from ..wire.admin import parse_ula_list
 from ..wire.message import max_payload
-from ..wire.ula import format_ula, parse_ula
+from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
@@ -35,7 +35,8 @@ class Gsnd:
         self.transport = UdpTransport(cfg.local, cfg.peer)
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
-        self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame)
+        self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame,
+                             lambda: self.runner.flush(trio.current_time()))
         self.drained = trio.Event()
         self.admin_waiters: dict[int, trio.MemorySendChannel] = {}
         self.drops = CounterLog(log)
@@ -75,11 +76,11 @@ class Gsnd:
             return f"payload_over_vc{vc}_limit"
         if not self.ep.send(vc, ula, ethertype, payload):
             return "link_down" if not self.ep.link.up else "no_ula"
-        self.runner.flush(trio.current_time())
         return None
 
     async def _wait_room(self, vc: int) -> None:
         while self.ep.link.up and self.ep.link.queued(vc) > HIGH_WATER_MPS:
+            self.runner.flush(trio.current_time())  # what is queued must be on its way first
             await self.drained.wait()
 
     def _status_frame(self) -> Frame:

@@ -15,6 +15,7 @@ from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
 
 _BUF = ULP_MAX_PAYLOAD + HEADER.size + 1
+BURST = 64  # frames taken from one client before flushing and yielding
 
 
 class _Client:
@@ -28,9 +29,11 @@ class UlpServer:
     else the reason it was dropped); ``wait_room(vc)`` blocks while the link's queue
     for ``vc`` is too long, which back-pressures the client socket."""
 
-    def __init__(self, path: str, send: Callable, wait_room: Callable, status: Callable[[], Frame]) -> None:
+    def __init__(self, path: str, send: Callable, wait_room: Callable, status: Callable[[], Frame],
+                 flush: Callable[[], None]) -> None:
         self.path = path
         self._send = send
+        self._flush = flush
         self._wait_room = wait_room
         self._status = status
         self.clients: list[_Client] = []
@@ -47,18 +50,26 @@ class UlpServer:
         async with trio.open_nursery() as nursery:
             while True:
                 conn, _ = await sock.accept()
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-                nursery.start_soon(self._client, _Client(conn))
+                raw = socket.socket(fileno=conn.detach())  # plain non-blocking socket: sync sends
+                raw.setblocking(False)
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+                nursery.start_soon(self._client, _Client(raw))
 
     async def _client(self, client: _Client) -> None:
         self.clients.append(client)
         buf = bytearray(_BUF)
         try:
             with client.sock:
+                burst = 0
                 while True:
                     try:
-                        n = await client.sock.recv_into(buf, 0, socket.MSG_TRUNC)
+                        n = client.sock.recv_into(buf, 0, socket.MSG_TRUNC)
+                    except BlockingIOError:
+                        self._flush()  # one flush per burst of frames, not per frame
+                        burst = 0
+                        await trio.lowlevel.wait_readable(client.sock)
+                        continue
                     except OSError:
                         return
                     if n == 0:
@@ -75,6 +86,11 @@ class UlpServer:
                         self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
                         continue
                     await self._handle(client, frame)
+                    burst += 1
+                    if burst >= BURST:
+                        self._flush()
+                        burst = 0
+                        await trio.lowlevel.checkpoint()
         finally:
             self.clients.remove(client)
 

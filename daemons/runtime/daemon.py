@@ -40,7 +40,10 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
                     return
 
     try:
-        trio.run(_top)
+        try:
+            trio.run(_top)
+        except BaseExceptionGroup as group:
+            raise _leaf(group) from None
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
@@ -48,5 +51,15 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
         print(f"error: {exc.filename or ''}: permission denied (run as root or with CAP_NET_ADMIN)", file=sys.stderr)
         raise SystemExit(77) from None
     except OSError as exc:
-        print(f"error: {exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         raise SystemExit(71) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

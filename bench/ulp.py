@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""ULP-socket throughput between two gsnd (back-to-back cable on loopback),
+beside a bare UDP send/recv loop measured in the same run.
+
+    .venv/bin/python bench/ulp.py [--seconds 5]
+
+Prints messages/s and Gbit/s of payload for 1 KiB and 64 KiB messages on VC1 and
+VC3, and each as a ratio of the bare-UDP anchor (same message size)."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from daemons.ulpclient import UlpClient  # noqa: E402
+from daemons.wire.ulp import Op  # noqa: E402
+
+ETHERTYPE = 0x88B5
+
+
+def _receiver(path, q, seconds):
+    c = UlpClient(path)
+    c.bind(ETHERTYPE)
+    q.put("ready")
+    n = nbytes = 0
+    t0 = None
+    deadline = None
+    while True:
+        try:
+            f = c.recv(timeout=1.0)
+        except socket.timeout:
+            break
+        if f.op is not Op.RECV:
+            continue
+        if t0 is None:
+            t0 = time.perf_counter()
+            deadline = t0 + seconds
+        n += 1
+        nbytes += len(f.payload)
+        if time.perf_counter() > deadline:
+            break
+    q.put((n, nbytes, time.perf_counter() - (t0 or time.perf_counter())))
+
+
+def _sender(path, peer, size, vc, seconds):
+    c = UlpClient(path)
+    st = c.bind(ETHERTYPE)
+    payload = os.urandom(size)
+    end = time.perf_counter() + seconds + 0.5
+    while time.perf_counter() < end:
+        c.send(peer, payload, vc=vc, ethertype=ETHERTYPE)
+
+
+def ulp_run(dirs, ulas, size, vc, seconds):
+    q = mp.Queue()
+    r = mp.Process(target=_receiver, args=(f"{dirs[1]}/gsn0.ulp", q, seconds))
+    r.start()
+    q.get(timeout=10)
+    s = mp.Process(target=_sender, args=(f"{dirs[0]}/gsn0.ulp", ulas[1], size, vc, seconds))
+    s.start()
+    n, nbytes, dt = q.get(timeout=seconds + 30)
+    s.terminate()
+    r.join()
+    s.join()
+    return n / dt, nbytes * 8 / dt / 1e9
+
+
+def _udp_rx(port, q, seconds):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.bind(("127.0.0.1", port))
+    s.settimeout(1.0)
+    q.put("ready")
+    n = nbytes = 0
+    t0 = None
+    while True:
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            break
+        if t0 is None:
+            t0 = time.perf_counter()
+        n += 1
+        nbytes += len(d)
+        if time.perf_counter() - t0 > seconds:
+            break
+    q.put((n, nbytes, time.perf_counter() - t0))
+
+
+def udp_run(size, seconds):
+    """Anchor: bare UDP datagrams of the same size, one sender and one receiver process."""
+    size = min(size, 65000)
+    port = 39000 + os.getpid() % 1000
+    q = mp.Queue()
+    r = mp.Process(target=_udp_rx, args=(port, q, seconds))
+    r.start()
+    q.get(timeout=10)
+
+    def tx():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        payload = os.urandom(size)
+        end = time.perf_counter() + seconds + 0.5
+        while time.perf_counter() < end:
+            s.sendto(payload, ("127.0.0.1", port))
+
+    t = mp.Process(target=tx)
+    t.start()
+    n, nbytes, dt = q.get(timeout=seconds + 30)
+    t.terminate()
+    r.join()
+    t.join()
+    return n / dt, nbytes * 8 / dt / 1e9
+
+
+def start_pair(tmp, procs):
+    gsnd = shutil.which("gsnd") or os.path.join(os.path.dirname(sys.executable), "gsnd")
+    dirs = [f"{tmp}/a", f"{tmp}/b"]
+    ulas = ["02:00:00:00:00:0a", "02:00:00:00:00:0b"]
+    procs += [
+        subprocess.Popen([gsnd, "--local", "127.0.0.1:16400", "--peer", "127.0.0.1:16401", "--ula", ulas[0],
+                          "--runtime-dir", dirs[0], "--log-level", "warning"]),
+        subprocess.Popen([gsnd, "--local", "127.0.0.1:16401", "--peer", "127.0.0.1:16400", "--ula", ulas[1],
+                          "--runtime-dir", dirs[1], "--log-level", "warning"]),
+    ]
+    for d in dirs:
+        for _ in range(100):
+            if os.path.exists(f"{d}/gsn0.ulp"):
+                break
+            time.sleep(0.05)
+    for d in dirs:  # wait until each side has its ULA
+        c = UlpClient(f"{d}/gsn0.ulp")
+        for _ in range(100):
+            if c.bind(0xFFFF).vc == 1:
+                break
+            time.sleep(0.05)
+        c.close()
+    return procs, dirs, [bytes.fromhex(u.replace(":", "")) for u in ulas]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="gsnbench-")
+    procs: list = []
+    try:
+        procs, dirs, ulas = start_pair(tmp, procs)
+        print(f"{'case':<22}{'msgs/s':>12}{'Gbit/s':>10}{'UDP msgs/s':>14}{'UDP Gbit/s':>12}{'ratio':>8}")
+        for size in (1024, 65536):
+            anchor = udp_run(size, args.seconds)
+            for vc in (1, 3):
+                rate, gbps = ulp_run(dirs, ulas, size, vc, args.seconds)
+                print(f"{f'{size // 1024} KiB VC{vc}':<22}{rate:>12.0f}{gbps:>10.3f}{anchor[0]:>14.0f}"
+                      f"{anchor[1]:>12.3f}{gbps / anchor[1]:>8.3f}")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
