@@ -295,6 +295,9 @@ class Link:
             elif kind in (MpType.RESET_ACK, MpType.INIT_ACK):
                 if self.state is LinkState.RESETTING and shim.dst_nonce == self.my_nonce:
                     self._go_up(shim.src_nonce, now)
+                elif self.state is LinkState.UP and (shim.src_nonce, shim.dst_nonce) == (self.peer_nonce,
+                                                                                       self.my_nonce):
+                    self.counters["duplicate_reset_ack"] += 1
                 else:
                     self.counters["stale_reset_ack"] += 1
             elif kind is MpType.NULL:
@@ -310,7 +313,9 @@ class Link:
             if self.state is LinkState.UP:
                 self._events.append(LinkDown("peer_reset"))
                 self.counters["link_down_peer_reset"] += 1
-            self.my_nonce = self.rng.getrandbits(32) or 1
+            # Keep my_nonce: the peer may already know it from our RESETs (both
+            # sides resetting at once); stale data is still told apart because
+            # the peer's nonce is new.
             self._clear()
             self._go_up(their_nonce, now)
         self._control_out.append(self._control_datagram(answer, dst_nonce=their_nonce))

@@ -6,7 +6,7 @@ import random
 
 import trio
 
-from daemons.gsnd.core import Endpoint, MessageIn
+from daemons.gsnd.core import AdminResponse, Endpoint, MessageIn
 from daemons.io.memory import MemoryCable
 from daemons.io.runner import LinkRunner
 from daemons.switch.core import Switch
@@ -21,6 +21,7 @@ class SimFabric:
         self.endpoints = [Endpoint(p, now, rng=random.Random(seed + 10 + p)) for p in ports]
         self.cables = [MemoryCable(random.Random(seed + 100 + p), **loss) for p in ports]
         self.inbox: list[list] = [[] for _ in ports]
+        self.admin: list[list] = [[] for _ in ports]
         self.sw_runners = {}
         self.ep_runners = []
         for p, ep, cable in zip(ports, self.endpoints, self.cables):
@@ -42,6 +43,8 @@ class SimFabric:
         for ev in ep.events():
             if isinstance(ev, MessageIn):
                 self.inbox[i].append(ev.message)
+            elif isinstance(ev, AdminResponse):
+                self.admin[i].append(ev.admin)
 
     async def run(self, nursery: trio.Nursery) -> None:
         for c in self.cables:
@@ -58,3 +61,11 @@ class SimFabric:
         ok = self.endpoints[i].send(vc, d_ula, ethertype, payload)
         self.ep_runners[i].flush(trio.current_time())
         return ok
+
+    async def ask(self, i: int, command: int, args: bytes = b"", **kw) -> list:
+        """Send an Admin request from endpoint i; the responses that came back."""
+        self.admin[i].clear()
+        req = self.endpoints[i].admin_request(command, args, **kw)
+        self.ep_runners[i].flush(trio.current_time())
+        await trio.sleep(0.2)
+        return [a for a in self.admin[i] if a.xid == req.xid]

@@ -1,0 +1,162 @@
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from daemons import constants as C
+from daemons.link.link import Link, LinkDown, LinkUp, Timers
+from daemons.wire.message import Message
+from daemons.wire.micropacket import MP_DTYPE
+from daemons.wire.shim import Shim
+from tests.unit.linkpair import Pair
+
+A, B = b"\x02" * 6, b"\x04" * 6
+
+
+def msgs(rng, n, vcs=(0, 1, 2, 3), maxlen=3000):
+    return [Message(vc, A, B, 0x88B5, rng.randbytes(rng.randrange(maxlen if vc else 2000)))
+            for vc in vcs for _ in range(n)]
+
+
+def per_vc(ms):
+    return {vc: [m for m in ms if m.vc == vc] for vc in range(4)}
+
+
+def test_bring_up_grants_initial_credits():
+    p = Pair()
+    p.run(0.05)
+    assert p.up()
+    for link in p.links:
+        assert link.credits == list(C.VC_BUFFER_MPS)
+        assert link.ledger.balanced()
+
+
+def test_lossy_duplicating_reordering_path_delivers_exactly_once_in_order():
+    p = Pair(seed=3, drop=0.15, dup=0.1, reorder=0.2)
+    p.run(0.1)
+    sent = msgs(p.rng, 40)
+    back = msgs(p.rng, 10)
+    for k, m in enumerate(sent):  # one Message per step: many datagrams on the wire
+        p.links[0].enqueue(m.vc, m.records())
+        if k < len(back):
+            p.links[1].enqueue(back[k].vc, back[k].records())
+        p.step()
+    p.run(5.0)
+    assert per_vc(p.got[1]) == per_vc(sent)
+    assert per_vc(p.got[0]) == per_vc(back)
+    c = [link.counters for link in p.links]
+    assert sum(x["rtx_mps"] for x in c) > 0  # the path really lost datagrams ...
+    assert sum(x["duplicate"] + x["out_of_order"] for x in c) > 0  # ... and duplicated/reordered them
+    for link in p.links:  # idle: every credit is home, nothing negative
+        assert link.credits == list(C.VC_BUFFER_MPS) and link.ledger.balanced()
+
+
+def test_sequence_wraps_far_beyond_8_bits():
+    p = Pair(seed=4)
+    p.run(0.05)
+    sent = msgs(p.rng, 60, vcs=(1,), maxlen=8000)
+    for m in sent:
+        p.links[0].enqueue(1, m.records())
+    p.run(2.0)
+    assert p.got[1] == sent
+    assert p.links[1].expected > 10 * C.SEQ_MOD
+
+
+def test_vc0_not_starved_by_bulk_vc3():
+    p = Pair(seed=5)
+    p.run(0.05)
+    bulk = Message(3, A, B, 0x8181, bytes(2_000_000))
+    p.links[0].enqueue(3, bulk.records())
+    ctl = Message(0, A, B, 0x8181, b"RTS")
+    p.links[0].enqueue(0, ctl.records())
+    p.step()
+    p.step()
+    assert p.got[1] and p.got[1][0] == ctl  # control overtook ~62,500 queued bulk micropackets
+    p.run(3.0)
+    assert p.got[1][-1] == bulk
+
+
+def test_silence_brings_link_down_and_it_recovers_when_peer_returns():
+    t = Timers(dead_interval=0.3)
+    p = Pair(timers=t)
+    p.run(0.05)
+    assert p.up()
+    p.cut = True
+    p.run(0.5)
+    assert any(isinstance(e, LinkDown) and e.reason == "silent" for e in p.events[0])
+    assert not p.links[0].up
+    p.cut = False
+    p.run(0.1)
+    assert p.up()
+    sent = msgs(p.rng, 3)
+    for m in sent:
+        p.links[0].enqueue(m.vc, m.records())
+    p.run(1.0)
+    assert per_vc(p.got[1]) == per_vc(sent)
+
+
+def test_peer_restart_resets_link_and_traffic_resumes():
+    p = Pair(seed=6)
+    p.run(0.05)
+    p.links[1] = Link(9, p.now)  # the peer process was killed and restarted
+    p.run(0.1)
+    assert p.up()
+    assert any(isinstance(e, LinkDown) and e.reason == "peer_reset" for e in p.events[0])
+    sent = msgs(p.rng, 3)
+    for m in sent:
+        p.links[0].enqueue(m.vc, m.records())
+    p.run(1.0)
+    assert per_vc(p.got[1]) == per_vc(sent)
+
+
+def test_credit_violation_by_peer_is_dropped_and_counted():
+    p = Pair(buffers=(4, 4, 4, 4))
+    p.run(0.05)
+    tx = p.links[0]
+    tx.ledger.tx[1] += 100  # a misbehaving peer that ignores its credits
+    m = Message(1, A, B, 0x88B5, bytes(1000))
+    tx.enqueue(1, m.records())
+    p.run(0.5)
+    assert p.links[1].counters["credit_violation_vc1_mps"] > 0
+    assert p.got[1] == []
+    assert p.links[1].ledger.balanced()
+
+
+def test_garbage_datagrams_are_counted_never_raise():
+    link = Link(9, 0.0)
+    for blob in [b"", b"hello", bytes(72), Shim(1, 8, 0, 0, 0, 0).encode() + bytes(40),
+                 Shim(1, 9, 0, 0, 0, 0).encode() + bytes(40)]:
+        link.receive(blob, 0.0)
+    c = link.counters
+    assert c["bad_shim_shim"] and c["bad_shim_magic"] and c["wrong_cable"] and c["lcrc_error"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=32, max_size=400), st.integers(0, 2**32))
+def test_fuzzed_datagrams_never_raise(blob, seed):
+    p = Pair(seed=seed % 1000)
+    p.run(0.02)
+    good = Shim(1, 9, p.links[0].my_nonce, p.links[1].my_nonce, 0, 0).encode()
+    p.links[1].receive(good + blob, p.now)
+    p.links[1].receive(blob, p.now)
+
+
+def test_unknown_vc_records_survive_counters():
+    recs = np.zeros(0, MP_DTYPE)
+    link = Link(1, 0.0)
+    link.enqueue(2, recs)
+    assert link.queued(2) == 0
+
+
+def test_simultaneous_resets_converge():
+    a, b = Link(9, 0.0), Link(9, 0.0)
+    ra, rb = a.datagrams(0.0), b.datagrams(0.0)  # both RESETs are on the wire before either arrives
+    for d in ra:
+        b.receive(d, 0.001)
+    for d in rb:
+        a.receive(d, 0.001)
+    for _ in range(3):
+        for x, y in ((a, b), (b, a)):
+            for d in x.datagrams(0.002):
+                y.receive(d, 0.002)
+    assert a.up and b.up
+    assert a.peer_nonce == b.my_nonce and b.peer_nonce == a.my_nonce
+    assert a.counters["stale_nonce"] == b.counters["stale_nonce"] == 0
