@@ -1,0 +1,139 @@
+"""Real gsn-switch/gsnd processes in network namespaces the test creates and removes.
+
+Underlay: one veth pair per host between the switch namespace and the host
+namespace, 198.18.<i>.0/30 (RFC 2544 benchmarking range, inside our namespaces
+only).  Unix sockets (ULP, control) live in a temporary directory reachable from
+the test process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+_counter = itertools.count()
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+def poll(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Fabric:
+    """A switch namespace and ``n`` host namespaces, each with one gsnd."""
+
+    def __init__(self, n_hosts: int, broadcast: bool = True) -> None:
+        self.tag = f"t{os.getpid() % 10000}{next(_counter)}"
+        self.n = n_hosts
+        self.broadcast = broadcast
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"gsn-{self.tag}-"))
+        self.sw_ns = f"gsn{self.tag}sw"
+        self.host_ns = [f"gsn{self.tag}h{i}" for i in range(1, n_hosts + 1)]
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+        self._create()
+
+    # --- namespaces ---------------------------------------------------------------
+    def _create(self) -> None:
+        for ns in [self.sw_ns, *self.host_ns]:
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        for i, ns in enumerate(self.host_ns, 1):
+            sw_if, h_if = f"s{self.tag}{i}"[-15:], f"h{self.tag}{i}"[-15:]
+            sh("ip", "link", "add", sw_if, "netns", self.sw_ns, "type", "veth", "peer", "name", h_if, "netns", ns)
+            sh("ip", "-n", self.sw_ns, "addr", "add", f"198.18.{i}.1/30", "dev", sw_if)
+            sh("ip", "-n", ns, "addr", "add", f"198.18.{i}.2/30", "dev", h_if)
+            sh("ip", "-n", ns, "link", "set", h_if, "name", "ul0")
+            sh("ip", "-n", self.sw_ns, "link", "set", sw_if, "up")
+            sh("ip", "-n", ns, "link", "set", "ul0", "up")
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+        for ns in [self.sw_ns, *self.host_ns]:
+            sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> "Fabric":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- processes ------------------------------------------------------------------
+    def _spawn(self, name: str, ns: str, argv: list[str]) -> subprocess.Popen:
+        log = self.tmp / f"{name}.log"
+        self.logs[name] = log
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        self.procs[name] = p
+        return p
+
+    def switch_config(self) -> Path:
+        lines = [f"[switch]\nid = 1\nbroadcast = {str(self.broadcast).lower()}\n"
+                 f"runtime_dir = \"{self.tmp}/sw\"\n"]
+        for i in range(1, self.n + 1):
+            lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n")
+        path = self.tmp / "gsn-switch.toml"
+        path.write_text("\n".join(lines))
+        return path
+
+    def start_switch(self) -> None:
+        self._spawn("switch", self.sw_ns, [str(BIN / "gsn-switch"), "-c", str(self.switch_config())])
+        poll(lambda: (self.tmp / "sw" / "control.sock").exists(), what="switch control socket")
+
+    def start_gsnd(self, i: int) -> None:
+        self._spawn(f"gsnd{i}", self.host_ns[i - 1], [
+            str(BIN / "gsnd"), "--local", f"198.18.{i}.2:6400", "--peer", f"198.18.{i}.1:7000", "--cable-id", str(i),
+            "--runtime-dir", str(self.runtime(i))])
+
+    def runtime(self, i: int) -> Path:
+        return self.tmp / f"h{i}"
+
+    def ulp_path(self, i: int) -> str:
+        return str(self.runtime(i) / "gsn0.ulp")
+
+    def kill(self, name: str, sig: int = signal.SIGTERM) -> None:
+        p = self.procs.pop(name, None)
+        if p is None:
+            return
+        if p.poll() is None:
+            # ip netns exec execs the daemon, so the pid is the daemon's
+            p.send_signal(sig)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def ctl(self, path: Path | str, *args: str) -> dict | None:
+        r = sh(str(BIN / "gsnctl"), "-s", str(path), *args, "--json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def gsnd_status(self, i: int) -> dict | None:
+        return self.ctl(self.runtime(i) / "gsn0.ctl", "status")
+
+    def switch_status(self) -> dict | None:
+        return self.ctl(self.tmp / "sw" / "control.sock", "status")
+
+    def wait_ula(self, i: int, timeout: float = 10.0) -> str:
+        return poll(lambda: (st := self.gsnd_status(i)) and st["link"]["state"] == "up" and st["ula"],
+                    timeout, what=f"gsnd{i} link up with a ULA")
