@@ -8,7 +8,7 @@ import pytest
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op
-from tests.netns.topology import Fabric, poll
+from daemons.netns import Fabric, poll
 
 ET = 0x88B5
 

@@ -1,4 +1,5 @@
-"""Real gsn-switch/gsnd processes in network namespaces the test creates and removes.
+"""Real gsn-switch/gsnd processes in network namespaces that we create and remove
+(used by the demo, the namespace tests and the benchmarks).
 
 Underlay: one veth pair per host between the switch namespace and the host
 namespace, 198.18.<i>.0/30 (RFC 2544 benchmarking range, inside our namespaces
@@ -41,8 +42,8 @@ def poll(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "
 class Fabric:
     """A switch namespace and ``n`` host namespaces, each with one gsnd."""
 
-    def __init__(self, n_hosts: int, broadcast: bool = True) -> None:
-        self.tag = f"t{os.getpid() % 10000}{next(_counter)}"
+    def __init__(self, n_hosts: int, broadcast: bool = True, prefix: str = "t") -> None:
+        self.tag = f"{prefix}{os.getpid() % 10000}{next(_counter)}"
         self.n = n_hosts
         self.broadcast = broadcast
         self.tmp = Path(tempfile.mkdtemp(prefix=f"gsn-{self.tag}-"))
@@ -50,7 +51,11 @@ class Fabric:
         self.host_ns = [f"gsn{self.tag}h{i}" for i in range(1, n_hosts + 1)]
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
-        self._create()
+        try:
+            self._create()
+        except BaseException:
+            self.close()
+            raise
 
     # --- namespaces ---------------------------------------------------------------
     def _create(self) -> None:
