@@ -105,9 +105,13 @@ class Fabric:
         self._spawn("switch", self.sw_ns, [str(BIN / "gsn-switch"), "-c", str(self.switch_config())])
         poll(lambda: (self.tmp / "sw" / "control.sock").exists(), what="switch control socket")
 
-    def start_gsnd(self, i: int) -> None:
+    def start_gsnd(self, i: int, *, via: int | None = None) -> None:
+        """gsnd of host i; ``via``: the UDP port of a relay in the host's namespace
+        that stands between gsnd (then bound to port 6402) and the switch."""
+        local, peer = (f"198.18.{i}.2:6400", f"198.18.{i}.1:7000") if via is None else \
+            (f"198.18.{i}.2:6402", f"198.18.{i}.2:{via}")
         self._spawn(f"gsnd{i}", self.host_ns[i - 1], [
-            str(BIN / "gsnd"), "--local", f"198.18.{i}.2:6400", "--peer", f"198.18.{i}.1:7000", "--cable-id", str(i),
+            str(BIN / "gsnd"), "--local", local, "--peer", peer, "--cable-id", str(i),
             "--runtime-dir", str(self.runtime(i))])
 
     def runtime(self, i: int) -> Path:
@@ -138,6 +142,21 @@ class Fabric:
 
     def switch_status(self) -> dict | None:
         return self.ctl(self.tmp / "sw" / "control.sock", "status")
+
+    def ns_exec(self, i: int, *argv: str, check: bool = True, timeout: float | None = 60) -> subprocess.CompletedProcess:
+        """Run a command in host i's namespace (i = 0: the switch's)."""
+        ns = self.sw_ns if i == 0 else self.host_ns[i - 1]
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], check=check, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def ip_address(self, i: int, v4: str = "192.0.2.{i}/24", v6: str | None = "2001:db8::{i}/64") -> None:
+        """Address gsn0 of host i with ip(8), as an operator would, and bring it up."""
+        poll(lambda: self.ns_exec(i, "ip", "link", "show", "gsn0", check=False).returncode == 0, 10,
+             what=f"gsn0 in host{i}")
+        self.ns_exec(i, "ip", "addr", "add", v4.format(i=i), "dev", "gsn0")
+        if v6:
+            self.ns_exec(i, "ip", "addr", "add", v6.format(i=i), "dev", "gsn0", "nodad")
+        self.ns_exec(i, "ip", "link", "set", "gsn0", "up")
 
     def wait_ula(self, i: int, timeout: float = 10.0) -> str:
         return poll(lambda: (st := self.gsnd_status(i)) and st["link"]["state"] == "up" and st["ula"],

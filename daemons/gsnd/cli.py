@@ -18,15 +18,18 @@ from . import config as gconfig
 @click.option("--cable-id", type=int, help="Cable id; both ends must agree. [1]")
 @click.option("--ula", help="This port's ULA for back-to-back cables (a switch assigns one otherwise).")
 @click.option("--runtime-dir", help="Where the ULP and control sockets live. [/run/gsnd]")
+@click.option("--tap", help="TAP interface for IP over GSN (created, or attached if it exists). [= --interface]")
+@click.option("--no-tap", is_flag=True, help="No TAP: ULP socket only.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
-def main(config_path, interface, local, peer, cable_id, ula, runtime_dir, log_level, check) -> None:
+def main(config_path, interface, local, peer, cable_id, ula, runtime_dir, tap, no_tap, log_level, check) -> None:
     """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
 
     gsnd brings the link up (RESET/RESET_ACK), learns its ULA from the switch
-    (or uses --ula back-to-back), and offers local daemons a ULP socket
-    (RUNTIME_DIR/IFACE.ulp) to send and receive GSN Messages by EtherType, plus a
-    control socket for `gsnctl status`.
+    (or uses --ula back-to-back), carries IP over GSN on a TAP interface (MAC =
+    ULA, MTU 65280, carrier = link state; address it with `ip addr`), and offers
+    local daemons a ULP socket (RUNTIME_DIR/IFACE.ulp) to send and receive GSN
+    Messages by EtherType, plus a control socket for `gsnctl status`.
 
     \b
     Example (back-to-back on loopback):
@@ -34,7 +37,7 @@ def main(config_path, interface, local, peer, cable_id, ula, runtime_dir, log_le
     Exit status 78 means a bad configuration.
     """
     overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, ula=ula,
-                     runtime_dir=runtime_dir, log_level=log_level)
+                     runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
     try:
         cfg = gconfig.load(config_path, overrides)
     except ConfigError as exc:

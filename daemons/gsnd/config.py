@@ -32,6 +32,9 @@ class GsndConfig:
     cable_id: int = 1
     timers: Timers = field(default_factory=Timers)
     buffers: tuple = C.VC_BUFFER_MPS
+    tap: str | None = "gsn0"  # None: no TAP (ULP socket only)
+    mtu: int = 65280
+    arp: str = "fabric"  # fabric: kernel ARP/ND cross the fabric; off: left to harpd
 
     @property
     def ulp_path(self) -> str:
@@ -48,12 +51,18 @@ def _level(v: str) -> str:
     return v
 
 
+def _arp(v: str) -> str:
+    if v not in ("fabric", "off"):
+        raise ValueError(f"{v!r} is not one of fabric, off")
+    return v
+
+
 def load(path: str | None, overrides: dict) -> GsndConfig:
     """Read the file (if any), apply CLI overrides, validate; raises ConfigError."""
     cfg = GsndConfig()
     data = load_toml(path) if path else {}
     src = path or "command line"
-    unknown = set(data) - {"gsnd", "cable", "link"}
+    unknown = set(data) - {"gsnd", "cable", "link", "ip"}
     if unknown:
         raise ConfigError(f"{src}: [{sorted(unknown)[0]}]: unknown table")
     g = Section(src, "gsnd", data.get("gsnd", {}))
@@ -69,15 +78,26 @@ def load(path: str | None, overrides: dict) -> GsndConfig:
     cfg.cable_id = c.get("id", int, cfg.cable_id, check=in_range(0, 2**32 - 1))
     c.finish()
     cfg.timers, cfg.buffers = parse_link(src, data.get("link", {}))
-    checks = {"interface": _ifname, "ula": parse_ula, "local": resolve, "peer": resolve, "log_level": _level}
+    ip = Section(src, "ip", data.get("ip", {}))
+    enabled = ip.get("enabled", bool, True)
+    cfg.tap = ip.get("tap", str, None, check=_ifname)
+    cfg.mtu = ip.get("mtu", int, cfg.mtu, check=in_range(68, 65280))
+    cfg.arp = ip.get("arp", str, cfg.arp, check=_arp)
+    ip.finish()
+    checks = {"interface": _ifname, "ula": parse_ula, "local": resolve, "peer": resolve, "log_level": _level,
+              "tap": _ifname}
     for key, value in overrides.items():
-        if value is None:
+        if value is None or key == "no_tap":
             continue
         try:
             value = checks[key](value) if key in checks else value
         except ValueError as exc:
             raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
         setattr(cfg, key, value)
+    if not enabled or overrides.get("no_tap"):
+        cfg.tap = None
+    elif cfg.tap is None:
+        cfg.tap = cfg.interface
     if cfg.peer is None:
         raise ConfigError(f"{src}: cable.peer: missing (the address of the switch port or peer endpoint)")
     return cfg

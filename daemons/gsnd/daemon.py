@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import structlog
 import trio
 
-from ..constants import ULA_NONE, ULP_MAX_PAYLOAD
+from ..constants import ETHERTYPE_ARP, ULA_BROADCAST, ULA_NONE, ULP_MAX_PAYLOAD, VC_IP
 from ..io.runner import LinkRunner
 from ..io.udp import UdpTransport
 from ..io.ulp import UlpServer
 from ..runtime.control import serve_control
 from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify
+from ..io.tap import Tap
 from ..wire.admin import parse_ula_list
+from ..wire.ether import IP_ETHERTYPES, frame_to_message, message_to_frame
 from ..wire.message import max_payload
 from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
@@ -40,13 +43,19 @@ class Gsnd:
         self.drained = trio.Event()
         self.admin_waiters: dict[int, trio.MemorySendChannel] = {}
         self.drops = CounterLog(log)
+        self.tap: Tap | None = None
+        self.ip_counters: Counter[str] = Counter()
 
     # --- core glue ---------------------------------------------------------------
     def _on_input(self, now: float) -> None:
         self.ep.process(now)
         for ev in self.ep.events():
             if isinstance(ev, MessageIn):
-                self.ulp.deliver(ev.message)
+                msg = ev.message
+                if self.tap is not None and msg.ethertype in IP_ETHERTYPES and msg.vc == VC_IP:
+                    self._to_tap(msg)
+                if msg.ethertype not in IP_ETHERTYPES or self.ulp.wants(msg.ethertype):
+                    self.ulp.deliver(msg)
             elif isinstance(ev, LinkState):
                 if ev.up:
                     log.info("link.up", interface=self.cfg.interface)
@@ -54,7 +63,11 @@ class Gsnd:
                     log.warning("link.down", interface=self.cfg.interface, reason=ev.reason)
                 self.ulp.broadcast_status()
                 self._notify_status()
+                self._carrier()
             elif isinstance(ev, UlaChanged):
+                if self.tap is not None and ev.ula:
+                    self.tap.configure(mac=ev.ula)
+                self._carrier()
                 log.info("ula.assigned", interface=self.cfg.interface, ula=format_ula(ev.ula) if ev.ula else None,
                          neighbour=self.ep.neighbour)
                 self.ulp.broadcast_status()
@@ -65,6 +78,38 @@ class Gsnd:
                     chan.send_nowait(ev.admin)
                 else:
                     self.ep.counters["admin_response_unmatched"] += 1
+
+    # --- IP over GSN (RFC 2835) ------------------------------------------------------
+    def _carrier(self) -> None:
+        if self.tap is not None:
+            self.tap.set_carrier(self.ep.link.up and self.ep.ula is not None)
+
+    def _to_tap(self, msg) -> None:
+        if msg.d_ula == ULA_BROADCAST and msg.s_ula == self.ep.ula:
+            self.ip_counters["rx_own_broadcast_not_to_tap"] += 1  # the switch copies broadcasts to the sender
+            return
+        if msg.ethertype == ETHERTYPE_ARP and self.cfg.arp == "off":
+            self.ip_counters["rx_arp_not_to_tap"] += 1
+            return
+        self.tap.write(message_to_frame(msg.d_ula, msg.s_ula, msg.ethertype, msg.payload))
+        self.ip_counters["rx_frames"] += 1
+
+    async def _tap_reader(self) -> None:
+        tap, ep, mtu, counters = self.tap, self.ep, self.cfg.mtu, self.ip_counters
+        while True:
+            await tap.wait_readable()
+            for frame in tap.drain():
+                out = frame_to_message(frame, mtu)
+                if isinstance(out, str):
+                    counters[f"tx_drop_{out}"] += 1
+                elif out[1] == ETHERTYPE_ARP and self.cfg.arp == "off":
+                    counters["tx_drop_arp_off"] += 1
+                elif ep.send(VC_IP, *out):
+                    counters["tx_frames"] += 1
+                else:
+                    counters["tx_drop_link"] += 1
+            self.runner.flush(trio.current_time())
+            await self._wait_room(VC_IP)
 
     def _after(self, now: float) -> None:
         self.runner.flush(now)
@@ -98,7 +143,9 @@ class Gsnd:
             st = self.ep.status()
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
                       "id": self.cfg.cable_id, "transport": dict(self.transport.counters)},
-                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters)})
+                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters)},
+                      ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
+                          "counters": {**self.ip_counters, **(self.tap.counters if self.tap else {})}})
             return {"ok": True, "status": st}
         if cmd == "ulas":
             return await self._list_ulas()
@@ -153,15 +200,24 @@ class Gsnd:
             self.drops.update("reassembly", self.ep.reasm.counters, now)
             self.drops.update("cable", self.transport.counters, now)
             self.drops.update("ulp", self.ulp.counters, now)
+            self.drops.update("ip", self.ip_counters, now)
+            if self.tap is not None:
+                self.drops.update("tap", self.tap.counters, now)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.cfg.runtime_dir, exist_ok=True)
+        if self.cfg.tap:
+            self.tap = Tap(self.cfg.tap)
+            self.tap.configure(mac=self.ep.ula or self.cfg.ula, mtu=self.cfg.mtu)
+            self._carrier()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)
+            if self.tap is not None:
+                nursery.start_soon(self._tap_reader)
             await nursery.start(serve_control, self.cfg.control_path, self._control)
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
-            log.info("gsnd.started", interface=self.cfg.interface, local=f"{self.cfg.local[0]}:{self.cfg.local[1]}",
+            log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap, local=f"{self.cfg.local[0]}:{self.cfg.local[1]}",
                      peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}", ulp=self.cfg.ulp_path)
             sd_notify("READY=1")
             self._notify_status()

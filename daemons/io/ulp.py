@@ -122,6 +122,9 @@ class UlpServer:
             self.counters["tx_client_gone"] += 1
         return False
 
+    def wants(self, ethertype: int) -> bool:
+        return any(ethertype in c.ethertypes for c in self.clients)
+
     def deliver(self, msg: Message) -> None:
         frame = None
         delivered = False
