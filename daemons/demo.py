@@ -8,8 +8,10 @@ removes everything on exit or Ctrl-C.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import socket
 import statistics
 import sys
@@ -95,6 +97,28 @@ def main() -> int:
             for vc, size in ((1, 65536), (3, 1 << 20)):
                 gbps, got = _throughput(fab, 1, 3, vc, size)
                 print(f"  VC{vc}  {size // 1024:>5} KiB Messages   {gbps:6.2f} Gbit/s   ({got / 1e6:.0f} MB delivered)")
+            print("\nIP over GSN (RFC 2835: VC1, LLC/SNAP, MTU 65280) on gsn0, addressed with ip(8):")
+            for i in (1, 2, 3):
+                fab.ip_address(i)
+                print(f"  host{i}  gsn0  192.0.2.{i}/24  2001:db8::{i}/64")
+            for src, dst, extra in ((1, "192.0.2.2", ()), (2, "192.0.2.3", ()), (3, "2001:db8::1", ()),
+                                    (1, "192.0.2.3", ("-M", "do", "-s", "65252"))):
+                r = fab.ns_exec(src, "ping", "-c", "5", "-i", "0.2", "-W", "2", *extra, dst, check=False)
+                tail = [l for l in r.stdout.splitlines() if "rtt" in l or "received" in l]
+                what = f"{' '.join(extra)} " if extra else ""
+                print(f"  ping {what}host{src} -> {dst}: " + ("; ".join(tail) if tail else r.stderr.strip()))
+            if shutil.which("iperf3"):
+                server = subprocess.Popen(["ip", "netns", "exec", fab.host_ns[2], "iperf3", "-s", "-1", "-B",
+                                           "192.0.2.3"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    time.sleep(0.5)
+                    r = fab.ns_exec(1, "iperf3", "-c", "192.0.2.3", "-t", "3", "-J", check=False, timeout=30)
+                    gbps = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9 if r.stdout else 0
+                    print(f"  iperf3 TCP host1 -> host3 through the switch, 3 s: {gbps:.2f} Gbit/s")
+                finally:
+                    server.kill()
+            else:
+                print("  (iperf3 not installed: skipping the TCP run)")
             st = fab.switch_status()
             print("\nswitch ULA table:")
             for e in st["table"]:
