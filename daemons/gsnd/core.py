@@ -54,11 +54,15 @@ class Endpoint:
         timers: Timers = Timers(),
         rng: random.Random | None = None,
         max_message: int | None = None,
+        aliases: tuple[bytes, ...] = (),
     ) -> None:
         self.rng = rng or random.Random()
         self.link = Link(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
         self.reasm = Reassembler(max_message)
         self.configured_ula = ula
+        # Further ULAs this port answers to (a port may have several, spec §5); the
+        # well-known HARP server address reaches only the port the switch maps it to.
+        self.aliases = frozenset(aliases) | {C.ULA_BROADCAST, C.ULA_HARP_SERVER}
         self.ula: bytes | None = None
         self.neighbour: str = "unknown"  # "switch" | "endpoint" once I_AM arrives
         self.counters: Counter[str] = Counter()
@@ -114,7 +118,7 @@ class Endpoint:
         return True
 
     def _deliver(self, msg: Message) -> None:
-        if msg.d_ula != self.ula and msg.d_ula != C.ULA_BROADCAST:
+        if msg.d_ula != self.ula and msg.d_ula not in self.aliases:
             self.counters["rx_drop_not_for_us"] += 1
             return
         self.counters["rx_messages"] += 1

@@ -13,12 +13,14 @@ from daemons.switch.core import Switch
 
 
 class SimFabric:
-    def __init__(self, n_endpoints: int, seed: int, *, broadcast=True, **loss) -> None:
+    def __init__(self, n_endpoints: int, seed: int, *, broadcast=True, static=None, timers=None, **loss) -> None:
         self.rng = random.Random(seed)
         now = 0.0
         ports = list(range(1, n_endpoints + 1))
-        self.switch = Switch(1, ports, now, broadcast=broadcast, rng=random.Random(seed + 1))
-        self.endpoints = [Endpoint(p, now, rng=random.Random(seed + 10 + p)) for p in ports]
+        kw = {"timers": timers} if timers else {}
+        self.switch = Switch(1, ports, now, broadcast=broadcast, static=static, rng=random.Random(seed + 1), **kw)
+        self.endpoints = [Endpoint(p, now, rng=random.Random(seed + 10 + p), **kw) for p in ports]
+        self.handlers: dict[int, object] = {}  # endpoint index -> callable(Message)
         self.cables = [MemoryCable(random.Random(seed + 100 + p), **loss) for p in ports]
         self.inbox: list[list] = [[] for _ in ports]
         self.admin: list[list] = [[] for _ in ports]
@@ -42,7 +44,11 @@ class SimFabric:
         ep.process(now)
         for ev in ep.events():
             if isinstance(ev, MessageIn):
-                self.inbox[i].append(ev.message)
+                handler = self.handlers.get(i)
+                if handler is not None:
+                    handler(ev.message)
+                else:
+                    self.inbox[i].append(ev.message)
             elif isinstance(ev, AdminResponse):
                 self.admin[i].append(ev.admin)
 

@@ -1,0 +1,555 @@
+"""Sans-IO HARP (RFC 2835 §5): client and server for the LISes of one GSN port.
+
+Fed HARP payloads (``receive``), resolution requests (``resolve``) and the time;
+produces HARP payloads to send (``outgoing``) and events for the kernel
+neighbour table (``events``).  One instance serves one interface; each LIS is an
+IPv4 subnet with this host's address in it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network
+
+from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER, ULA_NONE
+from daemons.wire.errors import DecodeError
+
+from . import constants as K
+from .constants import Op
+from .wire import Harp, decode, nak
+
+ZERO = IPv4Address(0)
+LETTING_EXPIRE = 3  # Entry.revalidating: unused at revalidation time, left to expire
+
+
+@dataclass(frozen=True)
+class Timers:
+    registration_retry: float = K.REGISTRATION_RETRY
+    probe_count: int = K.PROBE_COUNT
+    probe_interval: float = K.PROBE_INTERVAL
+    reregister: float = K.REREGISTER
+    client_lifetime: float = K.CLIENT_ENTRY_LIFETIME
+    revalidate_at: float = K.REVALIDATE_AT
+    server_lifetime: float = K.SERVER_ENTRY_LIFETIME
+    resolve_retry: float = K.RESOLVE_RETRY
+    resolve_attempts: int = K.RESOLVE_ATTEMPTS
+    negative_cache: float = K.NEGATIVE_CACHE
+
+    def scaled(self, factor: float) -> "Timers":
+        """All durations multiplied by ``factor`` (for short test runs)."""
+        return Timers(**{k: (v * factor if isinstance(v, float) else v) for k, v in self.__dict__.items()})
+
+
+class Phase(enum.Enum):
+    DOWN = "down"
+    PROBE = "probe"
+    REGISTER = "register"
+    OPER_SERVER = "operational"
+    OPER_BCAST = "broadcast"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    ip: IPv4Address
+    ula: bytes
+    static: bool = False
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    ip: IPv4Address
+    reason: str
+
+
+@dataclass(frozen=True)
+class Gone:
+    ip: IPv4Address
+    reason: str
+
+
+@dataclass(frozen=True)
+class PhaseChanged:
+    lis: IPv4Network
+    phase: Phase
+
+
+@dataclass
+class Entry:
+    ula: bytes
+    static: bool
+    validated: float
+    used: float = 0.0
+    revalidating: int = 0  # 0 none, 1 asked the server, 2 asked the host itself, 3 letting expire
+    asked_at: float = 0.0
+
+
+@dataclass
+class _Pending:
+    attempts: int
+    next_try: float
+    raw: bytes = b""
+
+
+@dataclass
+class _Server:
+    address: bytes  # HRAL entry
+    responsive: bool = False
+    real_ula: bytes | None = None  # the port that answers for it
+    next_register: float = 0.0
+    awaiting_since: float | None = None
+    unanswered: list = field(default_factory=list)  # times of unanswered HARP_REQUESTs
+
+
+@dataclass
+class LisConfig:
+    network: IPv4Network
+    role: str = "auto"  # auto | client | server
+    servers: list[bytes] = field(default_factory=lambda: [ULA_HARP_SERVER])
+    statics: dict[IPv4Address, bytes] = field(default_factory=dict)
+
+
+class Lis:
+    def __init__(self, cfg: LisConfig, timers: Timers) -> None:
+        self.cfg = cfg
+        self.net = cfg.network
+        self.t = timers
+        self.ip: IPv4Address | None = None
+        self.phase = Phase.DOWN
+        self.probes = 0
+        self.next_probe = 0.0
+        self.servers = [_Server(a) for a in cfg.servers]
+        self.serving: set[bytes] = set()  # server addresses this port answers for
+        self.server_table: dict[IPv4Address, Entry] = {}
+        self.cache: dict[IPv4Address, Entry] = {}
+        self.pending: dict[IPv4Address, _Pending] = {}
+        self.negative: dict[IPv4Address, float] = {}
+        for ip, ula in cfg.statics.items():
+            self.cache[ip] = Entry(ula, True, 0.0)
+
+    @property
+    def is_server(self) -> bool:
+        return self.cfg.role == "server" or bool(self.serving)
+
+    def authority(self) -> tuple[bytes, _Server | None] | None:
+        if self.phase is Phase.OPER_BCAST:
+            return ULA_BROADCAST, None
+        for s in self.servers:
+            if s.responsive:
+                return s.address, s
+        return None
+
+
+class HarpCore:
+    def __init__(self, lises: list[LisConfig], now: float, timers: Timers = Timers()) -> None:
+        self.t = timers
+        self.lis = [Lis(c, timers) for c in lises]
+        self.ula: bytes | None = None
+        self.counters: Counter[str] = Counter()
+        self._out: list[tuple[bytes, bytes]] = []
+        self._events: list = []
+        self.now = now
+
+    # --- plumbing -----------------------------------------------------------------
+    def outgoing(self) -> list[tuple[bytes, bytes]]:
+        out, self._out = self._out, []
+        return out
+
+    def events(self) -> list:
+        ev, self._events = self._events, []
+        return ev
+
+    def _send(self, d_ula: bytes, msg: Harp | bytes) -> None:
+        self._out.append((d_ula, msg if isinstance(msg, bytes) else msg.encode()))
+        self.counters["tx"] += 1
+
+    def _phase(self, lis: Lis, phase: Phase, now: float) -> None:
+        if lis.phase is not phase:
+            lis.phase = phase
+            self._events.append(PhaseChanged(lis.net, phase))
+
+    def lis_for(self, ip: IPv4Address) -> Lis | None:
+        for lis in self.lis:
+            if ip in lis.net:
+                return lis
+        return None
+
+    # --- configuration from the host -----------------------------------------------
+    def set_port(self, ula: bytes | None, addresses: list[IPv4Address], now: float) -> None:
+        """The port's ULA and IPv4 addresses changed (link up/down, ip addr add/del)."""
+        changed_ula = ula != self.ula
+        self.ula = ula
+        for lis in self.lis:
+            ip = next((a for a in addresses if a in lis.net), None)
+            if ula is None or ip is None:
+                lis.ip = ip
+                self._phase(lis, Phase.DOWN, now)
+                continue
+            if changed_ula or ip != lis.ip or lis.phase is Phase.DOWN:
+                lis.ip = ip
+                self._start(lis, now)
+            for sip, e in lis.cache.items():
+                if e.static:
+                    self._events.append(Resolved(sip, e.ula, True))
+
+    def _start(self, lis: Lis, now: float) -> None:
+        lis.probes = 0
+        lis.next_probe = now
+        for s in lis.servers:
+            s.responsive, s.real_ula, s.next_register, s.awaiting_since = False, None, now, None
+        lis.serving.clear()
+        if lis.cfg.role == "server":
+            lis.serving.update(lis.cfg.servers)
+        self._phase(lis, Phase.PROBE, now)
+
+    # --- timers -----------------------------------------------------------------------
+    def timer(self) -> float:
+        t = self.now + 3600.0
+        for lis in self.lis:
+            if lis.phase is Phase.PROBE:
+                t = min(t, lis.next_probe)
+            if lis.phase in (Phase.REGISTER, Phase.OPER_SERVER):
+                for s in lis.servers:
+                    t = min(t, s.next_register)
+                    if s.awaiting_since is not None:
+                        t = min(t, s.awaiting_since + lis.t.registration_retry)
+            for p in lis.pending.values():
+                t = min(t, p.next_try)
+            for e in lis.cache.values():
+                if not e.static:
+                    t = min(t, e.validated + (lis.t.revalidate_at if not e.revalidating else lis.t.client_lifetime))
+                    if e.revalidating in (1, 2):
+                        t = min(t, e.asked_at + lis.t.resolve_retry * lis.t.resolve_attempts)
+            for e in lis.server_table.values():
+                if not e.static:
+                    t = min(t, e.validated + lis.t.server_lifetime)
+        return t
+
+    def handle_timer(self, now: float) -> None:
+        self.now = now
+        for lis in self.lis:
+            self._probe_timer(lis, now)
+            self._register_timer(lis, now)
+            self._resolve_timer(lis, now)
+            self._cache_timer(lis, now)
+            self._server_timer(lis, now)
+
+    def _probe_timer(self, lis: Lis, now: float) -> None:
+        if lis.phase is not Phase.PROBE or now < lis.next_probe:
+            return
+        if lis.probes < lis.t.probe_count:
+            lis.probes += 1
+            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, ULA_BROADCAST))
+            lis.next_probe = now + lis.t.probe_interval
+        else:
+            self.counters["probe_not_echoed"] += 1
+            self._phase(lis, Phase.REGISTER, now)
+            for s in lis.servers:
+                s.next_register = now
+
+    def _register_timer(self, lis: Lis, now: float) -> None:
+        if lis.phase not in (Phase.REGISTER, Phase.OPER_SERVER):
+            return
+        for s in lis.servers:
+            if s.awaiting_since is not None and now >= s.awaiting_since + lis.t.registration_retry:
+                s.awaiting_since = None
+                if s.responsive:  # silent at (re)registration: no longer used
+                    self.counters["server_silent_dropped"] += 1
+                    self._server_down(lis, s, now)
+            if now >= s.next_register:
+                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, s.address))
+                s.awaiting_since = now
+                s.next_register = now + (lis.t.reregister if s.responsive else lis.t.registration_retry)
+
+    def _server_down(self, lis: Lis, s: _Server, now: float) -> None:
+        s.responsive = False
+        s.real_ula = None
+        s.next_register = now + lis.t.registration_retry
+        if lis.phase is Phase.OPER_SERVER and lis.authority() is None:
+            self._phase(lis, Phase.REGISTER, now)
+
+    def _resolve_timer(self, lis: Lis, now: float) -> None:
+        for ip, p in list(lis.pending.items()):
+            if now < p.next_try:
+                continue
+            if p.attempts >= lis.t.resolve_attempts:
+                del lis.pending[ip]
+                lis.negative[ip] = now + lis.t.negative_cache
+                self.counters["resolve_timeout"] += 1
+                self._events.append(Unresolved(ip, "no answer"))
+                auth = lis.authority()
+                if auth and auth[1] is not None:
+                    s = auth[1]
+                    s.unanswered = [t for t in s.unanswered if t > now - K.SERVER_DEAD_WINDOW] + [now]
+                    if len(s.unanswered) >= K.SERVER_DEAD_UNANSWERED:
+                        self.counters["server_dead_unanswered"] += 1
+                        self._server_down(lis, s, now)
+                continue
+            self._ask(lis, ip, p, now)
+
+    def _ask(self, lis: Lis, ip: IPv4Address, p: _Pending, now: float) -> None:
+        auth = lis.authority()
+        if auth is None:
+            p.next_try = now + lis.t.resolve_retry
+            return
+        p.attempts += 1
+        p.next_try = now + lis.t.resolve_retry
+        self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+
+    def _cache_timer(self, lis: Lis, now: float) -> None:
+        for ip, e in list(lis.cache.items()):
+            if e.static:
+                continue
+            if now >= e.validated + lis.t.client_lifetime:
+                self._forget(lis, ip, "expired")
+            elif e.revalidating == 1 and now >= e.asked_at + lis.t.resolve_retry * lis.t.resolve_attempts:
+                e.revalidating, e.asked_at = 2, now  # server silent: ask the host itself
+                self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, e.ula))
+            elif e.revalidating == 2 and now >= e.asked_at + lis.t.resolve_retry * lis.t.resolve_attempts:
+                self._forget(lis, ip, "revalidation unanswered")
+            elif not e.revalidating and now >= e.validated + lis.t.revalidate_at:
+                if now > e.used + lis.t.client_lifetime:
+                    e.revalidating = LETTING_EXPIRE  # not in use: let it expire
+                    continue
+                auth = lis.authority()
+                e.revalidating, e.asked_at = 1, now
+                if auth is not None:
+                    self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+
+    def _forget(self, lis: Lis, ip: IPv4Address, reason: str) -> None:
+        del lis.cache[ip]
+        self.counters[f"cache_removed_{reason.replace(' ', '_')}"] += 1
+        self._events.append(Gone(ip, reason))
+
+    def _server_timer(self, lis: Lis, now: float) -> None:
+        for ip, e in list(lis.server_table.items()):
+            if not e.static and now >= e.validated + lis.t.server_lifetime:
+                del lis.server_table[ip]
+                self.counters["server_entry_expired"] += 1
+
+    # --- resolution requests from the host ---------------------------------------------
+    def resolve(self, ip: IPv4Address, now: float) -> None:
+        """The kernel needs ``ip``: answer from the cache or ask the authority."""
+        self.now = now
+        lis = self.lis_for(ip)
+        if lis is None or lis.phase is Phase.DOWN:
+            self.counters["resolve_outside_lis"] += 1
+            self._events.append(Unresolved(ip, "not in a LIS of this port"))
+            return
+        e = lis.cache.get(ip)
+        if e is not None:
+            e.used = now
+            self._events.append(Resolved(ip, e.ula, e.static))
+            return
+        if lis.negative.get(ip, 0) > now:
+            self.counters["resolve_negative_cached"] += 1
+            self._events.append(Unresolved(ip, "negative cache"))
+            return
+        if ip in lis.pending:
+            return
+        p = lis.pending[ip] = _Pending(0, now)
+        self._ask(lis, ip, p, now)
+
+    # --- static entries ---------------------------------------------------------------
+    def set_static(self, ip: IPv4Address, ula: bytes) -> bool:
+        lis = self.lis_for(ip)
+        if lis is None:
+            return False
+        lis.cache[ip] = Entry(ula, True, self.now)
+        lis.server_table[ip] = Entry(ula, True, self.now)
+        lis.negative.pop(ip, None)
+        self._events.append(Resolved(ip, ula, True))
+        return True
+
+    def delete(self, ip: IPv4Address) -> bool:
+        lis = self.lis_for(ip)
+        if lis is None:
+            return False
+        found = lis.cache.pop(ip, None) is not None
+        found = lis.server_table.pop(ip, None) is not None or found
+        if found:
+            self._events.append(Gone(ip, "deleted"))
+        return found
+
+    # --- receive ---------------------------------------------------------------------------
+    def receive(self, src_ula: bytes, payload: bytes, now: float) -> None:
+        self.now = now
+        if self.ula is None:
+            self.counters["rx_port_down"] += 1
+            return
+        try:
+            msg = decode(payload)
+        except DecodeError as exc:
+            self.counters[f"rx_bad_{exc.field}"] += 1
+            return
+        if msg.op in (Op.HARP_REPLY, Op.INHARP_REPLY):
+            lis = self.lis_for(msg.tpa) or self.lis_for(msg.rpa)
+        else:
+            lis = self.lis_for(msg.rpa) or self.lis_for(msg.tpa)
+        if lis is None or lis.phase is Phase.DOWN or lis.ip is None:
+            self.counters["rx_outside_lis"] += 1
+            return
+        self.counters[f"rx_{msg.op.name.lower()}"] += 1
+        if msg.op is Op.INHARP_REQUEST and msg.rula == self.ula and msg.rpa == lis.ip:
+            self._own_request_back(lis, msg, now)
+            if not lis.is_server:
+                return
+        if lis.is_server and (msg.op is Op.HARP_REQUEST or (
+                msg.op is Op.INHARP_REQUEST and (msg.tula in lis.serving or msg.tula == self.ula))):
+            self._serve(lis, msg, src_ula, payload, now)
+            return
+        if msg.op is Op.HARP_REQUEST:
+            self._answer_request(lis, msg)
+        elif msg.op is Op.INHARP_REQUEST:
+            if msg.tula == self.ula:
+                self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.INHARP_REPLY))
+            self._refresh_known(lis, msg.rpa, msg.rula, now)
+        elif msg.op is Op.INHARP_REPLY:
+            self._inharp_reply(lis, msg, src_ula, now)
+        elif msg.op is Op.HARP_REPLY:
+            self._harp_reply(lis, msg, src_ula, now)
+        elif msg.op is Op.HARP_NAK:
+            self._harp_nak(lis, msg, now)
+
+    def _own_request_back(self, lis: Lis, msg: Harp, now: float) -> None:
+        if msg.tula == ULA_BROADCAST:
+            if lis.phase is Phase.PROBE:
+                self._phase(lis, Phase.OPER_BCAST, now)  # the fabric broadcasts: plain ARP from now on
+            return
+        if lis.cfg.role in ("auto", "server") and msg.tula not in lis.serving:
+            lis.serving.add(msg.tula)  # we are the HARP server behind this address
+            self.counters["server_self_detected"] += 1
+
+    def _refresh_known(self, lis: Lis, ip: IPv4Address, ula: bytes, now: float) -> None:
+        e = lis.cache.get(ip)
+        if e is not None and not e.static and e.ula == ula:
+            e.validated = now
+
+    # client: answer requests that target us
+    def _answer_request(self, lis: Lis, msg: Harp) -> None:
+        if msg.tpa == lis.ip:
+            self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.HARP_REPLY))
+
+    def _inharp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
+        if msg.tula != self.ula:
+            self.counters["rx_reply_not_for_us"] += 1
+            return
+        for s in lis.servers:
+            if s.address == msg.rula:  # answer to a registration
+                s.awaiting_since = None
+                s.unanswered.clear()
+                s.real_ula = src_ula
+                s.next_register = now + lis.t.reregister
+                if not s.responsive:
+                    s.responsive = True
+                    self.counters["server_registered"] += 1
+                if lis.phase in (Phase.REGISTER, Phase.PROBE):
+                    self._phase(lis, Phase.OPER_SERVER, now)
+                return
+        e = lis.cache.get(msg.rpa)  # answer to a direct revalidation
+        if e is not None and e.revalidating and e.ula == msg.rula:
+            e.validated, e.revalidating = now, 0
+            self._events.append(Resolved(msg.rpa, e.ula))
+            return
+        self.counters["rx_reply_unsolicited"] += 1
+
+    def _from_authority(self, lis: Lis, src_ula: bytes) -> bool:
+        auth = lis.authority()
+        return auth is not None and auth[1] is not None and src_ula in (auth[1].real_ula, auth[1].address)
+
+    def _harp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
+        if msg.tula != self.ula or msg.tpa != lis.ip:
+            self.counters["rx_reply_not_for_us"] += 1
+            return
+        ip = msg.rpa
+        pending = lis.pending.pop(ip, None)
+        e = lis.cache.get(ip)
+        solicited = pending is not None or (e is not None and e.revalidating == 1)
+        if not solicited and not self._from_authority(lis, src_ula):
+            self.counters["rx_reply_spoofed"] += 1  # unsolicited, not from our server
+            return
+        if e is not None and e.static:
+            return
+        auth = lis.authority()
+        if auth and auth[1] is not None and src_ula in (auth[1].real_ula, auth[1].address):
+            auth[1].unanswered.clear()
+            auth[1].next_register = now + lis.t.reregister  # a REQUEST/REPLY exchange refreshes registration
+        lis.cache[ip] = Entry(msg.rula, False, now, used=e.used if e else now)
+        lis.negative.pop(ip, None)
+        self._events.append(Resolved(ip, msg.rula))
+
+    def _harp_nak(self, lis: Lis, msg: Harp, now: float) -> None:
+        if msg.rula != self.ula:
+            self.counters["rx_nak_not_for_us"] += 1
+            return
+        ip = msg.tpa
+        if lis.pending.pop(ip, None) is not None:
+            lis.negative[ip] = now + lis.t.negative_cache
+            self._events.append(Unresolved(ip, "NAK"))
+        e = lis.cache.get(ip)
+        if e is not None and not e.static:
+            self._forget(lis, ip, "NAK")
+
+    # --- server ---------------------------------------------------------------------------
+    def _serve(self, lis: Lis, msg: Harp, src_ula: bytes, raw: bytes, now: float) -> None:
+        if msg.rpa not in lis.net or msg.rpa == ZERO:
+            self.counters["server_requester_outside_lis"] += 1
+            return
+        if not self._register(lis, msg.rpa, msg.rula, now):
+            if msg.op is Op.HARP_REQUEST:
+                self._send(msg.rula, nak(raw))
+            return
+        if msg.op is Op.INHARP_REQUEST:
+            self.counters["server_registrations"] += 1
+            answer_ula = msg.tula if msg.tula in lis.serving else self.ula
+            self._send(msg.rula, msg.reply(lis.ip, answer_ula, Op.INHARP_REPLY))
+            return
+        target = msg.tpa
+        if target == lis.ip:
+            self._send(msg.rula, msg.reply(target, self.ula, Op.HARP_REPLY))
+            self.counters["server_replies"] += 1
+        elif (e := lis.server_table.get(target)) is not None:
+            self._send(msg.rula, msg.reply(target, e.ula, Op.HARP_REPLY))
+            self.counters["server_replies"] += 1
+        else:
+            self._send(msg.rula, nak(raw))
+            self.counters["server_naks"] += 1
+
+    def _register(self, lis: Lis, ip: IPv4Address, ula: bytes, now: float) -> bool:
+        """RFC 2835 §5.4 registration; an unexpired IP is never taken over by another ULA."""
+        e = lis.server_table.get(ip)
+        if e is None:
+            lis.server_table[ip] = Entry(ula, False, now)  # cases 4 and 5
+            return True
+        if e.ula == ula:
+            if not e.static:
+                e.validated = now  # case 1
+            return True
+        self.counters["server_takeover_refused"] += 1  # cases 2 and 3 while the entry lives
+        return False
+
+    # --- status -------------------------------------------------------------------------------
+    def table(self, now: float) -> list[dict]:
+        from daemons.wire.ula import format_ula
+
+        rows = []
+        for lis in self.lis:
+            seen = set()
+            for source, tab in (("server", lis.server_table), ("cache", lis.cache)):
+                for ip, e in sorted(tab.items()):
+                    if ip in seen:
+                        continue
+                    seen.add(ip)
+                    rows.append({"ip": str(ip), "ula": format_ula(e.ula), "lis": str(lis.net),
+                                 "kind": "static" if e.static else "dynamic", "table": source,
+                                 "age": None if e.static else round(now - e.validated, 1)})
+        return rows
+
+    def status(self) -> list[dict]:
+        from daemons.wire.ula import format_ula
+
+        return [{"lis": str(lis.net), "ip": str(lis.ip) if lis.ip else None, "phase": lis.phase.value,
+                 "server": lis.is_server, "serving": [format_ula(a) for a in sorted(lis.serving)],
+                 "servers": [{"address": format_ula(s.address), "responsive": s.responsive} for s in lis.servers]}
+                for lis in self.lis]

@@ -1,0 +1,65 @@
+from ipaddress import IPv4Address as A
+
+import pytest
+from hypothesis import given, strategies as st
+
+from daemons.wire.errors import DecodeError
+from harpd.constants import Op
+from harpd.wire import Harp, decode, nak
+
+Y, SRV = bytes.fromhex("020000000002"), bytes.fromhex("00103bffffe0")
+
+
+def test_spec_worked_example_inharp_request():
+    h = Harp(Op.INHARP_REQUEST, A("192.0.2.2"), A("0.0.0.0"), Y, SRV)
+    raw = h.encode()
+    assert raw == bytes.fromhex("001c0800000804060" "6c0000202000000000200000000020010" "3bffffe0")
+    assert len(raw) == 29 and decode(raw) == h
+
+
+def test_reply_swaps_and_keeps_format():
+    req = Harp(Op.HARP_REQUEST, A("192.0.2.2"), A("192.0.2.9"), Y, bytes(6), hrd=1)
+    rep = req.reply(A("192.0.2.9"), b"\x02\x09" * 3, Op.HARP_REPLY)
+    assert (rep.rpa, rep.tpa, rep.tha, rep.hrd) == (A("192.0.2.9"), A("192.0.2.2"), Y, 1)
+    assert len(rep.encode()) == 28 and decode(rep.encode()) == rep
+
+
+@pytest.mark.parametrize("hrd", [28, 1])
+def test_nak_is_request_byte_for_byte_with_op_10(hrd):
+    req = Harp(Op.HARP_REQUEST, A("192.0.2.2"), A("192.0.2.77"), Y, bytes(6), hrd=hrd).encode()
+    n = nak(req)
+    assert len(n) == len(req) and sum(a != b for a, b in zip(n, req)) == 1
+    d = decode(n)
+    assert d.op is Op.HARP_NAK and d.rpa == A("192.0.2.2") and d.tpa == A("192.0.2.77") and d.rha == Y
+    if hrd == 28:  # byte-exact vector
+        assert n == bytes.fromhex("001c0800000a040606c0000202c000024d0200000000020000000000" "00")
+
+
+@pytest.mark.parametrize("raw,field", [
+    (bytes.fromhex("0002"), "harp"),
+    (bytes.fromhex("0007080000080406") + bytes(21), "ar$hrd"),
+    (bytes.fromhex("001c86dd00080406") + bytes(21), "ar$pro"),
+    (bytes.fromhex("001c080000080606") + bytes(21), "ar$pln"),
+    (bytes.fromhex("001c080000080407") + bytes(21), "ar$rhl"),
+    (bytes.fromhex("001c08000003040606") + bytes(20), "ar$op"),
+    (bytes.fromhex("001c08000008040606") + bytes(5), "harp"),
+])
+def test_strict_validation(raw, field):
+    with pytest.raises(DecodeError) as ei:
+        decode(raw)
+    assert ei.value.field == field
+
+
+@given(st.binary(max_size=64))
+def test_garbage_only_decode_error(blob):
+    try:
+        decode(blob)
+    except DecodeError:
+        pass
+
+
+@given(st.sampled_from(list(Op)), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
+       st.binary(min_size=6, max_size=6), st.binary(min_size=6, max_size=6), st.sampled_from([28, 1, 6]))
+def test_roundtrip(op, rpa, tpa, rha, tha, hrd):
+    h = Harp(op, A(rpa), A(tpa), rha, tha, hrd)
+    assert decode(h.encode()) == h
