@@ -42,7 +42,9 @@ def poll(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "
 class Fabric:
     """A switch namespace and ``n`` host namespaces, each with one gsnd."""
 
-    def __init__(self, n_hosts: int, broadcast: bool = True, prefix: str = "t") -> None:
+    def __init__(self, n_hosts: int, broadcast: bool = True, prefix: str = "t",
+                 static: dict[str, int] | None = None) -> None:
+        self.static = static or {}
         self.tag = f"{prefix}{os.getpid() % 10000}{next(_counter)}"
         self.n = n_hosts
         self.broadcast = broadcast
@@ -97,6 +99,8 @@ class Fabric:
                  f"runtime_dir = \"{self.tmp}/sw\"\n"]
         for i in range(1, self.n + 1):
             lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n")
+        for ula, port in self.static.items():
+            lines.append(f"[[static]]\nula = \"{ula}\"\nport = {port}\n")
         path = self.tmp / "gsn-switch.toml"
         path.write_text("\n".join(lines))
         return path
@@ -113,6 +117,21 @@ class Fabric:
         self._spawn(f"gsnd{i}", self.host_ns[i - 1], [
             str(BIN / "gsnd"), "--local", local, "--peer", peer, "--cable-id", str(i),
             "--runtime-dir", str(self.runtime(i))])
+
+    def start_harpd(self, i: int, options: str, *args: str) -> None:
+        """harpd on host i with the given harpd.options text; sockets under h<i>/harpd."""
+        d = self.tmp / f"h{i}"
+        d.mkdir(exist_ok=True)
+        (d / "harpd.options").write_text(options)
+        (d / "harpd" / "control.sock").unlink(missing_ok=True)  # a kill -9 leaves it behind
+        self._spawn(f"harpd{i}", self.host_ns[i - 1], [
+            str(BIN / "harpd"), "-f", str(d / "harpd.options"), "--runtime-dir", str(d / "harpd"),
+            "--state-dir", str(d / "harpd-state"), "--gsnd-runtime", str(self.runtime(i)), *args])
+        poll(lambda: (d / "harpd" / "control.sock").exists(), what=f"harpd{i} control socket")
+
+    def gsnarp(self, i: int, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "gsnarp"), "--socket", str(self.tmp / f"h{i}" / "harpd" / "control.sock"),
+                               *args], capture_output=True, text=True, timeout=30)
 
     def runtime(self, i: int) -> Path:
         return self.tmp / f"h{i}"

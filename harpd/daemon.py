@@ -1,0 +1,266 @@
+"""harpd's trio driver: one agent per GSN interface (ULP socket to gsnd, kernel
+neighbour table), a netlink listener, the control socket for gsnarp."""
+
+from __future__ import annotations
+
+import errno
+import os
+from ipaddress import IPv4Address
+from pathlib import Path
+
+import structlog
+import trio
+
+from daemons.constants import ETHERTYPE_ARP, VC_IP
+from daemons.runtime.control import serve_control
+from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
+from daemons.ulpclient import AsyncUlpClient, UlpError
+from daemons.wire.errors import DecodeError
+from daemons.wire.ula import format_ula, parse_ula
+from daemons.wire.ulp import Op
+
+from .core import Gone, HarpCore, Phase, PhaseChanged, Resolved, Unresolved
+from .kernel import Neighbours, open_neigh_listener, parse_neigh_requests, set_solicit
+from .options import Options
+from .runner import HarpRunner
+
+log = structlog.get_logger("harpd")
+RECONNECT_S = 1.0
+ADDRESS_POLL_S = 2.0
+
+
+class StaticStore:
+    """Static entries added with gsnarp -s, kept across restarts (harpd.options syntax)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> list[tuple[str, IPv4Address, bytes]]:
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            w = line.split()
+            if len(w) == 4 and w[0] == "static":
+                try:
+                    out.append((w[1], IPv4Address(w[2]), parse_ula(w[3])))
+                except ValueError:
+                    log.warning("state.bad_line", file=str(self.path), line=line)
+        return out
+
+    def save(self, entries: list[tuple[str, IPv4Address, bytes]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(f"static {i} {ip} {format_ula(u)}\n" for i, ip, u in entries))
+        os.replace(tmp, self.path)
+
+
+class Agent:
+    """HARP for one GSN interface."""
+
+    def __init__(self, ifname: str, opts: Options, ulp_path: str) -> None:
+        self.ifname = ifname
+        self.ulp_path = ulp_path
+        self.core = HarpCore(opts.lises[ifname], trio.current_time(), opts.timers)
+        self.runner = HarpRunner(self.core, self._send, self._events)
+        self.kernel = Neighbours(ifname)
+        self.ifindex: int | None = None
+        self.ula: bytes | None = None
+        self.addresses: list[IPv4Address] = []
+        self._tx_send, self._tx_recv = trio.open_memory_channel(4096)
+        self._k_send, self._k_recv = trio.open_memory_channel(4096)
+
+    # core -> world
+    def _send(self, d_ula: bytes, payload: bytes) -> None:
+        try:
+            self._tx_send.send_nowait((d_ula, payload))
+        except trio.WouldBlock:
+            self.core.counters["tx_dropped_queue_full"] += 1
+
+    def _events(self, events: list) -> None:
+        for ev in events:
+            if isinstance(ev, PhaseChanged):
+                log.info("harp.phase", interface=self.ifname, lis=str(ev.lis), phase=ev.phase.value)
+                if ev.phase in (Phase.OPER_BCAST, Phase.REGISTER, Phase.OPER_SERVER):
+                    self._kernel_op("solicit", ev.phase is Phase.OPER_BCAST)
+            elif isinstance(ev, Resolved):
+                self._kernel_op("replace", ev.ip, ev.ula, ev.static)
+            elif isinstance(ev, Gone):
+                log.info("harp.gone", interface=self.ifname, ip=str(ev.ip), reason=ev.reason)
+                self._kernel_op("delete", ev.ip)
+            elif isinstance(ev, Unresolved):
+                log.info("harp.unresolved", interface=self.ifname, ip=str(ev.ip), reason=ev.reason)
+
+    def _kernel_op(self, *op) -> None:
+        try:
+            self._k_send.send_nowait(op)
+        except trio.WouldBlock:
+            self.core.counters["kernel_dropped_queue_full"] += 1
+
+    def refresh_port(self) -> None:
+        self.core.set_port(self.ula, self.addresses, trio.current_time())
+        self.runner.step()
+
+    # tasks
+    async def _kernel_worker(self) -> None:
+        async for op in self._k_recv:
+            try:
+                if op[0] == "solicit":
+                    await trio.to_thread.run_sync(set_solicit, self.ifname, op[1])
+                elif op[0] == "replace":
+                    await trio.to_thread.run_sync(self.kernel.replace, *op[1:])
+                elif op[0] == "delete":
+                    await trio.to_thread.run_sync(self.kernel.delete, op[1])
+            except Exception as exc:  # the interface may be gone; pyroute2 raises its own types
+                self.core.counters[f"kernel_{op[0]}_failed"] += 1
+                log.warning("kernel.failed", interface=self.ifname, op=op[0], error=str(exc))
+
+    async def _addresses(self) -> None:
+        while True:
+            try:
+                addrs = await trio.to_thread.run_sync(self.kernel.addresses)
+                idx = await trio.to_thread.run_sync(self.kernel.index)
+            except Exception as exc:  # netlink hiccup: try again next round
+                log.warning("kernel.addresses_failed", interface=self.ifname, error=str(exc))
+                addrs, idx = self.addresses, self.ifindex
+            self.ifindex = idx
+            if addrs != self.addresses:
+                self.addresses = addrs
+                self.refresh_port()
+            await trio.sleep(ADDRESS_POLL_S)
+
+    async def _ulp(self) -> None:
+        while True:
+            try:
+                client = await AsyncUlpClient.connect(self.ulp_path)
+            except OSError:
+                await trio.sleep(RECONNECT_S)
+                continue
+            async with client, trio.open_nursery() as nursery:
+                nursery.start_soon(self._sender, client)
+                try:
+                    status = await client.bind(ETHERTYPE_ARP)
+                except (UlpError, OSError):
+                    nursery.cancel_scope.cancel()
+                    continue
+                log.info("ulp.connected", interface=self.ifname, path=self.ulp_path)
+                self.ula = status.ula if status.vc == 1 else None
+                self.refresh_port()
+                await self._receive(client, nursery)
+            self.ula = None
+            self.refresh_port()
+            log.warning("ulp.lost", interface=self.ifname)
+            await trio.sleep(RECONNECT_S)
+
+    async def _receive(self, client: AsyncUlpClient, nursery: trio.Nursery) -> None:
+        try:
+            while True:
+                frame = await client.recv()
+                if frame.op is Op.STATUS:
+                    ula = frame.ula if frame.vc == 1 else None
+                    if ula != self.ula:
+                        self.ula = ula
+                        self.refresh_port()
+                elif frame.op is Op.RECV and frame.ethertype == ETHERTYPE_ARP:
+                    self.runner.receive(frame.ula, frame.payload)
+        except (UlpError, OSError, DecodeError):
+            nursery.cancel_scope.cancel()
+
+    async def _sender(self, client: AsyncUlpClient) -> None:
+        async for d_ula, payload in self._tx_recv:
+            await client.send(d_ula, payload, vc=VC_IP, ethertype=ETHERTYPE_ARP)
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._kernel_worker)
+            nursery.start_soon(self._addresses)
+            nursery.start_soon(self._ulp)
+            nursery.start_soon(self.runner.run)
+
+
+class Harpd:
+    def __init__(self, opts: Options, *, runtime_dir: str, state_dir: str, gsnd_runtime: str) -> None:
+        self.opts = opts
+        self.runtime_dir = runtime_dir
+        self.store = StaticStore(Path(state_dir) / "static.conf")
+        self.agents = {i: Agent(i, opts, f"{gsnd_runtime}/{i}.ulp") for i in opts.lises}
+        self.drops = CounterLog(log)
+        self.dynamic_statics = self.store.load()
+        for iface, ip, ula in self.dynamic_statics:
+            if iface in self.agents:
+                self.agents[iface].core.set_static(ip, ula)
+
+    async def _netlink(self) -> None:
+        sock = open_neigh_listener()
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.ENOBUFS:  # overrun: the kernel will ask again
+                        continue
+                    raise
+                try:
+                    requests = parse_neigh_requests(data)
+                except DecodeError:
+                    continue
+                for ifindex, ip in requests:
+                    for agent in self.agents.values():
+                        if agent.ifindex == ifindex:
+                            agent.core.resolve(ip, trio.current_time())
+                            agent.runner.step()
+
+    async def _control(self, req: dict) -> dict:
+        cmd = req.get("cmd")
+        now = trio.current_time()
+        if cmd == "table":
+            return {"ok": True, "table": [dict(r, interface=i) for i, a in self.agents.items()
+                                          for r in a.core.table(now)]}
+        if cmd == "status":
+            return {"ok": True, "status": {i: {"ula": format_ula(a.ula) if a.ula else None, "lis": a.core.status(),
+                                               "counters": dict(a.core.counters)} for i, a in self.agents.items()}}
+        if cmd in ("set", "delete"):
+            try:
+                ip = IPv4Address(req.get("ip", ""))
+                ula = parse_ula(req["ula"]) if cmd == "set" else None
+            except (ValueError, KeyError) as exc:
+                return {"ok": False, "error": str(exc)}
+            agents = [a for i, a in self.agents.items() if req.get("interface") in (None, i)]
+            agent = next((a for a in agents if a.core.lis_for(ip) is not None), None)
+            if agent is None:
+                return {"ok": False, "error": f"{ip} is in no LIS harpd serves", "code": 1}
+            if cmd == "set":
+                agent.core.set_static(ip, ula)
+                self.dynamic_statics = [e for e in self.dynamic_statics if e[1] != ip] + [(agent.ifname, ip, ula)]
+            else:
+                if not agent.core.delete(ip):
+                    return {"ok": False, "error": f"{ip}: no such entry", "code": 1}
+                self.dynamic_statics = [e for e in self.dynamic_statics if e[1] != ip]
+            agent.runner.step()
+            self.store.save(self.dynamic_statics)
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    async def _stats(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            for i, a in self.agents.items():
+                self.drops.update(i, a.core.counters, trio.current_time())
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        os.makedirs(self.runtime_dir, exist_ok=True)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_control, f"{self.runtime_dir}/control.sock", self._control)
+            nursery.start_soon(self._netlink)
+            nursery.start_soon(self._stats)
+            for a in self.agents.values():
+                nursery.start_soon(a.run)
+            log.info("harpd.started", interfaces=list(self.agents))
+            sd_notify("READY=1")
+            task_status.started()

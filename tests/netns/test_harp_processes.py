@@ -1,0 +1,90 @@
+"""HARP with real processes: 4 hosts on a non-broadcast switch; the kernel's
+neighbour requests on gsn0 are answered through harpd and the HARP server."""
+
+import signal
+
+import pytest
+
+from daemons.netns import Fabric, poll
+
+OPTIONS = "lis gsn0 192.0.2.0/24\nrole gsn0 auto\nserver gsn0 00:10:3b:ff:ff:e0\n"
+SCALE = "0.01"  # every HARP timer x0.01: reregistration 9 s, server expiry 12 s
+
+
+def ping(fab, src, dst, count=1):
+    return fab.ns_exec(src, "ping", "-c", str(count), "-i", "0.2", "-W", "2", dst, check=False)
+
+
+def table(fab, i):
+    r = fab.gsnarp(i, "-a")
+    assert r.returncode == 0, r.stderr
+    return {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
+
+
+@pytest.fixture
+def lis():
+    with Fabric(4, broadcast=False, static={"00:10:3b:ff:ff:e0": 1}) as fab:
+        fab.start_switch()
+        for i in (1, 2, 3, 4):
+            fab.start_gsnd(i)
+        for i in (1, 2, 3, 4):
+            fab.wait_ula(i)
+            fab.ip_address(i, v6=None)
+        for i in (1, 2, 3):  # host 4 runs no HARP at all
+            fab.start_harpd(i, OPTIONS, "--timer-scale", SCALE)
+        poll(lambda: {"192.0.2.1", "192.0.2.2", "192.0.2.3"} <= set(table(fab, 1)), 15,
+             what="hosts 1-3 registered with the HARP server on host 1")
+        yield fab
+
+
+def test_kernel_resolves_through_harp_server(lis):
+    assert ping(lis, 2, "192.0.2.3", count=3).returncode == 0  # no `ip neigh add` anywhere
+    neigh = lis.ns_exec(2, "ip", "neigh", "show", "dev", "gsn0").stdout
+    assert "192.0.2.3 lladdr 02:47:53:01:03:00" in neigh
+    server = table(lis, 1)
+    assert {"192.0.2.1", "192.0.2.2", "192.0.2.3"} <= set(server)
+    assert server["192.0.2.3"][1] == "02:47:53:01:03:00" and server["192.0.2.3"][3] == "dynamic"
+    assert ping(lis, 3, "192.0.2.1").returncode == 0
+    # an address nobody registered: the server NAKs, the kernel gives up
+    assert ping(lis, 2, "192.0.2.77").returncode != 0
+
+
+def test_neighbour_entries_age_and_revalidate(lis):
+    assert ping(lis, 2, "192.0.2.3").returncode == 0
+    # keep using it past the (scaled) 15-minute cache lifetime: it is revalidated, never lost
+    for _ in range(12):
+        assert ping(lis, 2, "192.0.2.3").returncode == 0
+        __import__("time").sleep(1.0)
+    assert "192.0.2.3" in table(lis, 2)
+
+
+def test_static_entry_for_a_host_without_harp(lis):
+    ula4 = lis.wait_ula(4)
+    assert ping(lis, 2, "192.0.2.4").returncode != 0  # unknown to HARP
+    r = lis.gsnarp(2, "-s", "192.0.2.4", ula4)
+    assert r.returncode == 0, r.stderr
+    lis.ns_exec(4, "ip", "neigh", "replace", "192.0.2.2", "lladdr", lis.wait_ula(2), "dev", "gsn0")  # host 4's own
+    poll(lambda: ping(lis, 2, "192.0.2.4").returncode == 0, 10, what="ping to the static host")
+    assert table(lis, 2)["192.0.2.4"][3] == "static"
+    # static entries persist across a harpd restart
+    lis.kill("harpd2", signal.SIGKILL)
+    lis.start_harpd(2, OPTIONS, "--timer-scale", SCALE)
+    assert table(lis, 2)["192.0.2.4"][3] == "static"
+    assert lis.gsnarp(2, "-d", "192.0.2.4").returncode == 0
+    assert lis.gsnarp(2, "-d", "192.0.2.4").returncode == 1
+    assert "192.0.2.4" not in table(lis, 2)
+
+
+def test_server_kill9_and_restart_table_comes_back(lis):
+    assert ping(lis, 2, "192.0.2.3").returncode == 0
+    lis.kill("harpd1", signal.SIGKILL)
+    lis.start_harpd(1, OPTIONS, "--timer-scale", SCALE)
+    # clients notice at their next (9 s) reregistration and register again
+    poll(lambda: {"192.0.2.2", "192.0.2.3"} <= set(table(lis, 1)), 12, what="server table back")
+    assert ping(lis, 3, "192.0.2.2").returncode == 0
+
+
+def test_gsnarp_usage_errors(lis):
+    assert lis.gsnarp(2, "-s", "10.9.9.9", "02:00:00:00:00:01").returncode == 1  # not in the LIS
+    r = lis.gsnarp(2, "-s", "192.0.2.50", "zz")
+    assert r.returncode == 1 and "ULA" in r.stderr
