@@ -9,12 +9,16 @@ Blocking::
 
 trio::
 
-    async with await AsyncUlpClient.connect(path) as ulp: ...  (same methods, awaited)
+    async with await AsyncUlpClient.connect(path) as ulp:
+        status = await ulp.bind(0x88B5)
+        ulp.send_nowait(peer_ula, b"hello", vc=1, ethertype=0x88B5); await ulp.flush()
+        for frame in ulp.drain(): ...          # after `await ulp.wait_readable()`
 """
 
 from __future__ import annotations
 
 import socket
+from collections import deque
 
 import trio
 
@@ -67,14 +71,27 @@ class UlpClient:
 
 
 class AsyncUlpClient:
-    def __init__(self, sock) -> None:
+    """trio client on a non-blocking socket: frames are drained in bursts and sends
+    never await per frame (a backlog is flushed when the socket has room)."""
+
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = bytearray(_BUF)
+        self._backlog: deque[bytes] = deque()
+        self._ready: deque[Frame] = deque()
+        self._room = trio.Event()
 
     @classmethod
     async def connect(cls, path: str) -> "AsyncUlpClient":
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        await sock.connect(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.setblocking(False)
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+        try:
+            sock.connect(path)
+        except BaseException:
+            sock.close()
+            raise
         return cls(sock)
 
     async def __aenter__(self) -> "AsyncUlpClient":
@@ -84,7 +101,7 @@ class AsyncUlpClient:
         self.sock.close()
 
     async def bind(self, ethertype: int) -> Frame:
-        await self.sock.send(Frame(Op.BIND, ethertype=ethertype).encode())
+        await self.send_frame(Frame(Op.BIND, ethertype=ethertype))
         while True:
             frame = await self.recv()
             if frame.op is Op.STATUS:
@@ -92,11 +109,59 @@ class AsyncUlpClient:
             if frame.op is Op.ERROR:
                 raise UlpError(frame.payload.decode(errors="replace"))
 
+    # sending
+    def send_nowait(self, ula: bytes, payload: bytes, *, vc: int = 1, ethertype: int) -> None:
+        self._queue(Frame(Op.SEND, vc, ethertype, ula, payload).encode())
+
+    def _queue(self, data: bytes) -> None:
+        if not self._backlog:
+            try:
+                self.sock.send(data)
+                return
+            except BlockingIOError:
+                pass
+        self._backlog.append(data)
+
+    async def flush(self) -> None:
+        """Wait until every queued frame is in the socket."""
+        while self._backlog:
+            await trio.lowlevel.wait_writable(self.sock)
+            while self._backlog:
+                try:
+                    self.sock.send(self._backlog[0])
+                except BlockingIOError:
+                    break
+                self._backlog.popleft()
+
+    async def send_frame(self, frame: Frame) -> None:
+        self._queue(frame.encode())
+        await self.flush()
+
     async def send(self, ula: bytes, payload: bytes, *, vc: int = 1, ethertype: int) -> None:
-        await self.sock.send(Frame(Op.SEND, vc, ethertype, ula, payload).encode())
+        self.send_nowait(ula, payload, vc=vc, ethertype=ethertype)
+        await self.flush()
+
+    # receiving
+    def drain(self, limit: int = 256) -> list[Frame]:
+        """Frames available now, without waiting."""
+        out = list(self._ready)
+        self._ready.clear()
+        while len(out) < limit:
+            try:
+                n = self.sock.recv_into(self._buf)
+            except BlockingIOError:
+                break
+            if n == 0:
+                raise UlpError("gsnd closed the ULP socket")
+            out.append(Frame.decode(memoryview(self._buf)[:n]))
+        return out
+
+    async def wait_readable(self) -> None:
+        if not self._ready:
+            await trio.lowlevel.wait_readable(self.sock)
 
     async def recv(self) -> Frame:
-        n = await self.sock.recv_into(self._buf)
-        if n == 0:
-            raise UlpError("gsnd closed the ULP socket")
-        return Frame.decode(memoryview(self._buf)[:n])
+        while not self._ready:
+            await self.wait_readable()
+            self._ready.extend(self.drain())
+        return self._ready.popleft()

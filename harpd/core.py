@@ -9,6 +9,7 @@ IPv4 subnet with this host's address in it.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
@@ -75,7 +76,7 @@ class PhaseChanged:
     phase: Phase
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     ula: bytes
     static: bool
@@ -85,7 +86,7 @@ class Entry:
     asked_at: float = 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     attempts: int
     next_try: float
@@ -125,8 +126,32 @@ class Lis:
         self.cache: dict[IPv4Address, Entry] = {}
         self.pending: dict[IPv4Address, _Pending] = {}
         self.negative: dict[IPv4Address, float] = {}
+        # Lazy deadline heap over both tables: (time, "srv" | "cache", ip).  An item
+        # whose entry has since moved on is skipped when it comes up.
+        self.deadlines: list[tuple[float, str, IPv4Address]] = []
         for ip, ula in cfg.statics.items():
             self.cache[ip] = Entry(ula, True, 0.0)
+
+    def cache_deadline(self, e: Entry) -> float | None:
+        if e.static:
+            return None
+        end = e.validated + self.t.client_lifetime
+        if e.revalidating in (1, 2):
+            return min(end, e.asked_at + self.t.resolve_retry * self.t.resolve_attempts)
+        if e.revalidating == LETTING_EXPIRE:
+            return end
+        return e.validated + self.t.revalidate_at
+
+    def schedule_cache(self, ip: IPv4Address) -> None:
+        e = self.cache.get(ip)
+        t = self.cache_deadline(e) if e is not None else None
+        if t is not None:
+            heapq.heappush(self.deadlines, (t, "cache", ip))
+
+    def schedule_server(self, ip: IPv4Address) -> None:
+        e = self.server_table.get(ip)
+        if e is not None and not e.static:
+            heapq.heappush(self.deadlines, (e.validated + self.t.server_lifetime, "srv", ip))
 
     @property
     def is_server(self) -> bool:
@@ -216,14 +241,8 @@ class HarpCore:
                         t = min(t, s.awaiting_since + lis.t.registration_retry)
             for p in lis.pending.values():
                 t = min(t, p.next_try)
-            for e in lis.cache.values():
-                if not e.static:
-                    t = min(t, e.validated + (lis.t.revalidate_at if not e.revalidating else lis.t.client_lifetime))
-                    if e.revalidating in (1, 2):
-                        t = min(t, e.asked_at + lis.t.resolve_retry * lis.t.resolve_attempts)
-            for e in lis.server_table.values():
-                if not e.static:
-                    t = min(t, e.validated + lis.t.server_lifetime)
+            if lis.deadlines:
+                t = min(t, lis.deadlines[0][0])
         return t
 
     def handle_timer(self, now: float) -> None:
@@ -233,7 +252,6 @@ class HarpCore:
             self._register_timer(lis, now)
             self._resolve_timer(lis, now)
             self._cache_timer(lis, now)
-            self._server_timer(lis, now)
 
     def _probe_timer(self, lis: Lis, now: float) -> None:
         if lis.phase is not Phase.PROBE or now < lis.next_probe:
@@ -298,35 +316,42 @@ class HarpCore:
         self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
 
     def _cache_timer(self, lis: Lis, now: float) -> None:
-        for ip, e in list(lis.cache.items()):
-            if e.static:
+        while lis.deadlines and lis.deadlines[0][0] <= now:
+            _, kind, ip = heapq.heappop(lis.deadlines)
+            if kind == "srv":
+                e = lis.server_table.get(ip)
+                if e is not None and not e.static and now >= e.validated + lis.t.server_lifetime:
+                    del lis.server_table[ip]
+                    self.counters["server_entry_expired"] += 1
                 continue
-            if now >= e.validated + lis.t.client_lifetime:
-                self._forget(lis, ip, "expired")
-            elif e.revalidating == 1 and now >= e.asked_at + lis.t.resolve_retry * lis.t.resolve_attempts:
-                e.revalidating, e.asked_at = 2, now  # server silent: ask the host itself
-                self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, e.ula))
-            elif e.revalidating == 2 and now >= e.asked_at + lis.t.resolve_retry * lis.t.resolve_attempts:
-                self._forget(lis, ip, "revalidation unanswered")
-            elif not e.revalidating and now >= e.validated + lis.t.revalidate_at:
-                if now > e.used + lis.t.client_lifetime:
-                    e.revalidating = LETTING_EXPIRE  # not in use: let it expire
-                    continue
-                auth = lis.authority()
-                e.revalidating, e.asked_at = 1, now
-                if auth is not None:
-                    self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+            e = lis.cache.get(ip)
+            due = lis.cache_deadline(e) if e is not None else None
+            if due is None or due > now:
+                continue  # stale heap item: the entry moved on
+            self._cache_entry_due(lis, ip, e, now)
+            lis.schedule_cache(ip)
+
+    def _cache_entry_due(self, lis: Lis, ip: IPv4Address, e: Entry, now: float) -> None:
+        if now >= e.validated + lis.t.client_lifetime:
+            self._forget(lis, ip, "expired")
+        elif e.revalidating == 1:
+            e.revalidating, e.asked_at = 2, now  # server silent: ask the host itself
+            self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, e.ula))
+        elif e.revalidating == 2:
+            self._forget(lis, ip, "revalidation unanswered")
+        elif not e.revalidating:
+            if now > e.used + lis.t.client_lifetime:
+                e.revalidating = LETTING_EXPIRE  # not in use: let it expire
+                return
+            auth = lis.authority()
+            e.revalidating, e.asked_at = 1, now
+            if auth is not None:
+                self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
 
     def _forget(self, lis: Lis, ip: IPv4Address, reason: str) -> None:
         del lis.cache[ip]
         self.counters[f"cache_removed_{reason.replace(' ', '_')}"] += 1
         self._events.append(Gone(ip, reason))
-
-    def _server_timer(self, lis: Lis, now: float) -> None:
-        for ip, e in list(lis.server_table.items()):
-            if not e.static and now >= e.validated + lis.t.server_lifetime:
-                del lis.server_table[ip]
-                self.counters["server_entry_expired"] += 1
 
     # --- resolution requests from the host ---------------------------------------------
     def resolve(self, ip: IPv4Address, now: float) -> None:
@@ -425,6 +450,7 @@ class HarpCore:
         e = lis.cache.get(ip)
         if e is not None and not e.static and e.ula == ula:
             e.validated = now
+            lis.schedule_cache(ip)
 
     # client: answer requests that target us
     def _answer_request(self, lis: Lis, msg: Harp) -> None:
@@ -450,6 +476,7 @@ class HarpCore:
         e = lis.cache.get(msg.rpa)  # answer to a direct revalidation
         if e is not None and e.revalidating and e.ula == msg.rula:
             e.validated, e.revalidating = now, 0
+            lis.schedule_cache(msg.rpa)
             self._events.append(Resolved(msg.rpa, e.ula))
             return
         self.counters["rx_reply_unsolicited"] += 1
@@ -476,6 +503,7 @@ class HarpCore:
             auth[1].unanswered.clear()
             auth[1].next_register = now + lis.t.reregister  # a REQUEST/REPLY exchange refreshes registration
         lis.cache[ip] = Entry(msg.rula, False, now, used=e.used if e else now)
+        lis.schedule_cache(ip)
         lis.negative.pop(ip, None)
         self._events.append(Resolved(ip, msg.rula))
 
@@ -521,10 +549,12 @@ class HarpCore:
         e = lis.server_table.get(ip)
         if e is None:
             lis.server_table[ip] = Entry(ula, False, now)  # cases 4 and 5
+            lis.schedule_server(ip)
             return True
         if e.ula == ula:
             if not e.static:
                 e.validated = now  # case 1
+                lis.schedule_server(ip)
             return True
         self.counters["server_takeover_refused"] += 1  # cases 2 and 3 while the entry lives
         return False

@@ -70,15 +70,17 @@ class Agent:
         self.ifindex: int | None = None
         self.ula: bytes | None = None
         self.addresses: list[IPv4Address] = []
-        self._tx_send, self._tx_recv = trio.open_memory_channel(4096)
+        self.client: AsyncUlpClient | None = None
+        self._flush_needed = trio.Event()
         self._k_send, self._k_recv = trio.open_memory_channel(4096)
 
     # core -> world
     def _send(self, d_ula: bytes, payload: bytes) -> None:
-        try:
-            self._tx_send.send_nowait((d_ula, payload))
-        except trio.WouldBlock:
-            self.core.counters["tx_dropped_queue_full"] += 1
+        if self.client is None:
+            self.core.counters["tx_dropped_no_gsnd"] += 1
+            return
+        self.client.send_nowait(d_ula, payload, vc=VC_IP, ethertype=ETHERTYPE_ARP)
+        self._flush_needed.set()
 
     def _events(self, events: list) -> None:
         for ev in events:
@@ -140,6 +142,7 @@ class Agent:
                 await trio.sleep(RECONNECT_S)
                 continue
             async with client, trio.open_nursery() as nursery:
+                self.client = client
                 nursery.start_soon(self._sender, client)
                 try:
                     status = await client.bind(ETHERTYPE_ARP)
@@ -150,28 +153,36 @@ class Agent:
                 self.ula = status.ula if status.vc == 1 else None
                 self.refresh_port()
                 await self._receive(client, nursery)
+            self.client = None
             self.ula = None
             self.refresh_port()
             log.warning("ulp.lost", interface=self.ifname)
             await trio.sleep(RECONNECT_S)
 
     async def _receive(self, client: AsyncUlpClient, nursery: trio.Nursery) -> None:
+        core = self.core
         try:
             while True:
-                frame = await client.recv()
-                if frame.op is Op.STATUS:
-                    ula = frame.ula if frame.vc == 1 else None
-                    if ula != self.ula:
-                        self.ula = ula
-                        self.refresh_port()
-                elif frame.op is Op.RECV and frame.ethertype == ETHERTYPE_ARP:
-                    self.runner.receive(frame.ula, frame.payload)
+                await client.wait_readable()
+                now = trio.current_time()
+                for frame in client.drain():
+                    if frame.op is Op.STATUS:
+                        ula = frame.ula if frame.vc == 1 else None
+                        if ula != self.ula:
+                            self.ula = ula
+                            self.refresh_port()
+                    elif frame.op is Op.RECV and frame.ethertype == ETHERTYPE_ARP:
+                        core.receive(frame.ula, frame.payload, now)
+                self.runner.step()  # once per burst
+                await trio.lowlevel.checkpoint()
         except (UlpError, OSError, DecodeError):
             nursery.cancel_scope.cancel()
 
     async def _sender(self, client: AsyncUlpClient) -> None:
-        async for d_ula, payload in self._tx_recv:
-            await client.send(d_ula, payload, vc=VC_IP, ethertype=ETHERTYPE_ARP)
+        while True:
+            await self._flush_needed.wait()
+            self._flush_needed = trio.Event()
+            await client.flush()
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

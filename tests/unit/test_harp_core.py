@@ -1,0 +1,104 @@
+"""HarpCore stepped by hand: bad input is dropped and counted, never raised."""
+
+from ipaddress import IPv4Address as A, IPv4Network
+
+import pytest
+from hypothesis import given, strategies as st
+
+from daemons.constants import ULA_HARP_SERVER
+from daemons.runtime.config import ConfigError
+from harpd.constants import Op
+from harpd.core import HarpCore, LisConfig, Resolved, Timers
+from harpd.options import parse
+from harpd.wire import Harp, decode
+
+NET = IPv4Network("192.0.2.0/24")
+SRV, C1, C2 = b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02", b"\x02\x00\x00\x00\x00\x03"
+Z = A(0)
+
+
+def server():
+    core = HarpCore([LisConfig(NET, role="server")], 0.0)
+    core.set_port(SRV, [A("192.0.2.1")], 0.0)
+    core.outgoing()
+    return core
+
+
+def register(core, ip, ula, now=1.0):
+    core.receive(ula, Harp(Op.INHARP_REQUEST, A(ip), Z, ula, ULA_HARP_SERVER).encode(), now)
+    return [(d, decode(p)) for d, p in core.outgoing()]
+
+
+def test_server_registers_replies_and_naks():
+    core = server()
+    out = register(core, "192.0.2.2", C1)
+    assert out == [(C1, Harp(Op.INHARP_REPLY, A("192.0.2.1"), A("192.0.2.2"), ULA_HARP_SERVER, C1))]
+    req = Harp(Op.HARP_REQUEST, A("192.0.2.3"), A("192.0.2.2"), C2, bytes(6))
+    core.receive(C2, req.encode(), 2.0)
+    [(d, rep)] = [(d, decode(p)) for d, p in core.outgoing()]
+    assert d == C2 and rep.op is Op.HARP_REPLY and rep.rpa == A("192.0.2.2") and rep.rha == C1
+    unknown = Harp(Op.HARP_REQUEST, A("192.0.2.3"), A("192.0.2.99"), C2, bytes(6)).encode()
+    core.receive(C2, unknown, 3.0)
+    [(d, raw)] = core.outgoing()
+    assert raw == unknown[:4] + b"\x00\x0a" + unknown[6:]  # NAK = request echoed with op 10
+
+
+def test_takeover_refused_until_expiry():
+    core = server()
+    register(core, "192.0.2.2", C1, now=1.0)
+    assert register(core, "192.0.2.2", C2, now=2.0) == []
+    assert core.counters["server_takeover_refused"] == 1
+    core.handle_timer(1.0 + Timers().server_lifetime + 0.1)
+    core.outgoing()  # the server's own probes/registrations meanwhile
+    assert A("192.0.2.2") not in core.lis[0].server_table
+    assert register(core, "192.0.2.2", C2, now=1300.0)[0][1].op is Op.INHARP_REPLY
+
+
+def test_requests_from_outside_the_lis_and_garbage_are_counted():
+    core = server()
+    core.receive(C1, Harp(Op.INHARP_REQUEST, A("10.1.1.1"), Z, C1, ULA_HARP_SERVER).encode(), 1.0)
+    core.receive(C1, b"\x00\x1c\x08\x00", 1.0)
+    core.receive(C1, b"\x00\x07" + bytes(30), 1.0)
+    assert core.outgoing() == []
+    c = core.counters
+    assert c["rx_outside_lis"] == 1 and c["rx_bad_harp"] == 1 and c["rx_bad_ar$hrd"] == 1
+
+
+def test_spoofed_reply_dropped():
+    core = HarpCore([LisConfig(NET)], 0.0)
+    core.set_port(C1, [A("192.0.2.2")], 0.0)
+    spoof = Harp(Op.HARP_REPLY, A("192.0.2.9"), A("192.0.2.2"), C2, C1)
+    core.receive(C2, spoof.encode(), 1.0)
+    assert core.counters["rx_reply_spoofed"] == 1
+    assert not [e for e in core.events() if isinstance(e, Resolved) and e.ip == A("192.0.2.9")]
+
+
+@given(st.binary(max_size=64), st.binary(min_size=6, max_size=6))
+def test_fuzz_never_raises(blob, src):
+    core = server()
+    core.receive(src, blob, 1.0)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("lis gsn0 192.0.2.0/33\n", ":1: "),
+    ("lis gsn0 192.0.2.1/24\n", ":1: "),
+    ("lis gsn0 192.0.2.0/24\nrole gsn0 boss\n", ":2: role must be"),
+    ("lis gsn0 192.0.2.0/24\nstatic gsn0 10.0.0.1 02:00:00:00:00:01\n", ":2: static 10.0.0.1 is in no LIS"),
+    ("lis gsn0 192.0.2.0/24\ntimer warp 3\n", ":2: unknown timer"),
+    ("lis gsn0 192.0.2.0/24\nreregister -5\n", ":2: "),
+    ("lis gsn0\n", ":1: 'lis' takes 2 arguments"),
+    ("server gsn1 00:10:3b:ff:ff:e0\n", "gsn1 has role/server lines but no 'lis' line"),
+])
+def test_options_errors_name_file_and_line(text, needle):
+    with pytest.raises(ConfigError) as ei:
+        parse(text, "harpd.options")
+    assert str(ei.value).startswith("harpd.options") and needle in str(ei.value)
+
+
+def test_options_full_example():
+    opts = parse("lis gsn0 192.0.2.0/27 # LIS 1\nrole gsn0 client\nserver gsn0 00:10:3b:ff:ff:e0\n"
+                 "server gsn0 02:47:53:00:05:00\nstatic gsn0 192.0.2.30 02:47:53:00:07:00\n"
+                 "lis gsn0 192.0.2.32/27\nreregister 600\ntimer probe_count 5\n", "x")
+    a, b = opts.lises["gsn0"]
+    assert a.role == "client" and len(a.servers) == 2 and a.statics == {A("192.0.2.30"): bytes.fromhex("024753000700")}
+    assert b.network == IPv4Network("192.0.2.32/27") and opts.timers.reregister == 600 and opts.timers.probe_count == 5
