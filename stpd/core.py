@@ -50,6 +50,9 @@ class Timers:
     end_tries: int = K.END_TRIES
 
 
+SLOT_RS_EVERY = 1.0  # [PC] slot wait: RS type 1 each second
+
+
 class State(enum.Enum):
     RC_SENT = "rc_sent"
     CONNECTED = "connected"
@@ -177,7 +180,7 @@ class Vc:
     tries: int = 0
     deadline: float = 0.0
     held: deque = field(default_factory=deque)  # ops waiting for a peer slot
-    rs_out: bool = False
+    rs_out: float | None = None  # when our outstanding RS (type 1) was sent
     tx: dict = field(default_factory=dict)  # our id -> Transfer (we send)
     rx: dict = field(default_factory=dict)  # our id -> Transfer (we receive)
     posted: deque = field(default_factory=deque)  # receive buffers waiting for an RTS
@@ -249,8 +252,8 @@ class StCore:
         self.counters[f"tx_{h.op.name}"] += 1
 
     def _ask_slots(self, vc: Vc) -> None:
-        if not vc.rs_out and vc.state is State.CONNECTED:
-            vc.rs_out = True
+        if vc.rs_out is None and vc.state is State.CONNECTED:
+            vc.rs_out = self.now
             self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
 
     def _hdr(self, vc: Vc, op: Op, **kw) -> Header:
@@ -441,7 +444,7 @@ class StCore:
     def _on_rsr(self, vc: Vc, h: Header, rest: bytes) -> None:
         if h.param != K.SLOTS_OFF:
             vc.peer_slots += h.param
-        vc.rs_out = False
+        vc.rs_out = None
         while vc.held and vc.peer_slots > 0:
             hh, payload, dc = vc.held.popleft()
             self._emit(vc, hh, payload, dc=dc)
@@ -852,6 +855,8 @@ class StCore:
                 t = min(t, deadline)
             for deadline, _ in vc.ends.values():
                 t = min(t, deadline)
+            if vc.rs_out is not None:
+                t = min(t, vc.rs_out + SLOT_RS_EVERY)
             for reg in vc.regions.values():
                 for lock in reg.locks.values():
                     t = min(t, lock[2])
@@ -880,6 +885,10 @@ class StCore:
                 op = Op.RD if vc.state is State.RD_SENT else Op.DA
                 self._emit(vc, self._hdr(vc, op, offset=vc.local_key), slot=False)
             return
+        if vc.rs_out is not None and now >= vc.rs_out + SLOT_RS_EVERY:
+            self.counters["slot_wait_rs_resent"] += 1  # no RSR yet: ask again every second
+            vc.rs_out = now
+            self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
         for x in list(itertools.chain(vc.tx.values(), vc.rx.values())):
             if now >= x.deadline:
                 self.counters["transfer_timeout"] += 1

@@ -210,23 +210,40 @@ def test_fetchop_data_resent_until_foc():
 
 
 def test_peer_vanishes_mid_transfer_then_memory_flat():
-    p = Pair(Params(bufsize=12, max_stu=12, max_block=12, cts_req=1))
-    a_vc, b_vc = p.connect()
-    for _ in range(1000):
-        p.a.send(a_vc, bytes(1 << 14), p.now)
-        p.cut = True  # the peer is gone: the CTS never arrives
-        p.pump()
-        p.tick(11.0)
-        p.cut = False
-        p.pump()
-    fails = [e for e in p.ev[A] if isinstance(e, TransferDone) and not e.ok]
-    assert len(fails) == 1000 and all("timed out" in e.reason for e in fails)
-    for _ in range(4):  # END retries run out
-        p.tick(6.0)
-    for core in (p.a, p.b):
-        for vc in core.vcs.values():
-            assert not (vc.tx or vc.rx or vc.ops or vc.ends or vc.posted or vc.paused or vc.held)
-    assert len(p.a.vcs) == len(p.b.vcs) == 1
+    """1,000 transfers whose peer vanishes: each ends in an error to the application,
+    the VC is torn down, and memory does not grow."""
+    import gc
+    import tracemalloc
+
+    a = StCore(0.0, params=Params(bufsize=12, max_stu=12, max_block=12))
+    now, fails, sizes = 0.0, 0, []
+    tracemalloc.start()
+    for k in range(1000):
+        b = StCore(now)  # a fresh peer each time; it dies mid-transfer
+        b.listen(7)
+        vid = a.connect(B, 7, now)
+        for _ in range(4):
+            for _u, _vc, hdr, payload in a.outgoing():
+                b.receive(A, hdr + bytes(payload), now)
+            for _u, _vc, hdr, payload in b.outgoing():
+                a.receive(B, hdr + bytes(payload), now)
+        a.send(vid, bytes(1 << 14), now)
+        a.outgoing()  # the RTS is lost with the peer
+        now += 11.0
+        a.handle_timer(now)
+        a.close(vid, now)
+        for _ in range(4):
+            now += 6.0
+            a.handle_timer(now)
+        a.outgoing()
+        fails += sum(1 for e in a.events() if isinstance(e, TransferDone) and not e.ok and "timed out" in e.reason)
+        if k in (99, 999):
+            gc.collect()
+            sizes.append(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    assert fails == 1000
+    assert not a.vcs and not a.by_port and not a.rc_seen
+    assert sizes[1] - sizes[0] < 64 * 1024, sizes  # flat: no per-transfer leak
 
 
 def test_status_rs_rsr():
