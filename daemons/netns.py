@@ -129,6 +129,18 @@ class Fabric:
             "--state-dir", str(d / "harpd-state"), "--gsnd-runtime", str(self.runtime(i)), *args])
         poll(lambda: (d / "harpd" / "control.sock").exists(), what=f"harpd{i} control socket")
 
+    def start_stpd(self, i: int, *args: str) -> str:
+        """stpd on host i (API socket under h<i>/stpd); peers named by --peer IP=ULA in args."""
+        d = self.tmp / f"h{i}"
+        d.mkdir(exist_ok=True)
+        api = d / "stpd" / "api.sock"
+        api.unlink(missing_ok=True)
+        self._spawn(f"stpd{i}", self.host_ns[i - 1], [
+            str(BIN / "stpd"), "--ulp", str(self.runtime(i) / "gsn0.ulp"), "--api", str(api),
+            "--harpd-socket", str(d / "harpd" / "control.sock"), *args])
+        poll(lambda: api.exists(), what=f"stpd{i} API socket")
+        return str(api)
+
     def gsnarp(self, i: int, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "gsnarp"), "--socket", str(self.tmp / f"h{i}" / "harpd" / "control.sock"),
                                *args], capture_output=True, text=True, timeout=30)

@@ -22,7 +22,10 @@ from collections import deque
 
 import trio
 
+from typing import Callable
+
 from .constants import ULP_MAX_PAYLOAD
+from .wire.errors import DecodeError
 from .wire.ulp import HEADER, Frame, Op
 
 _BUF = ULP_MAX_PAYLOAD + HEADER.size + 1
@@ -110,8 +113,18 @@ class AsyncUlpClient:
                 raise UlpError(frame.payload.decode(errors="replace"))
 
     # sending
-    def send_nowait(self, ula: bytes, payload: bytes, *, vc: int = 1, ethertype: int) -> None:
-        self._queue(Frame(Op.SEND, vc, ethertype, ula, payload).encode())
+    def send_nowait(self, ula: bytes, *parts, vc: int = 1, ethertype: int) -> None:
+        """Queue one Message whose payload is ``parts`` joined (sent with one sendmsg,
+        so a large memoryview is not copied on the way)."""
+        head = HEADER.pack(Op.SEND, vc, ethertype, ula)
+        if not self._backlog:
+            try:
+                self.sock.sendmsg([head, *parts])
+                return
+            except BlockingIOError:
+                pass
+        self._backlog.append(b"".join([head, *map(bytes, parts)]))
+        self._room.set()
 
     def _queue(self, data: bytes) -> None:
         if not self._backlog:
@@ -121,6 +134,7 @@ class AsyncUlpClient:
             except BlockingIOError:
                 pass
         self._backlog.append(data)
+        self._room.set()
 
     async def flush(self) -> None:
         """Wait until every queued frame is in the socket."""
@@ -132,6 +146,13 @@ class AsyncUlpClient:
                 except BlockingIOError:
                     break
                 self._backlog.popleft()
+
+    async def flush_loop(self) -> None:
+        """Keep flushing whatever send_nowait had to queue."""
+        while True:
+            await self._room.wait()
+            self._room = trio.Event()
+            await self.flush()
 
     async def send_frame(self, frame: Frame) -> None:
         self._queue(frame.encode())
@@ -165,3 +186,43 @@ class AsyncUlpClient:
             await self.wait_readable()
             self._ready.extend(self.drain())
         return self._ready.popleft()
+
+
+async def ulp_session(path: str, ethertype: int, *, on_client: Callable[["AsyncUlpClient | None"], None],
+                      on_status: Callable[[bytes | None], None], on_frame: Callable[[Frame, float], None],
+                      after_burst: Callable[[], None], reconnect: float = 1.0) -> None:
+    """Stay connected to gsnd's ULP socket, bound to ``ethertype``, for ever.
+
+    ``on_status`` gets the port's ULA (None while the link or gsnd is down),
+    ``on_frame`` every RECV frame, ``after_burst`` runs once per drained burst."""
+    while True:
+        try:
+            client = await AsyncUlpClient.connect(path)
+        except OSError:
+            await trio.sleep(reconnect)
+            continue
+        async with client, trio.open_nursery() as nursery:
+            try:
+                status = await client.bind(ethertype)
+            except (UlpError, OSError):
+                nursery.cancel_scope.cancel()
+                continue
+            on_client(client)
+            on_status(status.ula if status.vc == 1 else None)
+            nursery.start_soon(client.flush_loop)
+            try:
+                while True:
+                    await client.wait_readable()
+                    now = trio.current_time()
+                    for frame in client.drain():
+                        if frame.op is Op.STATUS:
+                            on_status(frame.ula if frame.vc == 1 else None)
+                        elif frame.op is Op.RECV and frame.ethertype == ethertype:
+                            on_frame(frame, now)
+                    after_burst()
+                    await trio.lowlevel.checkpoint()
+            except (UlpError, OSError, DecodeError):
+                nursery.cancel_scope.cancel()
+        on_client(None)
+        on_status(None)
+        await trio.sleep(reconnect)

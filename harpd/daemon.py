@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from functools import partial
 from ipaddress import IPv4Address
 from pathlib import Path
 
@@ -15,18 +16,16 @@ from daemons.constants import ETHERTYPE_ARP, VC_IP
 from daemons.runtime.control import serve_control
 from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
-from daemons.ulpclient import AsyncUlpClient, UlpError
+from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.errors import DecodeError
 from daemons.wire.ula import format_ula, parse_ula
-from daemons.wire.ulp import Op
 
 from .core import Gone, HarpCore, Phase, PhaseChanged, Resolved, Unresolved
 from .kernel import Neighbours, open_neigh_listener, parse_neigh_requests, set_solicit
 from .options import Options
-from .runner import HarpRunner
+from daemons.runtime.corerunner import CoreRunner
 
 log = structlog.get_logger("harpd")
-RECONNECT_S = 1.0
 ADDRESS_POLL_S = 2.0
 
 
@@ -65,14 +64,15 @@ class Agent:
         self.ifname = ifname
         self.ulp_path = ulp_path
         self.core = HarpCore(opts.lises[ifname], trio.current_time(), opts.timers)
-        self.runner = HarpRunner(self.core, self._send, self._events)
+        self.runner = CoreRunner(self.core, lambda item: self._send(*item), self._events)
         self.kernel = Neighbours(ifname)
         self.ifindex: int | None = None
         self.ula: bytes | None = None
         self.addresses: list[IPv4Address] = []
         self.client: AsyncUlpClient | None = None
-        self._flush_needed = trio.Event()
         self._k_send, self._k_recv = trio.open_memory_channel(4096)
+        self.waiters: dict[IPv4Address, trio.Event] = {}
+        self.results: dict[IPv4Address, bytes | str] = {}
 
     # core -> world
     def _send(self, d_ula: bytes, payload: bytes) -> None:
@@ -80,7 +80,6 @@ class Agent:
             self.core.counters["tx_dropped_no_gsnd"] += 1
             return
         self.client.send_nowait(d_ula, payload, vc=VC_IP, ethertype=ETHERTYPE_ARP)
-        self._flush_needed.set()
 
     def _events(self, events: list) -> None:
         for ev in events:
@@ -90,11 +89,19 @@ class Agent:
                     self._kernel_op("solicit", ev.phase is Phase.OPER_BCAST)
             elif isinstance(ev, Resolved):
                 self._kernel_op("replace", ev.ip, ev.ula, ev.static)
+                self._answer(ev.ip, ev.ula)
             elif isinstance(ev, Gone):
                 log.info("harp.gone", interface=self.ifname, ip=str(ev.ip), reason=ev.reason)
                 self._kernel_op("delete", ev.ip)
             elif isinstance(ev, Unresolved):
                 log.info("harp.unresolved", interface=self.ifname, ip=str(ev.ip), reason=ev.reason)
+                self._answer(ev.ip, ev.reason)
+
+    def _answer(self, ip: IPv4Address, result: bytes | str) -> None:
+        waiter = self.waiters.pop(ip, None)
+        if waiter is not None:
+            self.results[ip] = result
+            waiter.set()
 
     def _kernel_op(self, *op) -> None:
         try:
@@ -105,6 +112,20 @@ class Agent:
     def refresh_port(self) -> None:
         self.core.set_port(self.ula, self.addresses, trio.current_time())
         self.runner.step()
+
+    async def resolve(self, ip: IPv4Address, timeout: float = 5.0) -> dict:
+        """Resolve for a local client (stpd): the answer, or why not."""
+        waiter = self.waiters.setdefault(ip, trio.Event())
+        self.core.resolve(ip, trio.current_time())
+        self.runner.step()
+        with trio.move_on_after(timeout):
+            await waiter.wait()
+        result = self.results.pop(ip, None)
+        if result is None:
+            return {"ok": False, "error": f"{ip}: no answer", "code": 1}
+        if isinstance(result, str):
+            return {"ok": False, "error": f"{ip}: {result}", "code": 1}
+        return {"ok": True, "ula": format_ula(result)}
 
     # tasks
     async def _kernel_worker(self) -> None:
@@ -134,61 +155,22 @@ class Agent:
                 self.refresh_port()
             await trio.sleep(ADDRESS_POLL_S)
 
-    async def _ulp(self) -> None:
-        while True:
-            try:
-                client = await AsyncUlpClient.connect(self.ulp_path)
-            except OSError:
-                await trio.sleep(RECONNECT_S)
-                continue
-            async with client, trio.open_nursery() as nursery:
-                self.client = client
-                nursery.start_soon(self._sender, client)
-                try:
-                    status = await client.bind(ETHERTYPE_ARP)
-                except (UlpError, OSError):
-                    nursery.cancel_scope.cancel()
-                    continue
-                log.info("ulp.connected", interface=self.ifname, path=self.ulp_path)
-                self.ula = status.ula if status.vc == 1 else None
-                self.refresh_port()
-                await self._receive(client, nursery)
-            self.client = None
-            self.ula = None
+    def _set_client(self, client: AsyncUlpClient | None) -> None:
+        self.client = client
+        log.info("ulp.connected" if client else "ulp.lost", interface=self.ifname, path=self.ulp_path)
+
+    def _set_ula(self, ula: bytes | None) -> None:
+        if ula != self.ula:
+            self.ula = ula
             self.refresh_port()
-            log.warning("ulp.lost", interface=self.ifname)
-            await trio.sleep(RECONNECT_S)
-
-    async def _receive(self, client: AsyncUlpClient, nursery: trio.Nursery) -> None:
-        core = self.core
-        try:
-            while True:
-                await client.wait_readable()
-                now = trio.current_time()
-                for frame in client.drain():
-                    if frame.op is Op.STATUS:
-                        ula = frame.ula if frame.vc == 1 else None
-                        if ula != self.ula:
-                            self.ula = ula
-                            self.refresh_port()
-                    elif frame.op is Op.RECV and frame.ethertype == ETHERTYPE_ARP:
-                        core.receive(frame.ula, frame.payload, now)
-                self.runner.step()  # once per burst
-                await trio.lowlevel.checkpoint()
-        except (UlpError, OSError, DecodeError):
-            nursery.cancel_scope.cancel()
-
-    async def _sender(self, client: AsyncUlpClient) -> None:
-        while True:
-            await self._flush_needed.wait()
-            self._flush_needed = trio.Event()
-            await client.flush()
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._kernel_worker)
             nursery.start_soon(self._addresses)
-            nursery.start_soon(self._ulp)
+            nursery.start_soon(partial(
+                ulp_session, self.ulp_path, ETHERTYPE_ARP, on_client=self._set_client, on_status=self._set_ula,
+                on_frame=lambda f, now: self.core.receive(f.ula, f.payload, now), after_burst=self.runner.step))
             nursery.start_soon(self.runner.run)
 
 
@@ -236,6 +218,15 @@ class Harpd:
         if cmd == "status":
             return {"ok": True, "status": {i: {"ula": format_ula(a.ula) if a.ula else None, "lis": a.core.status(),
                                                "counters": dict(a.core.counters)} for i, a in self.agents.items()}}
+        if cmd == "resolve":
+            try:
+                ip = IPv4Address(req.get("ip", ""))
+            except ValueError as exc:
+                return {"ok": False, "error": str(exc)}
+            agent = next((a for a in self.agents.values() if a.core.lis_for(ip) is not None), None)
+            if agent is None:
+                return {"ok": False, "error": f"{ip} is in no LIS harpd serves", "code": 1}
+            return await agent.resolve(ip)
         if cmd in ("set", "delete"):
             try:
                 ip = IPv4Address(req.get("ip", ""))

@@ -102,11 +102,13 @@ class TransferDone:
     ok: bool
     nbytes: int
     reason: str = ""
+    incoming: bool = False
 
 
 @dataclass(frozen=True)
 class RegionReady:
     vc: int
+    gid: int  # the request_region() id
     rid: int
     size: int
     ok: bool
@@ -157,8 +159,23 @@ class Transfer:
 class Region:
     rid: int
     buf: memoryview
-    locks: dict = field(default_factory=dict)  # offset -> (gid, function, deadline, tries, header)
-    waiting: dict = field(default_factory=dict)  # offset -> deque of queued FETCHOPs
+
+    def word(self, off: int) -> tuple[int, int]:
+        """The identity of an 8-byte word.  Regions start at their buffer object's
+        start, so regions exposing the same memory object share their words."""
+        return id(self.buf.obj), off
+
+
+@dataclass(eq=False)
+class Lock:
+    vc: "Vc"
+    region: Region
+    off: int
+    gid: int
+    function: int
+    deadline: float
+    tries: int
+    value: bytes
 
 
 @dataclass(eq=False)
@@ -209,6 +226,8 @@ class StCore:
         self._out: list = []
         self._events: list = []
         self._ids = itertools.count(1)
+        self.locks: dict[tuple[int, int], Lock] = {}  # FETCHOP word -> the op holding it
+        self.lock_waiting: dict[tuple[int, int], deque] = {}  # word -> (vc, region, header) queued
         self._next_port = 1
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -625,7 +644,7 @@ class StCore:
             d_id, s_id = (x.peer_id, x.xid)
             vc.ends[(d_id, s_id)] = (self.now + self.t.end, 1)
             self._emit(vc, self._hdr(vc, Op.END, d_id=d_id, s_id=s_id))
-        self._events.append(TransferDone(vc.vid, x.xid, ok, x.done_bytes if ok else 0, reason))
+        self._events.append(TransferDone(vc.vid, x.xid, ok, x.done_bytes if ok else 0, reason, not x.sending))
 
     def _ra(self, vc: Vc, h: Header, reject: bool, reason: Reason | None = None) -> None:
         flags = Flag.INTERRUPT | (Flag.REJECT if reject else 0)
@@ -641,9 +660,11 @@ class StCore:
                 x.ended = True
                 self._finish(x, False, why)
             elif h.d_id in vc.ops:
-                vc.ops.pop(h.d_id)
-                self._events.append(OpDone(vc.vid, h.d_id, False, reason=why))
-                self._events.append(RegionReady(vc.vid, h.d_id, 0, False, why))
+                kind = vc.ops.pop(h.d_id)[0]
+                if kind == "rmr":
+                    self._events.append(RegionReady(vc.vid, h.d_id, 0, 0, False, why))
+                else:
+                    self._events.append(OpDone(vc.vid, h.d_id, False, reason=why))
         else:
             x = vc.tx.get(h.d_id) or vc.rx.get(h.d_id)
             if x is not None:
@@ -698,7 +719,7 @@ class StCore:
             self.counters["rx_drop_MRA_unknown"] += 1
             return
         vc.remote_regions[h.s_id] = (h.mx, h.bufx, h.offset, h.t_len)
-        self._events.append(RegionReady(vc.vid, h.s_id, h.t_len, True))
+        self._events.append(RegionReady(vc.vid, h.d_id, h.s_id, h.t_len, True))
 
     def _region_pos(self, vc: Vc, rid: int, offset: int, n: int) -> int | None:
         r = vc.remote_regions.get(rid)
@@ -766,33 +787,42 @@ class StCore:
         if h.function == Function.GET:
             self._data_to(vc, h.s_id, bytes(reg.buf[off : off + h.param]))
             return
-        if off in reg.locks:  # a FETCHOP on a locked word waits its turn
-            if reg.locks[off][0] == h.s_id:
+        word = reg.word(off)
+        held = self.locks.get(word)
+        if held is not None:  # a FETCHOP on a locked word waits its turn
+            if held.vc is vc and held.gid == h.s_id:
                 return  # duplicate of the op holding the lock
-            reg.waiting.setdefault(off, deque()).append(h)
+            self.lock_waiting.setdefault(word, deque()).append((vc, reg, h))
             return
         self._fetchop_start(vc, reg, off, h)
 
     def _fetchop_start(self, vc: Vc, reg: Region, off: int, h: Header) -> None:
         value = bytes(reg.buf[off : off + 8])
-        reg.locks[off] = (h.s_id, h.function, self.now + self.t.foc, 1, value)
+        self.locks[reg.word(off)] = Lock(vc, reg, off, h.s_id, h.function, self.now + self.t.foc, 1, value)
         self._data_to(vc, h.s_id, value)
 
+    def _unlock(self, word: tuple[int, int]) -> None:
+        del self.locks[word]
+        q = self.lock_waiting.get(word)
+        while q:
+            vc, reg, h = q.popleft()
+            if vc.vid in self.vcs and reg.rid in vc.regions:
+                self._fetchop_start(vc, reg, (h.bufx << 32) | h.offset, h)
+                break
+        if q is not None and not q:
+            del self.lock_waiting[word]
+
     def _on_foc(self, vc: Vc, reg: Region, off: int, h: Header) -> None:
-        lock = reg.locks.get(off)
-        if lock is None or lock[0] != h.s_id:
+        word = reg.word(off)
+        lock = self.locks.get(word)
+        if lock is None or lock.vc is not vc or lock.gid != h.s_id:
             self.counters["rx_FOC_stale"] += 1
             return
         (value,) = struct.unpack(">Q", reg.buf[off : off + 8])
-        fn = lock[1]
-        value = {Function.INCREMENT: value + 1, Function.DECREMENT: value - 1, Function.CLEAR: 0}[fn] % (1 << 64)
+        value = {Function.INCREMENT: value + 1, Function.DECREMENT: value - 1,
+                 Function.CLEAR: 0}[lock.function] % (1 << 64)
         reg.buf[off : off + 8] = struct.pack(">Q", value)
-        del reg.locks[off]
-        q = reg.waiting.get(off)
-        if q:
-            self._fetchop_start(vc, reg, off, q.popleft())
-            if not q:
-                del reg.waiting[off]
+        self._unlock(word)
 
     def _data_to(self, vc: Vc, gid: int, data: bytes) -> None:
         d = self._hdr(vc, Op.DATA, flags=Flag.INTERRUPT | Flag.LAST, sync=vc.sync, d_id=gid, s_id=0)
@@ -857,15 +887,25 @@ class StCore:
                 t = min(t, deadline)
             if vc.rs_out is not None:
                 t = min(t, vc.rs_out + SLOT_RS_EVERY)
-            for reg in vc.regions.values():
-                for lock in reg.locks.values():
-                    t = min(t, lock[2])
+        for lock in self.locks.values():
+            t = min(t, lock.deadline)
         return t
 
     def handle_timer(self, now: float) -> None:
         self.now = now
         for vc in list(self.vcs.values()):
             self._vc_timer(vc, now)
+        for word, lock in list(self.locks.items()):
+            if now < lock.deadline:
+                continue
+            if lock.tries >= self.t.foc_tries or lock.vc.vid not in self.vcs:  # give up: word unchanged
+                self.counters["fetchop_abandoned"] += 1
+                self._unlock(word)
+            else:
+                lock.tries += 1
+                lock.deadline = now + self.t.foc
+                self._data_to(lock.vc, lock.gid, lock.value)
+                self.counters["fetchop_data_resent"] += 1
 
     def _vc_timer(self, vc: Vc, now: float) -> None:
         if vc.state is not State.CONNECTED and now >= vc.deadline:
@@ -897,9 +937,10 @@ class StCore:
             if now >= deadline:
                 vc.ops.pop(gid)
                 self.counters[f"{kind}_timeout"] += 1
-                self._events.append(OpDone(vc.vid, gid, False, reason="timed out"))
                 if kind == "rmr":
-                    self._events.append(RegionReady(vc.vid, gid, 0, False, "timed out"))
+                    self._events.append(RegionReady(vc.vid, gid, 0, 0, False, "timed out"))
+                else:
+                    self._events.append(OpDone(vc.vid, gid, False, reason="timed out"))
         for key, (deadline, tries) in list(vc.ends.items()):
             if now >= deadline:
                 if tries >= self.t.end_tries:
@@ -907,20 +948,6 @@ class StCore:
                 else:
                     vc.ends[key] = (now + self.t.end, tries + 1)
                     self._emit(vc, self._hdr(vc, Op.END, d_id=key[0], s_id=key[1]))
-        for reg in vc.regions.values():
-            for off, (gid, fn, deadline, tries, value) in list(reg.locks.items()):
-                if now < deadline:
-                    continue
-                if tries >= self.t.foc_tries:  # give up: word unchanged, next in line
-                    del reg.locks[off]
-                    self.counters["fetchop_abandoned"] += 1
-                    q = reg.waiting.get(off)
-                    if q:
-                        self._fetchop_start(vc, reg, off, q.popleft())
-                else:
-                    reg.locks[off] = (gid, fn, now + self.t.foc, tries + 1, value)
-                    self._data_to(vc, gid, value)
-                    self.counters["fetchop_data_resent"] += 1
 
     # --- status ---------------------------------------------------------------------------------------------
     def status_table(self) -> list[dict]:

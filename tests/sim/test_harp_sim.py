@@ -8,7 +8,7 @@ import trio
 from daemons.constants import ETHERTYPE_ARP, ULA_HARP_SERVER
 from daemons.link.link import Timers as LinkTimers
 from harpd.core import Gone, HarpCore, LisConfig, Phase, Resolved
-from harpd.runner import HarpRunner
+from daemons.runtime.corerunner import CoreRunner
 from tests.sim.fabric import SimFabric
 
 NET = IPv4Network("192.0.2.0/24")
@@ -22,7 +22,12 @@ class Hosts:
         self.cores: dict[int, HarpCore] = {}
         self.scopes: dict[int, trio.CancelScope] = {}
         self.events: dict[int, list] = {}
-        self.runners: dict[int, HarpRunner] = {}
+        self.runners: dict[int, CoreRunner] = {}
+
+    def _deliver(self, i: int, m) -> None:
+        if m.ethertype == ETHERTYPE_ARP and i in self.runners:
+            self.cores[i].receive(m.s_ula, m.payload, trio.current_time())
+            self.runners[i].step()
 
     def resolve(self, i: int, ip: str) -> None:
         self.cores[i].resolve(A(ip), trio.current_time())
@@ -32,8 +37,9 @@ class Hosts:
         fab = self.fab
         core = self.cores[i] = HarpCore([LisConfig(NET)], trio.current_time())
         self.events[i] = []
-        runner = self.runners[i] = HarpRunner(core, lambda d, p: fab.send(i, 1, d, ETHERTYPE_ARP, p), self.events[i].extend)
-        fab.handlers[i] = lambda m: runner.receive(m.s_ula, m.payload) if m.ethertype == ETHERTYPE_ARP else None
+        runner = self.runners[i] = CoreRunner(core, lambda item: fab.send(i, 1, item[0], ETHERTYPE_ARP, item[1]),
+                                              self.events[i].extend)
+        fab.handlers[i] = lambda m: self._deliver(i, m)
         core.set_port(fab.endpoints[i].ula, [A(f"192.0.2.{i + 1}")], trio.current_time())
         runner.step()
 

@@ -158,7 +158,7 @@ def test_read_via_rtr():
     req = [e for e in p.ev[B] if e.__class__.__name__ == "ReadRequested"][0]
     p.b.send(b_vc, b"r" * 5000, p.now, reply_to=req.rid)
     p.pump(1000)
-    assert sink == b"r" * 5000 and TransferDone(a_vc, xid, True, 5000) in p.ev[A]
+    assert sink == b"r" * 5000 and TransferDone(a_vc, xid, True, 5000, incoming=True) in p.ev[A]
 
 
 def test_region_put_get_fetchop_and_end():

@@ -1,4 +1,5 @@
-"""Drive a HarpCore on trio: timers, inbound HARP payloads, outbound sends."""
+"""Drive any sans-IO core that has ``outgoing()``, ``events()``, ``timer()`` and
+``handle_timer(now)`` on trio (harpd, stpd)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,9 @@ from typing import Callable
 
 import trio
 
-from .core import HarpCore
 
-
-class HarpRunner:
-    def __init__(self, core: HarpCore, send: Callable[[bytes, bytes], None],
-                 on_events: Callable[[list], None] = lambda evs: None) -> None:
+class CoreRunner:
+    def __init__(self, core, send: Callable[[tuple], None], on_events: Callable[[list], None] = lambda evs: None):
         self.core = core
         self._send = send
         self._on_events = on_events
@@ -19,16 +17,12 @@ class HarpRunner:
 
     def step(self) -> None:
         """Flush what the core produced (call after feeding it)."""
-        for d_ula, payload in self.core.outgoing():
-            self._send(d_ula, payload)
+        for item in self.core.outgoing():
+            self._send(item)
         evs = self.core.events()
         if evs:
             self._on_events(evs)
         self._wake.set()  # the core's next timer may have moved
-
-    def receive(self, src_ula: bytes, payload: bytes) -> None:
-        self.core.receive(src_ula, payload, trio.current_time())
-        self.step()
 
     async def run(self) -> None:
         while True:

@@ -1,0 +1,97 @@
+"""Python client library for stpd's local API (blocking).
+
+    from stpd.client import StClient
+    with StClient() as st:
+        vc = st.connect("192.0.2.2", 5001)
+        with open("big.bin", "rb") as f:
+            st.send(vc, f, progress=print)          # zero-copy: stpd maps the file
+        rid = st.region(vc, 4096)["rid"]
+        old = st.fetchop(vc, rid, 0, "inc")         # atomic fetch-and-increment
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+from typing import Callable
+
+from . import api
+
+DEFAULT_SOCKET = "/run/stpd/api.sock"
+
+
+class StError(Exception):
+    pass
+
+
+class StClient:
+    def __init__(self, path: str = DEFAULT_SOCKET) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+
+    def __enter__(self) -> "StClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+    def call(self, msg: dict, fds=(), progress: Callable[[int], None] | None = None) -> dict:
+        api.send_msg(self.sock, msg, list(fds))
+        while True:
+            reply, _ = api.recv_msg(self.sock)
+            if "progress" in reply:
+                if progress:
+                    progress(reply["progress"])
+                continue
+            if not reply.get("ok"):
+                raise StError(reply.get("error", "failed"))
+            return reply
+
+    def listen(self, uport: int) -> None:
+        self.call({"op": "listen", "uport": uport})
+
+    def accept(self, uport: int) -> tuple[int, str]:
+        r = self.call({"op": "accept", "uport": uport})
+        return r["vc"], r["peer"]
+
+    def connect(self, host: str, uport: int) -> int:
+        return self.call({"op": "connect", "host": host, "uport": uport})["vc"]
+
+    def send(self, vc: int, f, length: int | None = None, dc: int | None = None, progress=None) -> int:
+        length = os.fstat(f.fileno()).st_size if length is None else length
+        msg = {"op": "send", "vc": vc, "length": length}
+        if dc is not None:
+            msg["dc"] = dc
+        return self.call(msg, [f.fileno()], progress)["bytes"]
+
+    def send_bytes(self, vc: int, data: bytes) -> int:
+        return self.call({"op": "send", "vc": vc, "data": base64.b64encode(data).decode()})["bytes"]
+
+    def recv(self, vc: int, f, max_bytes: int, progress=None) -> int:
+        return self.call({"op": "recv", "vc": vc, "max": max_bytes}, [f.fileno()], progress)["bytes"]
+
+    def recv_bytes(self, vc: int, max_bytes: int = 65536) -> bytes:
+        return base64.b64decode(self.call({"op": "recv", "vc": vc, "max": max_bytes})["data"])
+
+    def expose(self, vc: int, fd: int, size: int) -> None:
+        self.call({"op": "expose", "vc": vc, "size": size}, [fd])
+
+    def region(self, vc: int, size: int) -> dict:
+        return self.call({"op": "region", "vc": vc, "size": size})
+
+    def put(self, vc: int, rid: int, offset: int, data: bytes) -> None:
+        self.call({"op": "put", "vc": vc, "rid": rid, "offset": offset, "data": base64.b64encode(data).decode()})
+
+    def get(self, vc: int, rid: int, offset: int, length: int) -> bytes:
+        r = self.call({"op": "get", "vc": vc, "rid": rid, "offset": offset, "length": length})
+        return base64.b64decode(r["data"])
+
+    def fetchop(self, vc: int, rid: int, offset: int, function: str = "inc") -> int:
+        return self.call({"op": "fetchop", "vc": vc, "rid": rid, "offset": offset, "function": function})["value"]
+
+    def status(self, vc: int | None = None) -> dict:
+        return self.call({"op": "status"} if vc is None else {"op": "status", "vc": vc})
+
+    def close(self, vc: int) -> None:
+        self.call({"op": "close", "vc": vc})
