@@ -16,7 +16,6 @@ Targets (issue 3): (a) >= 1.0x (c) and >= 6.4 Gbit/s; (b) >= 0.7x (a); RTT(a) <=
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from daemons.netns import BIN, Fabric, poll, sh  # noqa: E402
+from daemons.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402
 
 
 class Pair:
@@ -64,15 +63,7 @@ def measure(run, server_ns_exec, addr: str, seconds: float) -> dict:
     """run(i, *argv) executes in host i (1 = client side, 2 = server side)."""
     out = {}
     for label, extra in (("tcp1", []), ("tcp4", ["-P", "4"])):
-        srv = subprocess.Popen(server_ns_exec + ["iperf3", "-s", "-1", "-B", addr], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
-        r = run(1, "iperf3", "-c", addr, "-t", str(seconds), "-J", *extra)
-        srv.wait(timeout=30)
-        try:
-            out[label] = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
-        except (ValueError, KeyError):
-            out[label] = 0.0
+        out[label] = iperf3_run(lambda *a: run(1, *a), server_ns_exec, addr, "-t", str(seconds), *extra)
     r = run(1, "ping", "-c", "20", "-i", "0.05", "-q", addr)
     rtt = [l for l in r.stdout.splitlines() if "rtt" in l]
     out["rtt_ms"] = float(rtt[0].split("=")[1].split("/")[1]) if rtt else float("nan")
@@ -101,12 +92,7 @@ def case_a(seconds: float) -> dict:
 
 def case_b(seconds: float) -> dict:
     with Fabric(2, prefix="b") as fab:
-        fab.start_switch()
-        for i in (1, 2):
-            fab.start_gsnd(i)
-        for i in (1, 2):
-            fab.wait_ula(i)
-            fab.ip_address(i, v6=None)
+        fab.up(v6=False)
         run = lambda i, *a: fab.ns_exec(i, *a, check=False, timeout=120)  # noqa: E731
         poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "192.0.2.2").returncode == 0, 15, what="gsn ping")
         return measure(run, ["ip", "netns", "exec", fab.host_ns[1]], "192.0.2.2", seconds)

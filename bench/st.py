@@ -12,12 +12,10 @@ the same number of bytes.  Prints both in Gbit/s and the ratio ST/TCP
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.netns import BIN, Fabric, poll  # noqa: E402
@@ -33,14 +31,7 @@ def main() -> int:
         return 1
     size = args.size_mib << 20
     with Fabric(2, prefix="stb") as fab:
-        fab.start_switch()
-        for i in (1, 2):
-            fab.start_gsnd(i)
-        ulas = [fab.wait_ula(i) for i in (1, 2)]
-        for i in (1, 2):
-            fab.ip_address(i, v6=None)
-        peers = [f"--peer=192.0.2.{i}={ulas[i - 1]}" for i in (1, 2)]
-        apis = [fab.start_stpd(i, *peers, "--log-level", "warning") for i in (1, 2)]
+        apis = fab.start_stpds(fab.up(v6=False), "--log-level", "warning")
         src = fab.tmp / "st.bin"
         with open(src, "wb") as f:
             for _ in range(args.size_mib):
@@ -54,12 +45,7 @@ def main() -> int:
         rx.wait(60)
         m = re.search(r"in ([\d.]+) s", r.stdout)
         st_gbps = size * 8 / float(m.group(1)) / 1e9 if m else 0.0
-        srv = subprocess.Popen(["ip", "netns", "exec", fab.host_ns[1], "iperf3", "-s", "-1", "-B", "192.0.2.2"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
-        t = fab.ns_exec(1, "iperf3", "-c", "192.0.2.2", "-n", str(size), "-J", check=False, timeout=900)
-        srv.wait(30)
-        tcp_gbps = json.loads(t.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9 if t.stdout else 0.0
+        tcp_gbps = fab.iperf3(1, 2, "-n", str(size))
     print(f"ST  ({args.size_mib} MiB on VC3)   {st_gbps:6.2f} Gbit/s")
     print(f"TCP ({args.size_mib} MiB, iperf3)  {tcp_gbps:6.2f} Gbit/s")
     print(f"ST/TCP                  {st_gbps / tcp_gbps if tcp_gbps else float('nan'):6.2f}   (target >= 1.2)")

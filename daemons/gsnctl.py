@@ -8,17 +8,14 @@ import sys
 import click
 
 from .constants import RUNTIME_DIR
+from .runtime.cliutil import reach_daemon
 from .runtime.control import request
 
 
 def _ask(path: str, req: dict) -> dict:
     try:
-        reply = request(path, req)
-    except FileNotFoundError:
-        raise click.ClickException(f"{path}: no such socket (is the daemon running?)")
-    except PermissionError:
-        raise click.ClickException(f"{path}: permission denied (root or the daemon's group)")
-    except (ConnectionRefusedError, TimeoutError, OSError) as exc:
+        reply = reach_daemon("gsnctl", path, "the daemon", lambda: request(path, req))
+    except (TimeoutError, OSError) as exc:
         raise click.ClickException(f"{path}: {exc}")
     if not reply.get("ok"):
         raise click.ClickException(reply.get("error", "failed"))
@@ -41,7 +38,10 @@ def _print_link(link: dict, indent: str = "  ") -> None:
 @click.option("--runtime-dir", default=RUNTIME_DIR, show_default=True)
 @click.pass_context
 def main(ctx, interface, sock, runtime_dir) -> None:
-    """Inspect GSN daemons: link state, ULAs, credits and drop counters."""
+    """Inspect GSN daemons: link state, ULAs, credits and drop counters.
+
+    Exit status: 0 ok, 1 the daemon refused or failed, 69 it is not running.
+    """
     ctx.obj = sock or f"{runtime_dir}/{interface}.ctl"
 
 

@@ -174,6 +174,27 @@ class Fabric:
     def switch_status(self) -> dict | None:
         return self.ctl(self.tmp / "sw" / "control.sock", "status")
 
+    def up(self, *, v6: bool = True) -> list[str]:
+        """Start the switch and every host's gsnd, wait for their ULAs, address gsn0
+        (192.0.2.i/24, and 2001:db8::i/64 with ``v6``); returns the ULAs."""
+        self.start_switch()
+        for i in range(1, self.n + 1):
+            self.start_gsnd(i)
+        ulas = [self.wait_ula(i) for i in range(1, self.n + 1)]
+        for i in range(1, self.n + 1):
+            self.ip_address(i, v6="2001:db8::{i}/64" if v6 else None)
+        return ulas
+
+    def start_stpds(self, ulas: list[str], *args: str) -> list[str]:
+        """stpd on every host, each knowing every host's IP->ULA; returns the API sockets."""
+        peers = [f"--peer=192.0.2.{i}={ula}" for i, ula in enumerate(ulas, 1)]
+        return [self.start_stpd(i, *peers, *args) for i in range(1, self.n + 1)]
+
+    def iperf3(self, client: int, server: int, *args: str) -> float:
+        """iperf3 TCP from host ``client`` to host ``server`` (192.0.2.x); Gbit/s received."""
+        return iperf3_run(lambda *a: self.ns_exec(client, *a, check=False, timeout=900),
+                          ["ip", "netns", "exec", self.host_ns[server - 1]], f"192.0.2.{server}", *args)
+
     def ns_exec(self, i: int, *argv: str, check: bool = True, timeout: float | None = 60) -> subprocess.CompletedProcess:
         """Run a command in host i's namespace (i = 0: the switch's)."""
         ns = self.sw_ns if i == 0 else self.host_ns[i - 1]
@@ -192,3 +213,21 @@ class Fabric:
     def wait_ula(self, i: int, timeout: float = 10.0) -> str:
         return poll(lambda: (st := self.gsnd_status(i)) and st["link"]["state"] == "up" and st["ula"],
                     timeout, what=f"gsnd{i} link up with a ULA")
+
+
+def iperf3_run(run_client, server_prefix: list[str], addr: str, *args: str) -> float:
+    """One iperf3 TCP run: server via ``server_prefix`` (e.g. ip netns exec NS), client
+    via ``run_client(*argv)``; Gbit/s received (0.0 if it failed)."""
+    srv = subprocess.Popen(server_prefix + ["iperf3", "-s", "-1", "-B", addr], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        r = run_client("iperf3", "-c", addr, "-J", *args)
+        srv.wait(timeout=30)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    try:
+        return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
+    except (ValueError, KeyError, AttributeError):
+        return 0.0

@@ -8,12 +8,12 @@ import click
 
 from daemons.runtime import daemon, log as logsetup
 from daemons.runtime.config import ConfigError, fail
+from daemons.runtime.cliutil import reach_daemon
 from daemons.runtime.control import request
 
 from . import options as hoptions
 
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-EX_UNAVAILABLE = 69
 
 
 @click.command(context_settings=CTX)
@@ -57,14 +57,7 @@ def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, 
 
 
 def _ask(sock: str, req: dict) -> dict:
-    try:
-        reply = request(sock, req)
-    except (FileNotFoundError, ConnectionRefusedError):
-        click.echo(f"gsnarp: {sock}: harpd is not running", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    except PermissionError:
-        click.echo(f"gsnarp: {sock}: permission denied (root or the daemon's group)", err=True)
-        sys.exit(77)
+    reply = reach_daemon("gsnarp", sock, "harpd", lambda: request(sock, req))
     if not reply.get("ok"):
         click.echo(f"gsnarp: {reply.get('error', 'failed')}", err=True)
         sys.exit(reply.get("code", 1))

@@ -11,6 +11,7 @@ from ipaddress import IPv4Address
 import click
 
 from daemons.runtime import daemon, log as logsetup
+from daemons.runtime.cliutil import reach_daemon
 from daemons.runtime.config import ConfigError, fail
 from daemons.wire.ula import parse_ula
 
@@ -18,7 +19,6 @@ from .client import DEFAULT_SOCKET, StClient, StError
 from .core import Params, Timers
 
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-EX_UNAVAILABLE = 69
 DEFAULT_PORT = 5001
 
 
@@ -58,14 +58,7 @@ def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log
 
 
 def _client(sock: str) -> StClient:
-    try:
-        return StClient(sock)
-    except (FileNotFoundError, ConnectionRefusedError):
-        click.echo(f"stp: {sock}: stpd is not running", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    except PermissionError:
-        click.echo(f"stp: {sock}: permission denied", err=True)
-        sys.exit(77)
+    return reach_daemon("stp", sock, "stpd", lambda: StClient(sock))
 
 
 def _target(spec: str) -> tuple[str, int]:

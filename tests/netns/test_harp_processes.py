@@ -24,12 +24,7 @@ def table(fab, i):
 @pytest.fixture
 def lis():
     with Fabric(4, broadcast=False, static={"00:10:3b:ff:ff:e0": 1}) as fab:
-        fab.start_switch()
-        for i in (1, 2, 3, 4):
-            fab.start_gsnd(i)
-        for i in (1, 2, 3, 4):
-            fab.wait_ula(i)
-            fab.ip_address(i, v6=None)
+        fab.up(v6=False)
         for i in (1, 2, 3):  # host 4 runs no HARP at all
             fab.start_harpd(i, OPTIONS, "--timer-scale", SCALE)
         poll(lambda: {"192.0.2.1", "192.0.2.2", "192.0.2.3"} <= set(table(fab, 1)), 15,

@@ -54,12 +54,7 @@ def tcp_transfer(fab, src, dst, nbytes, addr=None):
 @pytest.fixture
 def hosts():
     with Fabric(3) as fab:
-        fab.start_switch()
-        for i in (1, 2, 3):
-            fab.start_gsnd(i)
-        for i in (1, 2, 3):
-            fab.wait_ula(i)
-            fab.ip_address(i)
+        fab.up()
         yield fab
 
 

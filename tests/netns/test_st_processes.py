@@ -16,14 +16,7 @@ from stpd.client import StClient, StError
 @pytest.fixture
 def pair():
     with Fabric(2) as fab:
-        fab.start_switch()
-        for i in (1, 2):
-            fab.start_gsnd(i)
-        ulas = [fab.wait_ula(i) for i in (1, 2)]
-        for i in (1, 2):
-            fab.ip_address(i, v6=None)
-        peers = [f"--peer=192.0.2.{i}={ulas[i - 1]}" for i in (1, 2)]
-        fab.apis = [fab.start_stpd(i, *peers) for i in (1, 2)]
+        fab.apis = fab.start_stpds(fab.up(v6=False))
         yield fab
 
 

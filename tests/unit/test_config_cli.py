@@ -63,4 +63,4 @@ def test_bad_flag_value_and_missing_file():
 
 def test_gsnctl_without_daemon_is_one_line(tmp_path):
     r = run("gsnctl", "-s", str(tmp_path / "none.ctl"), "status")
-    assert r.returncode == 1 and "no such socket" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 69 and "is not running" in r.stderr and "Traceback" not in r.stderr
