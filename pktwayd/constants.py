@@ -1,0 +1,50 @@
+"""PacketWay values (spec pktway.md).  Every value the spec marks PC lives here."""
+
+import enum
+
+WORD = 8
+ADDR_UNSPECIFIED = 0x000000
+ADDR_HEY_YOU = 0x7FFFFE  # power-up addressing over point-to-point links
+ADDR_BROADCAST = 0x7FFFFF
+LOGICAL_BASE, LOGICAL_MASK = 0xE00000, 0xF00000  # 20-bit logical (group) addresses
+MAX_DL_WORDS = (1 << 25) - 1
+
+
+class PT(enum.IntEnum):
+    """Packet types (PC, §1.12: values below 0x0600 cannot clash with EtherTypes)."""
+
+    ERR = 0x0001
+    RRP = 0x0002
+    EMBEDDED = 0x0003
+    MEMORY_READ = 0x0004
+    MEMORY_WRITE = 0x0005
+    USER = 0x0006
+
+
+class RrpTE(enum.IntEnum):
+    GVL2 = 1
+    L2SR = 2
+    RDRC = 3
+    TELL = 4
+    INFO = 5
+    HRTO = 6
+    WRU = 7
+    GVRT = 8
+    RTBL = 9
+
+
+class ErrTE(enum.IntEnum):
+    UNK = 1
+    HRDOWN = 2
+    LINKDOWN = 3
+    GENERAL = 4
+
+
+SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)
+MYRINET_TYPE = 0x0300
+
+# MessageWay v5 dialect (§5)
+MW_VERSION = 5
+MW_L2RH_LIMIT = 0x0040  # a first 16-bit value below this is an L2RH
+MW_LOGICAL = 0x8000
+MW_HEY_YOU, MW_BROADCAST = 0xFFFE, 0xFFFF

@@ -1,0 +1,108 @@
+"""EEP codec: the seed documents' byte examples as vectors, the prefix coding,
+the EI rule, the MessageWay v5 dialect, and malformed input."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from daemons.wire.errors import DecodeError
+from pktwayd.constants import ADDR_HEY_YOU, PT, RrpTE
+from pktwayd.eep import (L2RH, OptField, Packet, Symbol, decode, ei_update, ei_update_mw5, first_word_kind,
+                         mw_to_pw_addr, pw_to_mw_addr)
+
+
+def test_gvl2_worked_bytes():  # spec §1.13
+    p = Packet(dt=0x59, sa=0x40, pt=PT.RRP, te=RrpTE.GVL2, data=bytes.fromhex("010100010000005f"))
+    assert p.encode() == bytes.fromhex("0000005900010002" "0000000100000040" "010100010000005f" "0000000000000000")
+    assert decode(p.encode()) == p
+
+
+def test_rtbl_header_words():  # spec §2.6, first two EEP words
+    p = Packet(dt=0x56, sa=0x55, pt=PT.RRP, te=RrpTE.RTBL, data=bytes(64))
+    assert p.encode()[:16] == bytes.fromhex("0000005600090002" "0000000800000055")
+
+
+@pytest.mark.parametrize("route,words,raw", [
+    (bytes([3, 0, 3, 0]), 1, "0084030003000000"),  # Appendix-C step 8 route, PacketWay rendering
+    (bytes(5), 1, None),  # L=5 -> 1 word, 1 pad
+    (bytes(13), 2, None),  # L=13 -> 2 words, 1 pad
+])
+def test_l2rh_sizes(route, words, raw):
+    enc = L2RH(route).encode()
+    assert len(enc) == 8 * words
+    if raw:
+        assert enc.hex() == raw
+    assert first_word_kind(enc) == "l2rh"
+
+
+def test_symbol_and_optional_fields():
+    s = Symbol(1, bytes(range(9)))
+    assert len(s.encode()) == 16 and s.encode()[:5] == bytes.fromhex("00f0000109")  # L=9: 2 words, 2 pad
+    assert OptField(5, bytes.fromhex("d1d2d3d4"), mandatory=True).encode(last=True).hex() == "c504d1d2d3d40000"
+    p = Packet(dt=0x60, sa=0x40, pt=PT.USER, data=b"hello world", prefix=(L2RH(b"\x01\x02"), Symbol(1, b"x")),
+               options=(OptField(1, b"ab"), OptField(2, b"", mandatory=True)), trailer=bytes(8), tail=5)
+    raw = p.encode()
+    assert decode(raw) == p
+    h = raw[16:32]  # after one L2RH word and one symbol word
+    assert h[12] & 0x80 and (h[8] >> 1) & 7 == 5  # h set; PL = 5 pad bytes
+    assert first_word_kind(raw[:8]) == "l2rh" and first_word_kind(raw[8:16]) == "symbol"
+
+
+def test_logical_destination_is_a_header_and_reserved_prefix_rejected():
+    assert first_word_kind(Packet(dt=0xE00005, sa=1, pt=6).encode()[:8]) == "header"
+    bad = bytearray(Packet(dt=0x60, sa=1, pt=6).encode())
+    bad[1] = 0xC5
+    with pytest.raises(DecodeError) as ei:
+        decode(bytes(bad))
+    assert ei.value.field == "DT" and ei.value.offset == 1
+
+
+def test_ei_rule():
+    assert ei_update(0, False) == 0
+    assert ei_update(0, True) == 1
+    assert ei_update(1, False) == 2 and ei_update(1, True) == 3
+    top = 1 << 63
+    assert ei_update(top, False) == top and ei_update(top, True) == top | 1  # no shift once the MSbit is set
+    assert ei_update_mw5(top, False) == 0  # MessageWay shifted always
+
+
+def test_messageway_v5_dialect():
+    p = Packet(dt=0x0123, sa=0x0040, pt=0x0300, te=7, data=b"abc", prefix=(L2RH(bytes([3, 0, 3, 0])),), free=0x1234)
+    raw = p.encode("mw5")
+    assert raw[:2] == b"\x00\x04"  # MW L2RH: 00 L
+    assert raw[8:16].hex() == "0123000503000007"  # DA, priority, Version 5, PT, TE
+    assert decode(raw, "mw5") == p
+    assert mw_to_pw_addr(0xFFFE) == ADDR_HEY_YOU and pw_to_mw_addr(ADDR_HEY_YOU) == 0xFFFE
+    assert mw_to_pw_addr(0x8005) == 0xE00005 and pw_to_mw_addr(0xE00005) == 0x8005
+    with pytest.raises(ValueError):
+        Packet(dt=0x123456, sa=0x40, pt=6).encode("mw5")  # does not fit 16 bits
+    with pytest.raises(DecodeError):
+        decode(Packet(dt=0x60, sa=0x40, pt=6).encode(), "mw5")  # version 0 is not MessageWay
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda b: b[:-1], "packet"),
+    (lambda b: b[:16], "packet"),
+    (lambda b: b"\x40" + b[1:], "V"),
+    (lambda b: b[:8] + bytes([0x00, 0x00, 0x00, 0x40]) + b[12:], "DL"),  # 64 data words that are not there
+    (lambda b: b[:8] + bytes([0x0E]) + b[9:], "PL"),  # pad 7 with no data
+])
+def test_malformed(mutate, field):
+    raw = Packet(dt=0x60, sa=0x40, pt=6).encode()
+    with pytest.raises(DecodeError) as ei:
+        decode(mutate(raw))
+    assert ei.value.field == field
+
+
+@given(st.binary(max_size=120), st.sampled_from(["pw0", "mw5"]))
+def test_garbage_only_decode_error(blob, dialect):
+    try:
+        decode(blob, dialect)
+    except DecodeError:
+        pass
+
+
+@given(st.integers(1, 0x7FFFFD), st.integers(0, 0x7FFFFF), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF),
+       st.binary(max_size=100), st.lists(st.binary(min_size=1, max_size=63), max_size=3), st.integers(0, 2**64 - 1))
+def test_roundtrip(dt, sa, pt, te, data, routes, tail):
+    p = Packet(dt=dt, sa=sa, pt=pt, te=te, data=data, prefix=tuple(L2RH(r) for r in routes), tail=tail)
+    assert decode(p.encode()) == p
