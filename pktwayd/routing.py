@@ -1,0 +1,130 @@
+"""Level-D routing tables of one half-router (spec pktway.md §3.2-3.3), sans-IO.
+
+An HR starts from its LRT (every node on its SAN with the source route from the
+HR and its Q) and floods routing tables (RTs): its LRT to its twin, twin-learned
+RTs to its buddies, buddy-learned RTs to its twin, with the RCVF loop guard, the
+per-RCVF SN rule, MinMTU, optional k-best and the SAN-loop rule.  Messages are
+returned as ``(destination HR, RT)`` pairs; carrying them is the driver's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .eep import L2RH
+
+Q_MAX = 0xFFFF
+
+
+def qadd(a: int, b: int) -> int:
+    return min(Q_MAX, a + b)
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    addr: int
+    sr: tuple = ()  # L2RHs from the RT's mapper to the node
+    q: int = 0
+    router: bool = False  # CAPA CC=2: an HR, a buddy of the LRT's owner
+
+
+@dataclass(frozen=True)
+class RT:
+    san_id: int
+    sn: int
+    rcvf: tuple[int, ...]  # newest first; the mapper last
+    csr: tuple = ()  # L2RHs from the holder to the mapper
+    q: int = 0  # CSR quality
+    min_mtu: int = 0  # 8-byte words, 0 = unlimited
+    nodes: tuple[NodeEntry, ...] = ()
+
+
+def mtu_min(a: int, b: int) -> int:
+    return b if a == 0 else a if b == 0 else min(a, b)
+
+
+@dataclass
+class HalfRouter:
+    addr: int
+    san_id: int
+    mtu: int
+    twin: int
+    lrt_nodes: tuple[NodeEntry, ...]
+    sn: int = 1
+    q_twin: int = 1
+    san_loop_rule: bool = True
+    k: int | None = None
+    rts: dict = field(default_factory=dict)  # kept RCVF -> RT
+    sn_seen: dict = field(default_factory=dict)  # received RCVF -> SN
+    learned_from: dict = field(default_factory=dict)  # kept RCVF -> sender
+
+    def __post_init__(self) -> None:
+        self.entry = {n.addr: n for n in self.lrt_nodes}
+        self.buddies = frozenset(n.addr for n in self.lrt_nodes if n.router and n.addr != self.addr)
+        lrt = RT(self.san_id, self.sn, (self.addr,), (), 0, self.mtu, self.lrt_nodes)
+        self.rts[lrt.rcvf] = lrt
+
+    @property
+    def lrt(self) -> RT:
+        return self.rts[(self.addr,)]
+
+    def start(self) -> list[tuple[int, RT]]:
+        """The LRT goes to the twin (it counts as 'not from the twin')."""
+        return [(self.twin, self.lrt)]
+
+    def receive(self, sender: int, rt: RT) -> list[tuple[int, RT]]:
+        if sender != self.twin and sender not in self.buddies:
+            return []  # neither twin nor buddy
+        if self.addr in rt.rcvf:
+            return []  # loop guard
+        if rt.sn <= self.sn_seen.get(rt.rcvf, -1):
+            return []  # same path, nothing newer
+        if self.san_loop_rule and any(b in rt.rcvf and not (b == sender) for b in self.buddies):
+            return []  # the RT already crossed my SAN
+        self.sn_seen[rt.rcvf] = rt.sn
+        if sender == self.twin:
+            hop, hop_q = (), self.q_twin  # a twin crossing uses no L2RH
+        else:
+            e = self.entry[sender]
+            hop, hop_q = e.sr, e.q
+        kept = replace(rt, csr=hop + rt.csr, q=qadd(rt.q, hop_q), rcvf=(self.addr,) + rt.rcvf,
+                       min_mtu=mtu_min(self.mtu, rt.min_mtu))
+        if not self._keep(kept):
+            return []
+        self.rts[kept.rcvf] = kept
+        self.learned_from[kept.rcvf] = sender
+        targets = sorted(self.buddies) if sender == self.twin else [self.twin]
+        return [(t, kept) for t in targets]
+
+    def _rank(self, rt: RT) -> tuple:
+        return rt.q, len(rt.rcvf), rt.rcvf[1] if len(rt.rcvf) > 1 else 0
+
+    def _keep(self, new: RT) -> bool:
+        """k-best per SAN: keep ``new`` if it ranks among the k best for its SAN."""
+        if self.k is None:
+            return True
+        same = sorted((r for r in self.rts.values() if r.san_id == new.san_id and len(r.rcvf) > 1),
+                      key=self._rank)
+        if len(same) < self.k:
+            return True
+        worst = same[-1]
+        if self._rank(new) < self._rank(worst):
+            del self.rts[worst.rcvf]
+            self.learned_from.pop(worst.rcvf, None)
+            return True
+        return False
+
+    def routes(self, addr: int) -> list[tuple[int, tuple, int, RT]]:
+        """Every (Q, SR, MTU, RT) reaching ``addr``, best first (§3.3)."""
+        out = []
+        for rt in self.rts.values():
+            for n in rt.nodes:
+                if n.addr == addr:
+                    out.append((qadd(rt.q, n.q), rt.csr + n.sr, rt.min_mtu, rt))
+        out.sort(key=lambda r: (r[0],) + self._rank(r[3])[1:])
+        return out
+
+
+def lrt_route(port: int) -> tuple[L2RH, ...]:
+    """The SR to a node on an emulated SAN: output port, then the Myrinet type 0x0300 (§3.8)."""
+    return (L2RH(bytes((port, 0x03, 0x00))),)
