@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402

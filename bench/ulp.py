@@ -52,7 +52,7 @@ def _receiver(path, q, seconds):
 
 def _sender(path, peer, size, vc, seconds):
     c = UlpClient(path)
-    st = c.bind(ETHERTYPE)
+    c.bind(ETHERTYPE)
     payload = os.urandom(size)
     end = time.perf_counter() + seconds + 0.5
     while time.perf_counter() < end:

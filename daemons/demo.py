@@ -17,7 +17,7 @@ import time
 
 from .netns import Fabric
 from .ulpclient import UlpClient
-from .wire.ula import format_ula, parse_ula
+from .wire.ula import parse_ula
 from .wire.ulp import Op
 
 ET = 0x88B5  # IEEE local experimental EtherType
@@ -35,7 +35,7 @@ def _rtt(fab: Fabric, a: int, b: int, n: int = 50) -> list[float]:
             ca.send(ula_b, k.to_bytes(64, "big"), ethertype=ET)
             f = cb.recv(timeout=2)
             cb.send(ula_a, f.payload, ethertype=ET)
-            while (g := ca.recv(timeout=2)).op is not Op.RECV:
+            while ca.recv(timeout=2).op is not Op.RECV:
                 pass
             out.append((time.perf_counter() - t0) * 1000)
     return out

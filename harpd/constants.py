@@ -2,7 +2,6 @@
 
 import enum
 
-from daemons.constants import ETHERTYPE_ARP, ULA_BROADCAST, ULA_HARP_SERVER  # noqa: F401
 
 HRD_HIPARP = 28  # FACT, IANA "HIPARP"
 HRD_ETHERNET = 1

@@ -67,7 +67,6 @@ class Endpoint:
         self.neighbour: str = "unknown"  # "switch" | "endpoint" once I_AM arrives
         self.counters: Counter[str] = Counter()
         self._events: list = []
-        self._pending: dict[int, tuple[int, float]] = {}  # xid -> (command, resend time)
         self._acquiring: Admin | None = None
         self._acquire_due: float | None = None
 

@@ -9,7 +9,6 @@ import trio
 
 from ..io.runner import LinkRunner
 from ..io.udp import UdpTransport
-from ..link.link import LinkDown, LinkUp
 from ..runtime.control import serve_control
 from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify

@@ -112,7 +112,7 @@ def test_kill9_gsnd_and_restart_interface_and_traffic_come_back(hosts):
 def test_tcp_over_lossy_underlay():
     """loss 2%, duplicate 1%, reorder 25% (1 ms) on both hosts' cables.  This kernel has
     no sch_netem, so tests/netns/impair.py applies the same impairment in userspace."""
-    import subprocess, sys
+    import sys
     from pathlib import Path
     relay = str(Path(__file__).with_name("impair.py"))
     with Fabric(2) as fab:

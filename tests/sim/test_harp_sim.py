@@ -145,7 +145,6 @@ async def test_broadcast_fabric(autojump_clock):
             h.start(i)
         await trio.sleep(5)
         assert set(phases(h).values()) == {Phase.OPER_BCAST}
-        c0 = h.cores[0]
         h.resolve(0, "192.0.2.3")
         await trio.sleep(1)
         assert [e for e in h.events[0] if isinstance(e, Resolved) and not e.static] == \

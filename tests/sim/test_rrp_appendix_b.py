@@ -3,7 +3,6 @@ converges to exactly the paths the text lists (spec §4.2-4.3)."""
 
 from collections import deque
 
-import pytest
 
 from pktwayd.routing import HalfRouter, NodeEntry, lrt_route
 

@@ -84,7 +84,7 @@ def test_fuzz_codec_and_core_never_raise(blob):
 
 def test_connect_refuse_and_three_way_teardown():
     p = Pair()
-    vid = p.a.connect(B, 99, 0.0)
+    p.a.connect(B, 99, 0.0)
     p.pump()
     assert any(isinstance(e, Closed) and "NO_LISTENER" in e.reason for e in p.ev[A])
     a_vc, b_vc = p.connect()
@@ -139,7 +139,7 @@ def test_too_long_refused_and_wrong_key_dropped():
     p = Pair()
     a_vc, b_vc = p.connect()
     p.b.post_receive(b_vc, bytearray(10), p.now)
-    xid = p.a.send(a_vc, bytes(100), p.now)
+    p.a.send(a_vc, bytes(100), p.now)
     p.pump()
     done = [e for e in p.ev[A] if isinstance(e, TransferDone)][0]
     assert not done.ok and done.reason == "too_long"
@@ -166,7 +166,7 @@ def test_region_put_get_fetchop_and_end():
     a_vc, b_vc = p.connect()
     region = bytearray(4096)
     p.b.expose(b_vc, region)
-    gid = p.a.request_region(a_vc, 4096, p.now)
+    p.a.request_region(a_vc, 4096, p.now)
     p.pump()
     ready = [e for e in p.ev[A] if isinstance(e, RegionReady)][0]
     assert ready.ok and ready.size == 4096
