@@ -55,6 +55,7 @@ class HalfRouter:
     san_loop_rule: bool = True
     k: int | None = None
     rts: dict = field(default_factory=dict)  # kept RCVF -> RT
+    by_san: dict = field(default_factory=dict)  # SAN-ID -> {kept RCVF: RT} (XRTs only)
     sn_seen: dict = field(default_factory=dict)  # received RCVF -> SN
     learned_from: dict = field(default_factory=dict)  # kept RCVF -> sender
 
@@ -92,6 +93,7 @@ class HalfRouter:
         if not self._keep(kept):
             return []
         self.rts[kept.rcvf] = kept
+        self.by_san.setdefault(kept.san_id, {})[kept.rcvf] = kept
         self.learned_from[kept.rcvf] = sender
         targets = sorted(self.buddies) if sender == self.twin else [self.twin]
         return [(t, kept) for t in targets]
@@ -103,13 +105,12 @@ class HalfRouter:
         """k-best per SAN: keep ``new`` if it ranks among the k best for its SAN."""
         if self.k is None:
             return True
-        same = sorted((r for r in self.rts.values() if r.san_id == new.san_id and len(r.rcvf) > 1),
-                      key=self._rank)
+        same = self.by_san.get(new.san_id, {})
         if len(same) < self.k:
             return True
-        worst = same[-1]
+        worst = max(same.values(), key=self._rank)
         if self._rank(new) < self._rank(worst):
-            del self.rts[worst.rcvf]
+            del self.rts[worst.rcvf], same[worst.rcvf]
             self.learned_from.pop(worst.rcvf, None)
             return True
         return False
