@@ -1,0 +1,147 @@
+"""What a half-router does with a packet (spec pktway.md §3.6-3.7), sans-IO.
+
+``from_san`` and ``from_twin`` take decoded packets and return actions:
+``("san", addr, packet)`` send natively on my SAN to ``addr`` (the SR of my LRT
+entry for it), ``("twin", None, packet)`` hand to my twin, ``("local", None,
+packet)`` for my own EEP engine.  Routing state lives in a :class:`HalfRouter`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from . import messages as M
+from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from .eep import L2RH, Packet, Symbol, ei_update
+from .routing import HalfRouter
+
+
+class Engine:
+    def __init__(self, hr: HalfRouter, *, name: bytes | None = None, k: int = 3) -> None:
+        self.hr = hr
+        self.name = name
+        self.k = k
+        self.counters: Counter[str] = Counter()
+
+    @property
+    def me(self) -> int:
+        return self.hr.addr
+
+    def _on_my_san(self, addr: int) -> bool:
+        return addr in self.hr.entry
+
+    def _reply(self, to: int, pkt: Packet) -> list:
+        if to == 0 or to & 0x800000:
+            return []  # unspecified source: no answer
+        if self._on_my_san(to):
+            return [("san", to, pkt)]
+        best = self.hr.routes(to)
+        if best and best[0][3].rcvf[1:2] == (self.hr.twin,):
+            return [("twin", None, pkt)]
+        if best and len(best[0][3].rcvf) > 1:
+            return [("san", best[0][3].rcvf[1], pkt)]
+        self.counters["reply_unroutable"] += 1
+        return []
+
+    def _first_hop(self, d: int):
+        """('local' | 'twin' | buddy address, MTU) of the best route to ``d``, or None."""
+        if self._on_my_san(d):
+            return "local", self.hr.mtu
+        routes = self.hr.routes(d)
+        if not routes:
+            return None
+        _q, _sr, mtu, rt = routes[0]
+        hop = rt.rcvf[1]
+        return ("twin" if hop == self.hr.twin else hop), mtu
+
+    # --- packets from my SAN -----------------------------------------------------------------
+    def from_san(self, pkt: Packet, error_detected: bool = False) -> list:
+        prefix = list(pkt.prefix)
+        while prefix and isinstance(prefix[0], Symbol):
+            prefix.pop(0)  # a symbol is consumed by the first entity that meets it
+            self.counters["symbols_consumed"] += 1
+        pkt = replace(pkt, prefix=tuple(prefix), tail=ei_update(pkt.tail, error_detected))
+        if prefix:  # an L2RH leads: L2-forward through my twin, which consumes it
+            self.counters["l2_forwarded"] += 1
+            return [("twin", None, pkt)]
+        return self._l3(pkt, from_twin=False)
+
+    def from_twin(self, pkt: Packet) -> list:
+        if pkt.prefix and isinstance(pkt.prefix[0], L2RH):
+            route = pkt.prefix[0].route
+            port = route[0] if route else None
+            members = [n.addr for n in self.hr.lrt_nodes]
+            rest = replace(pkt, prefix=pkt.prefix[1:])
+            if port is None or port >= len(members):
+                self.counters["l2_bad_route"] += 1
+                return []
+            return [("san", members[port], rest)]
+        return self._l3(pkt, from_twin=True)
+
+    def _l3(self, pkt: Packet, from_twin: bool) -> list:
+        d = pkt.dt
+        if d in (self.me, ADDR_HEY_YOU):
+            return self._local(pkt)
+        hop = self._first_hop(d)
+        if hop is None or (from_twin and hop[0] == "twin"):
+            self.counters["l3_unknown_destination"] += 1
+            return self._reply(pkt.sa, M.unk(pkt.sa, self.me, d)) if pkt.pt != PT.ERR else []
+        where, mtu = hop
+        words = 2 + len(pkt.options) + pkt.dl + len(pkt.trailer) // 8 + 1
+        if mtu and words > mtu:
+            self.counters["l3_over_mtu"] += 1
+            return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=pkt.encode()[: 8 * 64]))
+        self.counters["l3_forwarded"] += 1
+        if where == "local":
+            out = [("san", d, pkt)]
+            if not from_twin and self._on_my_san(pkt.sa):
+                out.append(("san", pkt.sa, M.rdrc(pkt.sa, self.me, d, d)))  # "D is on your SAN"
+            return out
+        if where == "twin":
+            return [("twin", None, pkt)]
+        out = [("san", where, pkt)]
+        if not from_twin and self._on_my_san(pkt.sa):
+            out.append(("san", pkt.sa, M.rdrc(pkt.sa, self.me, d, where)))  # forward and redirect
+        return out
+
+    # --- my own RRP engine ------------------------------------------------------------------
+    def _local(self, pkt: Packet) -> list:
+        if pkt.pt == PT.ERR:
+            self.counters[f"err_{pkt.te}_received"] += 1
+            return []
+        if pkt.pt != PT.RRP:
+            self.counters["local_data"] += 1
+            return [("local", None, pkt)]
+        try:
+            te = RrpTE(pkt.te)
+            recs = M.records(pkt)
+        except ValueError:
+            self.counters["rrp_bad"] += 1
+            return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=pkt.encode()[: 8 * 64]))
+        self.counters[f"rrp_{te.name}"] += 1
+        sa = pkt.sa
+        if te is RrpTE.WRU:
+            caps = [(2, b"".join(s.to_bytes(3, "big") for s in (self.hr.san_id,)))]
+            return self._reply(sa, M.info(sa, self.me, self.me, self.name, caps))
+        if te in (RrpTE.GVL2, RrpTE.HRTO):
+            if not recs or not hasattr(recs[0], "addr"):
+                return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
+            if not self._on_my_san(sa):
+                return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
+            return self._plan(te, sa, recs[0].addr)
+        return []
+
+    def _plan(self, te: RrpTE, sa: int, d: int) -> list:
+        hop = self._first_hop(d)
+        if hop is None:
+            return [("san", sa, M.unk(sa, self.me, d))]
+        where = hop[0]
+        if where == "local":
+            return [("san", sa, M.rdrc(sa, self.me, d, d))]
+        if where != "twin":
+            return [("san", sa, M.rdrc(sa, self.me, d, where))]
+        if te is RrpTE.HRTO:
+            return [("san", sa, M.rdrc(sa, self.me, d, self.me))]
+        via_twin = [(q, sr, mtu) for q, sr, mtu, rt in self.hr.routes(d) if rt.rcvf[1:2] == (self.hr.twin,)]
+        return [("san", sa, M.l2sr(sa, self.me, d, via_twin[: self.k]))]

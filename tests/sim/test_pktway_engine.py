@@ -1,0 +1,75 @@
+"""Half-router planning and forwarding on the Appendix-B network (spec §4.3)."""
+
+from pktwayd import messages as M
+from pktwayd.constants import PT, ErrTE, RrpTE
+from pktwayd.eep import L2RH, Packet, decode
+from pktwayd.engine import Engine
+from pktwayd.rrp import Addr, Mtur
+from tests.sim.test_rrp_appendix_b import ADDR, build
+from pktwayd.topology import converge
+
+H0, H2, H8 = ADDR(0), ADDR(2), ADDR(8)
+RAB, RAD, RBA = ADDR(21), ADDR(25), ADDR(22)
+
+
+def engines():
+    routers = build()
+    converge(routers)
+    return {a: Engine(hr) for a, hr in routers.items()}
+
+
+def only(actions):
+    assert len(actions) == 1, actions
+    return actions[0]
+
+
+def test_gvl2_answers_match_the_simulation():
+    e = engines()
+    where, to, pkt = only(e[RAB].from_san(M.gvl2(RAB, H0, H8)))
+    assert (where, to) == ("san", H0) and pkt.te == RrpTE.RDRC and M.records(pkt) == [Addr(H8), Addr(RAD)]
+    where, to, pkt = only(e[RAD].from_san(M.gvl2(RAD, H0, H8)))
+    assert pkt.te == RrpTE.L2SR
+    recs = M.records(pkt)
+    assert recs[0] == Addr(H8)
+    best = recs[1]
+    assert best.q == 4 and best.mtu == Mtur(256) and len(best.route) == 2  # D: Rda->Rde, E: Red->H8
+    where, to, pkt = only(e[RAB].from_san(M.gvl2(RAB, H0, H2)))
+    recs = M.records(pkt)
+    assert pkt.te == RrpTE.L2SR and recs[1].q == 2 and recs[1].mtu == Mtur(1024) and len(recs[1].route) == 1
+    assert decode(pkt.encode()) == pkt
+
+
+def test_l3_forward_and_redirect():
+    e = engines()
+    data = Packet(dt=H8, sa=H0, pt=PT.USER, data=b"to E")
+    acts = e[RAB].from_san(data)
+    assert ("san", RAD, data) in acts  # forwarded on A to Rad ...
+    redirect = [p for w, to, p in acts if to == H0][0]
+    assert redirect.te == RrpTE.RDRC and M.records(redirect) == [Addr(H8), Addr(RAD)]  # ... and H0 redirected
+    where, _, p = only(e[RAD].from_san(data))
+    assert where == "twin" and p.tail == 0  # EI shifted (still 0: no error)
+
+
+def test_unknown_destination_and_mtu():
+    e = engines()
+    acts = e[RAB].from_san(Packet(dt=0x7000, sa=H0, pt=PT.USER, data=b"?"))
+    (_, to, p), = acts
+    assert to == H0 and p.pt == PT.ERR and p.te == ErrTE.UNK and M.records(p) == [Addr(0x7000)]
+    big = Packet(dt=H8, sa=H0, pt=PT.USER, data=bytes(8 * 300))  # over SAN E's 256-word MTU
+    (_, to, p), = e[RAD].from_san(big)
+    assert p.pt == PT.ERR and p.te == ErrTE.GENERAL and to == H0
+
+
+def test_l2_route_is_consumed_by_the_twin():
+    e = engines()
+    pkt = Packet(dt=H2, sa=H0, pt=PT.USER, data=b"x", prefix=(L2RH(bytes([0, 3, 0])),))
+    where, _, p = only(e[RAB].from_san(pkt))
+    assert where == "twin" and p.prefix == pkt.prefix
+    where, to, p = only(e[RBA].from_twin(p))
+    assert (where, to) == ("san", H2) and p.prefix == ()
+
+
+def test_wru_is_answered_with_info():
+    e = engines()
+    (_, to, p), = e[RAB].from_san(M.rrp(RrpTE.WRU, RAB, H0))
+    assert to == H0 and p.te == RrpTE.INFO and M.records(p)[0] == Addr(RAB)
