@@ -14,7 +14,7 @@ from dataclasses import replace
 from . import messages as M
 from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
 from .eep import L2RH, Packet, Symbol, ei_update
-from .routing import HalfRouter
+from .routing import HalfRouter, records_to_rt, rt_to_records
 
 
 class Engine:
@@ -124,6 +124,15 @@ class Engine:
         if te is RrpTE.WRU:
             caps = [(2, b"".join(s.to_bytes(3, "big") for s in (self.hr.san_id,)))]
             return self._reply(sa, M.info(sa, self.me, self.me, self.name, caps))
+        if te is RrpTE.GVRT:
+            return self._rt_messages(self.gvrt_answer(sa))
+        if te is RrpTE.RTBL:
+            try:
+                rt = records_to_rt(recs[0])
+            except (ValueError, IndexError, AttributeError):
+                self.counters["rtbl_malformed"] += 1
+                return []
+            return self._rt_messages(self.hr.receive(sa, rt))
         if te in (RrpTE.GVL2, RrpTE.HRTO):
             if not recs or not hasattr(recs[0], "addr"):
                 return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
@@ -145,3 +154,26 @@ class Engine:
             return [("san", sa, M.rdrc(sa, self.me, d, self.me))]
         via_twin = [(q, sr, mtu) for q, sr, mtu, rt in self.hr.routes(d) if rt.rcvf[1:2] == (self.hr.twin,)]
         return [("san", sa, M.l2sr(sa, self.me, d, via_twin[: self.k]))]
+
+    # --- routing-table exchange as RRP messages ----------------------------------------------------
+    def _rt_messages(self, pairs) -> list:
+        out = []
+        for dest, rt in pairs:
+            msg = M.rrp(RrpTE.RTBL, dest, self.me, [rt_to_records(rt)])
+            out.append(("twin", None, msg) if dest == self.hr.twin else ("san", dest, msg))
+        return out
+
+    def gvrt_answer(self, asker: int) -> list:
+        """One RTBL per kept RT the exchange rule would send to ``asker`` (§3.2)."""
+        hr = self.hr
+        if asker == hr.twin:
+            keep = [rt for rcvf, rt in hr.rts.items() if len(rcvf) == 1 or hr.learned_from.get(rcvf) != hr.twin]
+        elif asker in hr.buddies:
+            keep = [rt for rcvf, rt in hr.rts.items() if hr.learned_from.get(rcvf) == hr.twin]
+        else:
+            return []
+        return [(asker, rt) for rt in keep]
+
+    def start(self) -> list:
+        """At power-up: the LRT to the twin."""
+        return self._rt_messages(self.hr.start())

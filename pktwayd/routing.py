@@ -129,3 +129,41 @@ class HalfRouter:
 def lrt_route(port: int) -> tuple[L2RH, ...]:
     """The SR to a node on an emulated SAN: output port, then the Myrinet type 0x0300 (§3.8)."""
     return (L2RH(bytes((port, 0x03, 0x00))),)
+
+
+# --- routing tables as RRP records (RTBL body, spec §2.2) ------------------------------------
+def rt_to_records(rt: RT):
+    """RTHD, SRQR(CSR, Q) + MTUR(MinMTU), RCVF, then per node ADDR [CAPA 2] SRQR(SR, Q)."""
+    from .rrp import Addr, Capa, Mtur, Rcvf, Rthd, Srqr
+
+    recs = [Srqr(rt.q, rt.csr, Mtur(rt.min_mtu)), Rcvf(rt.rcvf)]
+    for n in rt.nodes:
+        recs.append(Addr(n.addr))
+        if n.router:
+            recs.append(Capa(2, rt.san_id.to_bytes(3, "big")))
+        recs.append(Srqr(n.q, n.sr))
+    return Rthd(rt.san_id, rt.sn, tuple(recs))
+
+
+def records_to_rt(rthd) -> RT:
+    """The inverse; raises ValueError on a body that is not a routing table."""
+    from .rrp import Addr, Capa, Rcvf, Srqr
+
+    recs = list(rthd.records)
+    if len(recs) < 2 or not isinstance(recs[0], Srqr) or not isinstance(recs[1], Rcvf) or not recs[1].addrs:
+        raise ValueError("an RT starts with SRQR(CSR) and RCVF")
+    csr, rcvf = recs[0], recs[1]
+    nodes, i = [], 2
+    while i < len(recs):
+        if not isinstance(recs[i], Addr):
+            raise ValueError(f"node entry {len(nodes)} does not start with ADDR")
+        addr, router, i = recs[i].addr, False, i + 1
+        while i < len(recs) and not isinstance(recs[i], (Srqr, Addr)):
+            router = router or (isinstance(recs[i], Capa) and recs[i].cc == 2)
+            i += 1
+        if i >= len(recs) or not isinstance(recs[i], Srqr):
+            raise ValueError(f"node {addr:#x} has no SRQR")
+        nodes.append(NodeEntry(addr, tuple(recs[i].route), recs[i].q, router))
+        i += 1
+    return RT(rthd.san_id, rthd.sn, tuple(rcvf.addrs), tuple(csr.route), csr.q,
+              csr.mtu.mtu_words if csr.mtu else 0, tuple(nodes))

@@ -73,3 +73,29 @@ def test_wru_is_answered_with_info():
     e = engines()
     (_, to, p), = e[RAB].from_san(M.rrp(RrpTE.WRU, RAB, H0))
     assert to == H0 and p.te == RrpTE.INFO and M.records(p)[0] == Addr(RAB)
+
+
+def test_routing_tables_travel_as_rtbl_messages():
+    """The whole Appendix-B exchange carried as encoded RTBL packets reaches the same state."""
+    from collections import deque
+
+    from pktwayd.eep import decode as eep_decode
+    from pktwayd.routing import records_to_rt, rt_to_records
+    from tests.sim.test_rrp_appendix_b import REASONABLE_E, paths
+
+    routers = build()
+    eng = {a: Engine(hr) for a, hr in routers.items()}
+    q = deque((a, act) for a, e in eng.items() for act in e.start())
+    while q:
+        src, (where, to, pkt) = q.popleft()
+        dest = routers[src].twin if where == "twin" else to
+        wire = eep_decode(pkt.encode())  # really through the codec
+        e = eng[dest]
+        acts = e.from_twin(wire) if where == "twin" else e.from_san(wire)
+        q.extend((dest, a) for a in acts)
+    assert paths(routers[RAB], "E") == REASONABLE_E and len(routers[RAB].rts) == 18
+    rt = routers[RAB].routes(H8)[0][3]
+    assert records_to_rt(rt_to_records(rt)) == rt
+    # GVRT: the twin gets my LRT and buddy-learned RTs, a buddy my twin-learned ones
+    assert {r.rcvf for _, r in eng[RAB].gvrt_answer(RBA)} and all(
+        routers[RAB].learned_from.get(r.rcvf) == RBA for _, r in eng[RAB].gvrt_answer(RAD))
