@@ -23,6 +23,8 @@ class Engine:
         self.name = name
         self.k = k
         self.counters: Counter[str] = Counter()
+        self.now = 0.0  # the driver keeps it current
+        self.gvrt_due: float | None = None
 
     @property
     def me(self) -> int:
@@ -109,6 +111,8 @@ class Engine:
     def _local(self, pkt: Packet) -> list:
         if pkt.pt == PT.ERR:
             self.counters[f"err_{pkt.te}_received"] += 1
+            if pkt.te in (ErrTE.HRDOWN, ErrTE.LINKDOWN):
+                return self._withdraw(pkt)
             return []
         if pkt.pt != PT.RRP:
             self.counters["local_data"] += 1
@@ -177,3 +181,48 @@ class Engine:
     def start(self) -> list:
         """At power-up: the LRT to the twin."""
         return self._rt_messages(self.hr.start())
+
+    # --- HRDOWN / LINKDOWN (§3.4) --------------------------------------------------------------------
+    def _withdraw(self, pkt: Packet) -> list:
+        try:
+            addrs = tuple(r.addr for r in M.records(pkt))
+        except (ValueError, AttributeError):
+            self.counters["err_malformed"] += 1
+            return []
+        code = "HRDOWN" if pkt.te == ErrTE.HRDOWN else "LINKDOWN"
+        if len(addrs) != (1 if code == "HRDOWN" else 2):
+            self.counters["err_malformed"] += 1
+            return []
+        relay = self.hr.withdraw(code, addrs, pkt.sa, self.now)
+        if relay:
+            self.gvrt_due = self.now + 1.0  # relearn what is left
+        return self._err_to(code, addrs, relay)
+
+    def _err_to(self, code: str, addrs: tuple[int, ...], targets) -> list:
+        te = ErrTE.HRDOWN if code == "HRDOWN" else ErrTE.LINKDOWN
+        out = []
+        for t in targets:
+            msg = M.err(te, t, self.me, [M.Addr(a) for a in addrs])
+            out.append(("twin", None, msg) if t == self.hr.twin else ("san", t, msg))
+        return out
+
+    def twin_lost(self) -> list:
+        """The twin stopped answering (no WRU answer): LINKDOWN(me, twin) to my buddies."""
+        self.gvrt_due = self.now + 1.0
+        return self._err_to("LINKDOWN", (self.me, self.hr.twin), self.hr.twin_lost())
+
+    def buddy_lost(self, buddy: int) -> list:
+        """A buddy vanished from my SAN: HRDOWN(buddy) to my twin and remaining buddies."""
+        self.gvrt_due = self.now + 1.0
+        return self._err_to("HRDOWN", (buddy,), self.hr.buddy_lost(buddy))
+
+    def timer(self) -> float | None:
+        return self.gvrt_due
+
+    def handle_timer(self, now: float) -> list:
+        self.now = now
+        if self.gvrt_due is None or now < self.gvrt_due:
+            return []
+        self.gvrt_due = None
+        out = [("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me))]
+        return out + [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]

@@ -7,6 +7,8 @@ from .constants import PT, ErrTE, RrpTE
 from .eep import Packet
 from .rrp import Addr, Capa, Mtur, Name, Srqr, decode_records, encode_records
 
+__all__ = ["Addr", "rrp", "err", "gvl2", "hrto", "rdrc", "l2sr", "info", "unk", "records"]
+
 
 def rrp(te: RrpTE, dt: int, sa: int, records=()) -> Packet:
     return Packet(dt=dt, sa=sa, pt=PT.RRP, te=te, data=encode_records(records))

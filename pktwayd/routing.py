@@ -58,6 +58,8 @@ class HalfRouter:
     by_san: dict = field(default_factory=dict)  # SAN-ID -> {kept RCVF: RT} (XRTs only)
     sn_seen: dict = field(default_factory=dict)  # received RCVF -> SN
     learned_from: dict = field(default_factory=dict)  # kept RCVF -> sender
+    sent_to: dict = field(default_factory=dict)  # kept RCVF -> HRs it was passed on to
+    relayed: dict = field(default_factory=dict)  # (code, addresses) -> time last relayed
 
     def __post_init__(self) -> None:
         self.entry = {n.addr: n for n in self.lrt_nodes}
@@ -96,6 +98,7 @@ class HalfRouter:
         self.by_san.setdefault(kept.san_id, {})[kept.rcvf] = kept
         self.learned_from[kept.rcvf] = sender
         targets = sorted(self.buddies) if sender == self.twin else [self.twin]
+        self.sent_to[kept.rcvf] = set(targets)
         return [(t, kept) for t in targets]
 
     def _rank(self, rt: RT) -> tuple:
@@ -114,6 +117,50 @@ class HalfRouter:
             self.learned_from.pop(worst.rcvf, None)
             return True
         return False
+
+    # --- HRDOWN / LINKDOWN (§3.4) ------------------------------------------------------------------
+    def _delete(self, rcvfs) -> set[int]:
+        """Delete kept RTs; the HRs they came from and went to (where to relay)."""
+        neighbours: set[int] = set()
+        for rcvf in rcvfs:
+            rt = self.rts.pop(rcvf)
+            self.by_san.get(rt.san_id, {}).pop(rcvf, None)
+            self.sn_seen.pop(rcvf[1:], None)  # forget the SN so the path can be relearnt
+            if rcvf in self.learned_from:
+                neighbours.add(self.learned_from.pop(rcvf))
+            neighbours |= self.sent_to.pop(rcvf, set())
+        return neighbours
+
+    def withdraw(self, code: str, addrs: tuple[int, ...], sender: int | None, now: float,
+                 hold: float = 10.0) -> list[int]:
+        """Apply ERR/HRDOWN(x) (``addrs`` = (x,)) or ERR/LINKDOWN(a, b); returns the HRs to
+        relay the ERR to: only if something was deleted, never the sender nor the dead HR,
+        at most once per (code, addresses) per ``hold`` seconds."""
+        if code == "HRDOWN":
+            (x,) = addrs
+            doomed = [r for r in self.rts if len(r) > 1 and x in r]
+        else:
+            a, b = addrs
+            doomed = [r for r in self.rts if any({r[i], r[i + 1]} == {a, b} for i in range(len(r) - 1))]
+        if not doomed:
+            return []
+        relay = self._delete(doomed) - {sender, self.addr, *addrs}
+        key = (code, tuple(sorted(addrs)))
+        if now < self.relayed.get(key, -hold) + hold:
+            return []
+        self.relayed[key] = now
+        return sorted(relay)
+
+    def twin_lost(self) -> list[int]:
+        """Our twin stopped answering: forget what it taught us; LINKDOWN goes to the buddies."""
+        self._delete([r for r, s in list(self.learned_from.items()) if s == self.twin])
+        return sorted(self.buddies)
+
+    def buddy_lost(self, buddy: int) -> list[int]:
+        """A buddy vanished from our SAN: HRDOWN(buddy) goes to our twin and remaining buddies."""
+        self.buddies = self.buddies - {buddy}
+        self._delete([r for r in self.rts if len(r) > 1 and buddy in r])
+        return sorted(self.buddies | {self.twin})
 
     def routes(self, addr: int) -> list[tuple[int, tuple, int, RT]]:
         """Every (Q, SR, MTU, RT) reaching ``addr``, best first (§3.3)."""

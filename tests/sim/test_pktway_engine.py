@@ -99,3 +99,18 @@ def test_routing_tables_travel_as_rtbl_messages():
     # GVRT: the twin gets my LRT and buddy-learned RTs, a buddy my twin-learned ones
     assert {r.rcvf for _, r in eng[RAB].gvrt_answer(RBA)} and all(
         routers[RAB].learned_from.get(r.rcvf) == RBA for _, r in eng[RAB].gvrt_answer(RAD))
+
+
+def test_hrdown_packet_withdraws_relays_and_relearns():
+    e = engines()
+    rab, rda = e[RAB], ADDR(26)
+    before = len(rab.hr.rts)
+    msg = M.err(ErrTE.HRDOWN, RAB, RAD, [Addr(rda)])
+    acts = rab.from_san(decode(msg.encode()))
+    assert len(rab.hr.rts) < before and not any(rda in r for r in rab.hr.rts)
+    relayed = {(w, to) for w, to, p in acts if p.pt == PT.ERR and p.te == ErrTE.HRDOWN}
+    assert relayed and ("san", RAD) not in relayed  # never back to the sender
+    assert rab.from_san(decode(msg.encode())) == []  # nothing left to delete: not relayed again
+    assert rab.handle_timer(0.5) == [] and rab.timer() == 1.0
+    gvrt = rab.handle_timer(1.0)
+    assert {(w, to) for w, to, p in gvrt if p.te == RrpTE.GVRT} == {("twin", None), ("san", ADDR(23)), ("san", RAD)}

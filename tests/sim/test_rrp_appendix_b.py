@@ -1,6 +1,8 @@
 """MessageWay Appendix-B: 5 SANs, 7 routers.  Flooding routing tables (§3.2)
 converges to exactly the paths the text lists (spec §4.2-4.3)."""
 
+from collections import deque
+
 from pktwayd.routing import HalfRouter, NodeEntry, lrt_route
 from pktwayd.topology import build as build_network
 from pktwayd.topology import converge, random_network
@@ -101,3 +103,48 @@ def test_random_topologies_converge_with_bounded_messages():
             assert set(hr.by_san) | {hr.san_id} == set(sans)
         links = sum(1 + len(h.buddies) for h in hrs.values())
         assert msgs <= links * 3 * n, (n, msgs, links)
+
+
+def test_half_router_dies_withdrawal_and_reconvergence():
+    """Rda (A-D router, SAN D side) dies: its twin loses it (LINKDOWN), its buddies on D
+    see it vanish (HRDOWN); the ERRs are relayed up and down, every RT through Rda is
+    withdrawn, and a GVRT round relearns the rest: Rab keeps the 3 other ways to E."""
+    routers = build()
+    converge(routers)
+    rda, rad = ADDR(HR["da"]), ADDR(HR["ad"])
+    dead = routers.pop(rda)
+    errs = deque()  # (code, addrs, from, to)
+    for dest in routers[rad].twin_lost():
+        errs.append(("LINKDOWN", (rad, rda), rad, dest))
+    for b in dead.buddies:
+        for dest in routers[b].buddy_lost(rda):
+            errs.append(("HRDOWN", (rda,), b, dest))
+    relays = 0
+    while errs:
+        code, addrs, src, dest = errs.popleft()
+        if dest not in routers:
+            continue
+        for nxt in routers[dest].withdraw(code, addrs, src, now=0.0):
+            relays += 1
+            errs.append((code, addrs, dest, nxt))
+    assert relays > 0
+    for hr in routers.values():
+        assert not any(rda in rcvf for rcvf in hr.rts), NAME[hr.addr]
+    # relearn: every HR asks its twin and buddies again (GVRT), exchange until quiet
+    q = deque()
+    for hr in routers.values():
+        for asker in [hr.twin, *hr.buddies]:
+            if asker in routers:
+                for rcvf, rt in hr.rts.items():
+                    src = hr.learned_from.get(rcvf)
+                    if (asker == hr.twin and (len(rcvf) == 1 or src != hr.twin)) or \
+                            (asker != hr.twin and src == hr.twin):
+                        q.append((hr.addr, asker, rt))
+    while q:
+        src, dest, rt = q.popleft()
+        for d2, rt2 in routers[dest].receive(src, rt):
+            if d2 in routers:
+                q.append((dest, d2, rt2))
+    rab = routers[ADDR(21)]
+    assert paths(rab, "E") == REASONABLE_E - {p("ab/ad\\da/de\\ed")}
+    assert rab.routes(ADDR(8))[0][0] == 5 + 1  # best is now Q 5 (via B), plus H8's entry
