@@ -128,6 +128,8 @@ class Engine:
         if te is RrpTE.WRU:
             caps = [(2, b"".join(s.to_bytes(3, "big") for s in (self.hr.san_id,)))]
             return self._reply(sa, M.info(sa, self.me, self.me, self.name, caps))
+        if te is RrpTE.TELL:
+            return self._tell(sa, recs, pkt)
         if te is RrpTE.GVRT:
             return self._rt_messages(self.gvrt_answer(sa))
         if te is RrpTE.RTBL:
@@ -226,3 +228,42 @@ class Engine:
         self.gvrt_due = None
         out = [("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me))]
         return out + [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
+
+    # --- TELL / INFO (§2.2, levels C and D) ---------------------------------------------------------------
+    def _known_nodes(self) -> dict:
+        """Every node structure this HR holds (LRT and XRTs), first seen wins."""
+        out = {}
+        for rt in self.hr.rts.values():
+            for n in rt.nodes:
+                out.setdefault(n.addr, n)
+        return out
+
+    def _tell(self, sa: int, recs: list, pkt: Packet) -> list:
+        from .rrp import Addr, Capa, Name
+
+        nodes = self._known_nodes()
+        if len(recs) == 1 and isinstance(recs[0], Addr):
+            found = [nodes[recs[0].addr]] if recs[0].addr in nodes else []
+        elif len(recs) == 1 and isinstance(recs[0], Name):
+            found = [n for n in nodes.values() if n.name == recs[0].name]
+        elif recs and all(isinstance(r, Capa) for r in recs):
+            wanted = [(r.cc, r.params) for r in recs]
+            found = [n for n in nodes.values() if any(_capable(n, cc, params) for cc, params in wanted)]
+        else:
+            self.counters["tell_malformed"] += 1
+            return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
+        if not found:
+            return self._reply(sa, M.err(ErrTE.UNK, sa, self.me, [Addr(0)] + recs))
+        body = []
+        for n in sorted(found, key=lambda n: n.addr):
+            body.append(Addr(n.addr))
+            if n.name:
+                body.append(Name(n.name))
+            body.extend(Capa(cc, params) for cc, params in n.caps)
+        return self._reply(sa, M.rrp(RrpTE.INFO, sa, self.me, body))
+
+
+def _capable(node, cc: int, params: bytes) -> bool:
+    """A node matches a CAPA query when it has that capability and every asked parameter
+    (e.g. CC 7, a floating-point DSP handling 64-bit IEEE words: params {8})."""
+    return any(c == cc and set(params) <= set(p) for c, p in node.caps)

@@ -26,6 +26,8 @@ class NodeEntry:
     sr: tuple = ()  # L2RHs from the RT's mapper to the node
     q: int = 0
     router: bool = False  # CAPA CC=2: an HR, a buddy of the LRT's owner
+    name: bytes | None = None
+    caps: tuple = ()  # (CC, params) other than the router capability
 
 
 @dataclass(frozen=True)
@@ -183,18 +185,23 @@ def rt_to_records(rt: RT):
     """RTHD, SRQR(CSR, Q) + MTUR(MinMTU), RCVF, then per node ADDR [CAPA 2] SRQR(SR, Q)."""
     from .rrp import Addr, Capa, Mtur, Rcvf, Rthd, Srqr
 
+    from .rrp import Name
+
     recs = [Srqr(rt.q, rt.csr, Mtur(rt.min_mtu)), Rcvf(rt.rcvf)]
     for n in rt.nodes:
         recs.append(Addr(n.addr))
+        if n.name:
+            recs.append(Name(n.name))
         if n.router:
             recs.append(Capa(2, rt.san_id.to_bytes(3, "big")))
+        recs.extend(Capa(cc, params) for cc, params in n.caps)
         recs.append(Srqr(n.q, n.sr))
     return Rthd(rt.san_id, rt.sn, tuple(recs))
 
 
 def records_to_rt(rthd) -> RT:
     """The inverse; raises ValueError on a body that is not a routing table."""
-    from .rrp import Addr, Capa, Rcvf, Srqr
+    from .rrp import Addr, Capa, Name, Rcvf, Srqr
 
     recs = list(rthd.records)
     if len(recs) < 2 or not isinstance(recs[0], Srqr) or not isinstance(recs[1], Rcvf) or not recs[1].addrs:
@@ -204,13 +211,19 @@ def records_to_rt(rthd) -> RT:
     while i < len(recs):
         if not isinstance(recs[i], Addr):
             raise ValueError(f"node entry {len(nodes)} does not start with ADDR")
-        addr, router, i = recs[i].addr, False, i + 1
+        addr, router, name, caps, i = recs[i].addr, False, None, [], i + 1
         while i < len(recs) and not isinstance(recs[i], (Srqr, Addr)):
-            router = router or (isinstance(recs[i], Capa) and recs[i].cc == 2)
+            r = recs[i]
+            if isinstance(r, Capa) and r.cc == 2:
+                router = True
+            elif isinstance(r, Capa):
+                caps.append((r.cc, r.params))
+            elif isinstance(r, Name):
+                name = r.name
             i += 1
         if i >= len(recs) or not isinstance(recs[i], Srqr):
             raise ValueError(f"node {addr:#x} has no SRQR")
-        nodes.append(NodeEntry(addr, tuple(recs[i].route), recs[i].q, router))
+        nodes.append(NodeEntry(addr, tuple(recs[i].route), recs[i].q, router, name, tuple(caps)))
         i += 1
     return RT(rthd.san_id, rthd.sn, tuple(rcvf.addrs), tuple(csr.route), csr.q,
               csr.mtu.mtu_words if csr.mtu else 0, tuple(nodes))

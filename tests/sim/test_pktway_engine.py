@@ -114,3 +114,27 @@ def test_hrdown_packet_withdraws_relays_and_relearns():
     assert rab.handle_timer(0.5) == [] and rab.timer() == 1.0
     gvrt = rab.handle_timer(1.0)
     assert {(w, to) for w, to, p in gvrt if p.te == RrpTE.GVRT} == {("twin", None), ("san", ADDR(23)), ("san", RAD)}
+
+
+def test_tell_by_address_name_and_capability():
+    """MessageWay Appendix C, steps 1-2: who is a floating-point DSP handling 64-bit data?"""
+    from dataclasses import replace
+
+    from pktwayd.rrp import Capa, Name
+    from pktwayd.topology import converge as flood
+
+    routers = build()
+    # H8 on SAN E is a DSP "Super" with 32- and 64-bit IEEE words; H4 on C one with 32-bit only
+    for hr in routers.values():
+        hr.lrt_nodes = tuple(replace(n, name=b"Super", caps=((7, bytes([4, 8])),)) if n.addr == H8 else
+                             replace(n, caps=((7, bytes([4])),)) if n.addr == ADDR(4) else n for n in hr.lrt_nodes)
+        hr.rts[(hr.addr,)] = replace(hr.lrt, nodes=hr.lrt_nodes)
+    flood(routers)
+    e = Engine(routers[RAB])
+    (_, to, p), = e.from_san(M.rrp(RrpTE.TELL, RAB, H0, [Capa(7, bytes([8]))]))
+    assert to == H0 and p.te == RrpTE.INFO
+    assert M.records(p) == [Addr(H8), Name(b"Super"), Capa(7, bytes([4, 8]))]
+    (_, _, p), = e.from_san(M.rrp(RrpTE.TELL, RAB, H0, [Name(b"Super")]))
+    assert M.records(p)[0] == Addr(H8)
+    (_, _, p), = e.from_san(M.rrp(RrpTE.TELL, RAB, H0, [Capa(9)]))  # nobody is a printer
+    assert p.pt == PT.ERR and p.te == ErrTE.UNK and M.records(p) == [Addr(0), Capa(9)]
