@@ -41,6 +41,7 @@ class ErrTE(enum.IntEnum):
 
 
 SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)
+ETHERTYPE_PKTWAY = 0x88B6  # PC: PacketWay in GSN Messages (IEEE local experimental EtherType 2), on VC1
 MYRINET_TYPE = 0x0300
 
 # MessageWay v5 dialect (§5)

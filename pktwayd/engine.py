@@ -24,6 +24,8 @@ class Engine:
         self.k = k
         self.counters: Counter[str] = Counter()
         self.now = 0.0  # the driver keeps it current
+        # an L2RH names a node of my SAN by its native route (port byte, or a GSN ULA)
+        self.by_route = {n.sr[0]: n.addr for n in hr.lrt_nodes if len(n.sr) == 1}
         self.gvrt_due: float | None = None
 
     @property
@@ -71,14 +73,12 @@ class Engine:
 
     def from_twin(self, pkt: Packet) -> list:
         if pkt.prefix and isinstance(pkt.prefix[0], L2RH):
-            route = pkt.prefix[0].route
-            port = route[0] if route else None
-            members = [n.addr for n in self.hr.lrt_nodes]
-            rest = replace(pkt, prefix=pkt.prefix[1:])
-            if port is None or port >= len(members):
+            # the twin consumes the L2RH: it is the native route to a node on my SAN
+            node = self.by_route.get(pkt.prefix[0])
+            if node is None:
                 self.counters["l2_bad_route"] += 1
                 return []
-            return [("san", members[port], rest)]
+            return [("san", node, replace(pkt, prefix=pkt.prefix[1:]))]
         return self._l3(pkt, from_twin=True)
 
     def _l3(self, pkt: Packet, from_twin: bool) -> list:

@@ -11,7 +11,7 @@ UNITS = Path(__file__).resolve().parents[2] / "systemd"
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
-@pytest.mark.parametrize("unit,instance", [("gsnd@.service", "gsnd@gsn0.service"), ("harpd.service", "harpd.service"), ("stpd.service", "stpd.service"),
+@pytest.mark.parametrize("unit,instance", [("gsnd@.service", "gsnd@gsn0.service"), ("harpd.service", "harpd.service"), ("stpd.service", "stpd.service"), ("pktwayd@.service", "pktwayd@rab.service"),
                                            ("gsn-switch.service", "gsn-switch.service")])
 def test_units_verify(tmp_path, unit, instance):
     text = (UNITS / unit).read_text()

@@ -1,0 +1,151 @@
+"""pktwayd and pktway command lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from daemons.runtime import daemon, log as logsetup
+from daemons.runtime.cliutil import reach_daemon
+from daemons.runtime.config import ConfigError, fail
+from daemons.runtime.control import request
+from daemons.wire.ula import parse_ula
+
+CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.command(context_settings=CTX)
+@click.option("-c", "--config", "path", default="/etc/gsn/pktwayd.toml", show_default=True,
+              help="Router config: [router] and two [[half]] tables (see etc/pktwayd.toml).")
+@click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+def pktwayd_main(path, check) -> None:
+    """PacketWay router: two half-routers joining two GSN fabrics (EEP + RRP level D)."""
+    from .config import load
+
+    try:
+        cfg = load(path)
+    except ConfigError as exc:
+        fail(exc)
+    if check:
+        click.echo(f"{path}: ok")
+        return
+    logsetup.setup(cfg.log_level)
+    from .daemon import Pktwayd
+
+    async def _main(nursery):
+        await nursery.start(Pktwayd(cfg).run)
+
+    daemon.run(_main)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a number (0x.. hex or decimal)") from None
+
+
+@click.group(context_settings=CTX)
+def pktway_main() -> None:
+    """PacketWay from a node: send, listen, plan routes, find nodes, read router tables.
+
+    Exit status: 0 ok, 1 no answer or unknown destination, 2 usage, 69 daemon not running.
+    """
+
+
+def _node(ulp: str, addr: str, router: str):
+    from .node import Node
+
+    return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router)))
+
+
+NODE_OPTS = [
+    click.option("--ulp", required=True, help="This host's gsnd ULP socket."),
+    click.option("--addr", required=True, help="This node's PacketWay address (e.g. 0x40)."),
+    click.option("--router", required=True, help="ULA of the half-router on this SAN."),
+]
+
+
+def node_options(f):
+    for opt in reversed(NODE_OPTS):
+        f = opt(f)
+    return f
+
+
+@pktway_main.command()
+@node_options
+@click.argument("dest")
+@click.argument("text")
+@click.option("--l2", is_flag=True, help="Plan an L2 route first (GVL2) and send along it.")
+def send(ulp, addr, router, dest, text, l2) -> None:
+    """Send TEXT to DEST (L3 through the router, or L2 along a planned route)."""
+    from .node import PktwayError
+
+    with _node(ulp, addr, router) as node:
+        route = ()
+        if l2:
+            try:
+                routes = node.route(_int(dest))
+            except (PktwayError, TimeoutError) as exc:
+                click.echo(f"pktway: {exc}", err=True)
+                sys.exit(1)
+            if not isinstance(routes, list) or not routes:
+                click.echo(f"pktway: no L2 route from this router: {routes}", err=True)
+                sys.exit(1)
+            route = routes[0][1]
+        node.send(_int(dest), text.encode(), route=route)
+
+
+@pktway_main.command()
+@node_options
+@click.option("--count", default=1, show_default=True)
+@click.option("--timeout", default=10.0, show_default=True)
+def listen(ulp, addr, router, count, timeout) -> None:
+    """Print packets addressed to this node."""
+    with _node(ulp, addr, router) as node:
+        for _ in range(count):
+            try:
+                pkt = node.recv(timeout)
+            except TimeoutError:
+                click.echo("pktway: nothing received", err=True)
+                sys.exit(1)
+            click.echo(f"from {pkt.sa:#08x} pt={pkt.pt:#06x} te={pkt.te}: {pkt.data.rstrip(bytes(1))!r}")
+
+
+@pktway_main.command()
+@node_options
+@click.argument("dest")
+def route(ulp, addr, router, dest) -> None:
+    """L2 routes to DEST with Q and MTU (GVL2), or the redirect."""
+    from .node import PktwayError
+
+    with _node(ulp, addr, router) as node:
+        try:
+            routes = node.route(_int(dest))
+        except (PktwayError, TimeoutError) as exc:
+            click.echo(f"pktway: {exc}", err=True)
+            sys.exit(1)
+    if isinstance(routes, tuple):
+        click.echo(f"redirect: use half-router {routes[1]:#08x}")
+        return
+    for q, hops, mtu in routes:
+        click.echo(f"Q={q} MTU={mtu} words  SR=" + " ".join(h.route.hex() for h in hops))
+
+
+@pktway_main.command()
+@click.argument("control")
+@click.option("--json", "as_json", is_flag=True)
+def routes(control, as_json) -> None:
+    """A router's tables (CSR, Q, MTU, RCVF) from its control socket."""
+    reply = reach_daemon("pktway", control, "pktwayd", lambda: request(control, {"cmd": "routes"}))
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+        return
+    for h in reply["halves"]:
+        click.echo(f"half-router {h['addr']:#08x} on SAN {h['san_id']:#08x} (MTU {h['mtu']} words)")
+        for rt in h["rts"]:
+            rcvf = ",".join(f"{a:#x}" for a in rt["rcvf"])
+            click.echo(f"  SAN {rt['san_id']:#08x}  Q={rt['csr_q']:<3} MinMTU={rt['min_mtu']:<6} RCVF={rcvf:<24} "
+                       f"nodes={','.join(hex(n['addr']) for n in rt['nodes'])}")
