@@ -135,6 +135,32 @@ def route(ulp, addr, router, dest) -> None:
 
 
 @pktway_main.command()
+@node_options
+@click.option("--name", help="Node name to look for.")
+@click.option("--capability", help="CC[:p1,p2,...], e.g. 7:8 = floating-point DSP with 64-bit IEEE words.")
+def find(ulp, addr, router, name, capability) -> None:
+    """Find nodes by name or capability (TELL -> INFO)."""
+    if (name is None) == (capability is None):
+        raise click.UsageError("give exactly one of --name and --capability")
+    cap = None
+    if capability is not None:
+        cc, _, params = capability.partition(":")
+        cap = (_int(cc), bytes(_int(x) for x in params.split(",") if x))
+    with _node(ulp, addr, router) as node:
+        try:
+            found = node.find(name=name.encode() if name else None, capability=cap)
+        except TimeoutError:
+            click.echo("pktway: no answer", err=True)
+            sys.exit(1)
+    if not found:
+        click.echo("pktway: no such node", err=True)
+        sys.exit(1)
+    for n in found:
+        caps = " ".join(f"CC{cc}{params}" for cc, params in n["caps"])
+        click.echo(f"{n['addr']:#08x}  {n['name'] or '-':<12} {caps}")
+
+
+@pktway_main.command()
 @click.argument("control")
 @click.option("--json", "as_json", is_flag=True)
 def routes(control, as_json) -> None:

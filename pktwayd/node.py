@@ -20,7 +20,7 @@ from daemons.wire.ulp import Op
 from . import messages as M
 from .constants import PT, ErrTE, RrpTE
 from .eep import Packet, decode
-from .rrp import Addr, Srqr
+from .rrp import Addr, Capa, Name, Srqr
 
 
 class PktwayError(Exception):
@@ -89,3 +89,19 @@ class Node:
         if reply.te == RrpTE.RDRC:
             return ("redirect", recs[1].addr)
         return [(r.q, list(r.route), r.mtu.mtu_words if r.mtu else 0) for r in recs[1:] if isinstance(r, Srqr)]
+
+    def find(self, *, name: bytes | None = None, capability: tuple[int, bytes] | None = None) -> list[dict]:
+        """TELL by name or capability: [{"addr", "name", "caps"}] of the nodes the router knows."""
+        query = [Name(name)] if name is not None else [Capa(*capability)]
+        reply = self.ask(RrpTE.TELL, query)
+        if reply.pt == PT.ERR:
+            return []
+        out: list[dict] = []
+        for r in M.records(reply):
+            if isinstance(r, Addr):
+                out.append({"addr": r.addr, "name": None, "caps": []})
+            elif out and isinstance(r, Name):
+                out[-1]["name"] = r.name.decode(errors="replace")
+            elif out and isinstance(r, Capa):
+                out[-1]["caps"].append((r.cc, list(r.params)))
+        return out

@@ -92,3 +92,13 @@ def test_cli_route_routes_and_send(net):
     assert r.returncode == 0, r.stderr
     out, _ = listener.communicate(timeout=15)
     assert "from 0x000040" in out and "via the CLI" in out
+
+
+def test_cli_find_by_name(net):
+    fa, fb, ula_a, ula_b, control = net
+    r = subprocess.run([str(BIN / "pktway"), "find", "--ulp", fb.ulp_path(1), "--addr", hex(H_B), "--router",
+                        ula_b[1], "--name", "alpha"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "0x000040" in r.stdout and "alpha" in r.stdout, r.stderr
+    r = subprocess.run([str(BIN / "pktway"), "find", "--ulp", fb.ulp_path(1), "--addr", hex(H_B), "--router",
+                        ula_b[1], "--capability", "9"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "no such node" in r.stderr
