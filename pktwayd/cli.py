@@ -7,9 +7,8 @@ import sys
 
 import click
 
-from daemons.runtime import daemon, log as logsetup
+from daemons.runtime import daemon
 from daemons.runtime.cliutil import reach_daemon
-from daemons.runtime.config import ConfigError, fail
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 
@@ -24,20 +23,12 @@ def pktwayd_main(path, check) -> None:
     """PacketWay router: two half-routers joining two GSN fabrics (EEP + RRP level D)."""
     from .config import load
 
-    try:
-        cfg = load(path)
-    except ConfigError as exc:
-        fail(exc)
-    if check:
-        click.echo(f"{path}: ok")
-        return
-    logsetup.setup(cfg.log_level)
-    from .daemon import Pktwayd
+    def _router(cfg):
+        from .daemon import Pktwayd
 
-    async def _main(nursery):
-        await nursery.start(Pktwayd(cfg).run)
+        return Pktwayd(cfg)
 
-    daemon.run(_main)
+    daemon.serve(lambda: load(path), path, _router, check=check)
 
 
 def _int(text: str) -> int:

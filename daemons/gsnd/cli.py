@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from ..runtime import daemon, log as logsetup
-from ..runtime.config import ConfigError, fail
 from . import config as gconfig
 
 
@@ -38,21 +37,14 @@ def main(config_path, interface, local, peer, cable_id, ula, runtime_dir, tap, n
     """
     overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, ula=ula,
                      runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
-    try:
-        cfg = gconfig.load(config_path, overrides)
-    except ConfigError as exc:
-        fail(exc)
-    if check:
-        click.echo(f"{config_path or 'command line'}: ok")
-        return
-    logsetup.setup(cfg.log_level)
-    from .daemon import Gsnd
-
-    async def _main(nursery):
-        await nursery.start(Gsnd(cfg).run)
 
     def _reload():
-        new = gconfig.load(config_path, overrides)
-        logsetup.setup(new.log_level)
+        logsetup.setup(gconfig.load(config_path, overrides).log_level)
 
-    daemon.run(_main, _reload)
+    def _gsnd(cfg):
+        from .daemon import Gsnd
+
+        return Gsnd(cfg)
+
+    daemon.serve(lambda: gconfig.load(config_path, overrides), config_path or "command line", _gsnd, check=check,
+                 reload=_reload)

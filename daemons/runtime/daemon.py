@@ -63,3 +63,26 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
+
+
+def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[object], object], *,
+          check: bool = False, reload: Callable[[], None] | None = None) -> None:
+    """The common daemon entry point: load the configuration (one line and exit 78
+    when it is bad), stop after ``--check``, set up logging, run ``make_daemon(cfg).run``
+    until a signal."""
+    from . import log as logsetup
+    from .config import fail
+
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        fail(exc)
+    if check:
+        print(f"{label}: ok")
+        return
+    logsetup.setup(getattr(cfg, "log_level", "info"))
+
+    async def _main(nursery):
+        await nursery.start(make_daemon(cfg).run)
+
+    run(_main, reload)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..runtime import daemon, log as logsetup
-from ..runtime.config import ConfigError, fail
+from ..runtime import daemon
 from . import config as sconfig
 
 
@@ -25,17 +24,10 @@ def main(config_path, broadcast, runtime_dir, log_level, check) -> None:
     `gsnctl -s RUNTIME_DIR/control.sock status` shows ports and counters.
     Exit status 78 means a bad configuration.
     """
-    try:
-        cfg = sconfig.load(config_path, dict(broadcast=broadcast, runtime_dir=runtime_dir, log_level=log_level))
-    except ConfigError as exc:
-        fail(exc)
-    if check:
-        click.echo(f"{config_path}: ok")
-        return
-    logsetup.setup(cfg.log_level)
-    from .daemon import SwitchDaemon
+    def _switch(cfg):
+        from .daemon import SwitchDaemon
 
-    async def _main(nursery):
-        await nursery.start(SwitchDaemon(cfg).run)
+        return SwitchDaemon(cfg)
 
-    daemon.run(_main)
+    overrides = dict(broadcast=broadcast, runtime_dir=runtime_dir, log_level=log_level)
+    daemon.serve(lambda: sconfig.load(config_path, overrides), config_path, _switch, check=check)
