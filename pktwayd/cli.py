@@ -46,16 +46,18 @@ def pktway_main() -> None:
     """
 
 
-def _node(ulp: str, addr: str, router: str):
+def _node(ulp: str, addr: str, router: str, dialect: str):
     from .node import Node
 
-    return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router)))
+    return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect))
 
 
 NODE_OPTS = [
     click.option("--ulp", required=True, help="This host's gsnd ULP socket."),
     click.option("--addr", required=True, help="This node's PacketWay address (e.g. 0x40)."),
     click.option("--router", required=True, help="ULA of the half-router on this SAN."),
+    click.option("--dialect", type=click.Choice(["pw0", "mw5"]), default="pw0", show_default=True,
+                 help="pw0 = PacketWay EEP, mw5 = MessageWay v5, as the SAN's router half is configured."),
 ]
 
 
@@ -70,11 +72,11 @@ def node_options(f):
 @click.argument("dest")
 @click.argument("text")
 @click.option("--l2", is_flag=True, help="Plan an L2 route first (GVL2) and send along it.")
-def send(ulp, addr, router, dest, text, l2) -> None:
+def send(ulp, addr, router, dialect, dest, text, l2) -> None:
     """Send TEXT to DEST (L3 through the router, or L2 along a planned route)."""
     from .node import PktwayError
 
-    with _node(ulp, addr, router) as node:
+    with _node(ulp, addr, router, dialect) as node:
         route = ()
         if l2:
             try:
@@ -93,9 +95,9 @@ def send(ulp, addr, router, dest, text, l2) -> None:
 @node_options
 @click.option("--count", default=1, show_default=True)
 @click.option("--timeout", default=10.0, show_default=True)
-def listen(ulp, addr, router, count, timeout) -> None:
+def listen(ulp, addr, router, dialect, count, timeout) -> None:
     """Print packets addressed to this node."""
-    with _node(ulp, addr, router) as node:
+    with _node(ulp, addr, router, dialect) as node:
         for _ in range(count):
             try:
                 pkt = node.recv(timeout)
@@ -108,11 +110,11 @@ def listen(ulp, addr, router, count, timeout) -> None:
 @pktway_main.command()
 @node_options
 @click.argument("dest")
-def route(ulp, addr, router, dest) -> None:
+def route(ulp, addr, router, dialect, dest) -> None:
     """L2 routes to DEST with Q and MTU (GVL2), or the redirect."""
     from .node import PktwayError
 
-    with _node(ulp, addr, router) as node:
+    with _node(ulp, addr, router, dialect) as node:
         try:
             routes = node.route(_int(dest))
         except (PktwayError, TimeoutError) as exc:
@@ -129,7 +131,7 @@ def route(ulp, addr, router, dest) -> None:
 @node_options
 @click.option("--name", help="Node name to look for.")
 @click.option("--capability", help="CC[:p1,p2,...], e.g. 7:8 = floating-point DSP with 64-bit IEEE words.")
-def find(ulp, addr, router, name, capability) -> None:
+def find(ulp, addr, router, dialect, name, capability) -> None:
     """Find nodes by name or capability (TELL -> INFO)."""
     if (name is None) == (capability is None):
         raise click.UsageError("give exactly one of --name and --capability")
@@ -137,7 +139,7 @@ def find(ulp, addr, router, name, capability) -> None:
     if capability is not None:
         cc, _, params = capability.partition(":")
         cap = (_int(cc), bytes(_int(x) for x in params.split(",") if x))
-    with _node(ulp, addr, router) as node:
+    with _node(ulp, addr, router, dialect) as node:
         try:
             found = node.find(name=name.encode() if name else None, capability=cap)
         except TimeoutError:

@@ -19,6 +19,7 @@ class HalfConfig:
     ulp: str
     ula_of: dict[int, bytes] = field(default_factory=dict)  # LRT: address -> ULA on this SAN
     nodes: tuple[NodeEntry, ...] = ()
+    dialect: str = "pw0"  # "pw0" PacketWay EEP, "mw5" MessageWay v5 (16-bit addresses) on this SAN
 
 
 @dataclass
@@ -28,6 +29,12 @@ class RouterConfig:
     halves: list[HalfConfig]
     k: int | None = 3
     log_level: str = "info"
+
+
+def _dialect(v: str) -> str:
+    if v not in ("pw0", "mw5"):
+        raise ValueError(f"{v!r} is not pw0 (PacketWay) or mw5 (MessageWay v5)")
+    return v
 
 
 def load(path: str) -> RouterConfig:
@@ -53,6 +60,7 @@ def load(path: str) -> RouterConfig:
             h.get("mtu", int, 8192, check=in_range(0, 1 << 24)),
             h.get("ulp", str, required=True),
         )
+        half.dialect = h.get("dialect", str, "pw0", check=_dialect)
         ula = h.get("ula", str, required=True, check=parse_ula)
         nodes = [NodeEntry(half.addr, (), 0, router=True)]
         half.ula_of[half.addr] = ula

@@ -46,7 +46,12 @@ class Half:
                 if ula is None or self.client is None:
                     self.engine.counters["tx_unreachable"] += 1
                     continue
-                self.client.send_nowait(ula, pkt.encode(), vc=VC, ethertype=ETHERTYPE_PKTWAY)
+                try:
+                    raw = pkt.encode(self.cfg.dialect)
+                except ValueError:  # e.g. an address MessageWay cannot express
+                    self.engine.counters["tx_untranslatable"] += 1
+                    continue
+                self.client.send_nowait(ula, raw, vc=VC, ethertype=ETHERTYPE_PKTWAY)
                 self.engine.counters["tx_packets"] += 1
             else:
                 self.engine.counters["local_packets"] += 1
@@ -54,7 +59,7 @@ class Half:
     def on_frame(self, frame, now: float) -> None:
         self.engine.now = now
         try:
-            pkt = decode(frame.payload)
+            pkt = decode(frame.payload, self.cfg.dialect)
         except DecodeError as exc:
             self.engine.counters[f"rx_bad_{exc.field}"] += 1
             return
@@ -91,6 +96,7 @@ class Pktwayd:
             hr = h.engine.hr
             out.append({
                 "addr": hr.addr, "san_id": hr.san_id, "mtu": hr.mtu, "ulp_connected": h.client is not None,
+                "dialect": h.cfg.dialect,
                 "rts": [{"san_id": rt.san_id, "sn": rt.sn, "rcvf": list(rt.rcvf), "csr_q": rt.q,
                          "csr": [r.route.hex() for r in rt.csr], "min_mtu": rt.min_mtu,
                          "nodes": [{"addr": n.addr, "q": n.q, "sr": [r.route.hex() for r in n.sr]} for n in rt.nodes]}

@@ -28,12 +28,14 @@ class PktwayError(Exception):
 
 
 class Node:
-    def __init__(self, ulp_path: str, addr: int, router_ula: bytes, *, ethertype: int | None = None) -> None:
+    def __init__(self, ulp_path: str, addr: int, router_ula: bytes, *, ethertype: int | None = None,
+                 dialect: str = "pw0") -> None:
         from .constants import ETHERTYPE_PKTWAY
 
         self.et = ethertype or ETHERTYPE_PKTWAY
         self.addr = addr
         self.router_ula = router_ula
+        self.dialect = dialect
         self.ulp = UlpClient(ulp_path)
         self.ulp.bind(self.et)
 
@@ -47,7 +49,7 @@ class Node:
         self.close()
 
     def send_packet(self, pkt: Packet, to_ula: bytes | None = None) -> None:
-        self.ulp.send(to_ula or self.router_ula, pkt.encode(), vc=1, ethertype=self.et)
+        self.ulp.send(to_ula or self.router_ula, pkt.encode(self.dialect), vc=1, ethertype=self.et)
 
     def send(self, dest: int, data: bytes, *, route=(), pt: int = PT.USER) -> None:
         self.send_packet(Packet(dt=dest, sa=self.addr, pt=pt, data=data, prefix=tuple(route)))
@@ -66,7 +68,7 @@ class Node:
             if frame.op is not Op.RECV or frame.ethertype != self.et:
                 continue
             try:
-                pkt = decode(frame.payload)
+                pkt = decode(frame.payload, self.dialect)
             except DecodeError:
                 continue
             if pkt.dt == self.addr and not pkt.prefix:

@@ -8,6 +8,8 @@ import pytest
 from daemons.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
+from daemons.ulpclient import UlpClient
+from pktwayd.constants import ETHERTYPE_PKTWAY
 from pktwayd.node import Node
 
 H_A, R_A, H_B, R_B = 0x40, 0x50, 0x60, 0x51
@@ -39,6 +41,7 @@ name = "alpha"
 addr = {R_B}
 san_id = 0x101
 mtu = 1024
+dialect = "mw5"
 ulp = "{fb.ulp_path(2)}"
 ula = "{ula_b[1]}"
 [[half.node]]
@@ -60,9 +63,15 @@ ula = "{ula_b[0]}"
 
 def test_l3_and_planned_l2_across_two_fabrics(net):
     fa, fb, ula_a, ula_b, control = net
-    with Node(fa.ulp_path(1), H_A, parse_ula(ula_a[1])) as a, Node(fb.ulp_path(1), H_B, parse_ula(ula_b[1])) as b:
-        a.send(H_B, b"hello over L3")
-        assert b.recv().data.rstrip(b"\0") == b"hello over L3"
+    # fabric B speaks MessageWay v5 (16-bit addresses): the router translates at its B half
+    with Node(fa.ulp_path(1), H_A, parse_ula(ula_a[1])) as a, \
+            Node(fb.ulp_path(1), H_B, parse_ula(ula_b[1]), dialect="mw5") as b:
+        with UlpClient(fb.ulp_path(1)) as tap:  # what really crosses fabric B
+            tap.bind(ETHERTYPE_PKTWAY)
+            a.send(H_B, b"hello over L3")
+            assert b.recv().data.rstrip(b"\0") == b"hello over L3"
+            wire = tap.recv(5).payload
+        assert wire[3] == 5 and wire[:2] == H_B.to_bytes(2, "big")  # MessageWay v5: DA(16) Prio Version=5
         routes = a.route(H_B)
         q, hops, mtu = routes[0]
         assert q == 2 and mtu == 1024 and [h.route for h in hops] == [parse_ula(ula_b[0])]  # the L2RH is the ULA
@@ -84,7 +93,7 @@ def test_cli_route_routes_and_send(net):
     r = subprocess.run([str(BIN / "pktway"), "routes", control], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "SAN 0x000101" in r.stdout and "RCVF=0x50,0x51" in r.stdout
     listener = subprocess.Popen([str(BIN / "pktway"), "listen", "--ulp", fb.ulp_path(1), "--addr", hex(H_B),
-                                 "--router", ula_b[1]], stdout=subprocess.PIPE, text=True)
+                                 "--router", ula_b[1], "--dialect", "mw5"], stdout=subprocess.PIPE, text=True)
     import time
     time.sleep(1.0)
     r = subprocess.run([str(BIN / "pktway"), "send", "--l2", "--ulp", fa.ulp_path(1), "--addr", hex(H_A),
@@ -97,8 +106,8 @@ def test_cli_route_routes_and_send(net):
 def test_cli_find_by_name(net):
     fa, fb, ula_a, ula_b, control = net
     r = subprocess.run([str(BIN / "pktway"), "find", "--ulp", fb.ulp_path(1), "--addr", hex(H_B), "--router",
-                        ula_b[1], "--name", "alpha"], capture_output=True, text=True, timeout=30)
+                        ula_b[1], "--dialect", "mw5", "--name", "alpha"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "0x000040" in r.stdout and "alpha" in r.stdout, r.stderr
     r = subprocess.run([str(BIN / "pktway"), "find", "--ulp", fb.ulp_path(1), "--addr", hex(H_B), "--router",
-                        ula_b[1], "--capability", "9"], capture_output=True, text=True, timeout=30)
+                        ula_b[1], "--dialect", "mw5", "--capability", "9"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "no such node" in r.stderr
