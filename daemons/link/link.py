@@ -343,8 +343,9 @@ class Link:
         ctrl = recs["ctrl"].astype(_U64) & _CLEAR_LINK
         ctrl |= _U64((self.expected - 1) & 0xFF) << _U64(C.CTRL_RSEQ_SHIFT)
         ctrl |= ((np.arange(n, dtype=_U64) + _U64(seq & 0xFF)) & _SEQ_MASK) << _U64(C.CTRL_TSEQ_SHIFT)
-        for i, (vc, cr) in enumerate(grants):
-            ctrl[i] |= _U64((vc << C.CTRL_VCR_SHIFT) | (cr << C.CTRL_CR_SHIFT))
+        if grants:  # credits ride on the first micropackets, one (VCR, CR) each
+            g = np.array(grants, dtype=_U64)
+            ctrl[: len(g)] |= (g[:, 0] << _U64(C.CTRL_VCR_SHIFT)) | (g[:, 1] << _U64(C.CTRL_CR_SHIFT))
         restamp(recs, ctrl)
 
     def _credit_mps(self, k: int) -> np.ndarray:
