@@ -40,6 +40,10 @@ class ErrTE(enum.IntEnum):
     GENERAL = 4
 
 
+LIVENESS_S = 5.0  # spec §3.4 PC: a WRU to the twin every 5 s ...
+LIVENESS_MISSES = 3  # ... and three unanswered ones mean it is gone
+REGATHER_S = 1.0  # after a withdrawal, GVRT the twin and buddies this much later
+
 SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)
 ETHERTYPE_PKTWAY = 0x88B6  # PC: PacketWay in GSN Messages (IEEE local experimental EtherType 2), on VC1
 MYRINET_TYPE = 0x0300

@@ -12,21 +12,42 @@ from collections import Counter
 from dataclasses import replace
 
 from . import messages as M
-from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from .constants import ADDR_HEY_YOU, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT, ErrTE, RrpTE
 from .eep import L2RH, Packet, Symbol, ei_update
-from .routing import HalfRouter, records_to_rt, rt_to_records
+from .routing import HalfRouter, NodeEntry, records_to_rt, rt_to_records
 
 
 class Engine:
-    def __init__(self, hr: HalfRouter, *, name: bytes | None = None, k: int = 3) -> None:
+    """One half-router.  ``liveness`` is the WRU period towards the twin (a twin silent
+    for ``LIVENESS_MISSES`` periods is lost) and the period of SAN mapping."""
+
+    def __init__(self, hr: HalfRouter, *, name: bytes | None = None, k: int = 3,
+                 liveness: float = LIVENESS_S, now: float = 0.0) -> None:
         self.hr = hr
         self.name = name
         self.k = k
         self.counters: Counter[str] = Counter()
-        self.now = 0.0  # the driver keeps it current
-        # an L2RH names a node of my SAN by its native route (port byte, or a GSN ULA)
-        self.by_route = {n.sr[0]: n.addr for n in hr.lrt_nodes if len(n.sr) == 1}
+        self.now = now  # the driver keeps it current
         self.gvrt_due: float | None = None
+        self.liveness = liveness
+        self.twin_alive = False
+        self.twin_heard = -1e18
+        self.probe_due = now
+        # the LRT: configured entries, plus nodes registered by INFO (Hey-You answers),
+        # restricted to the native routes the SAN's map says are present (None: all)
+        self.static = {n.addr: n for n in hr.lrt_nodes}
+        self.registered: dict[int, NodeEntry] = {}
+        self.present: set | None = None
+        self._index()
+
+    def _index(self) -> None:
+        # an L2RH names a node of my SAN by its native route (port byte, or a GSN ULA)
+        self.by_route = {n.sr[0]: n.addr for n in self.hr.lrt_nodes if len(n.sr) == 1}
+
+    def route_of(self, addr: int) -> bytes | None:
+        """The native route (a ULA on GSN) from me to a node of my SAN."""
+        e = self.hr.entry.get(addr)
+        return e.sr[0].route if e is not None and len(e.sr) == 1 else None
 
     @property
     def me(self) -> int:
@@ -38,6 +59,8 @@ class Engine:
     def _reply(self, to: int, pkt: Packet) -> list:
         if to == 0 or to & 0x800000:
             return []  # unspecified source: no answer
+        if to == self.hr.twin:
+            return [("twin", None, pkt)]
         if self._on_my_san(to):
             return [("san", to, pkt)]
         best = self.hr.routes(to)
@@ -60,7 +83,10 @@ class Engine:
         return ("twin" if hop == self.hr.twin else hop), mtu
 
     # --- packets from my SAN -----------------------------------------------------------------
-    def from_san(self, pkt: Packet, error_detected: bool = False) -> list:
+    def from_san(self, pkt: Packet, error_detected: bool = False, src_route: bytes | None = None) -> list:
+        if src_route is not None and not pkt.prefix and pkt.pt == PT.RRP and pkt.te == RrpTE.INFO \
+                and pkt.dt in (self.me, ADDR_HEY_YOU):
+            return self._register(pkt, src_route)
         prefix = list(pkt.prefix)
         while prefix and isinstance(prefix[0], Symbol):
             prefix.pop(0)  # a symbol is consumed by the first entity that meets it
@@ -72,6 +98,11 @@ class Engine:
         return self._l3(pkt, from_twin=False)
 
     def from_twin(self, pkt: Packet) -> list:
+        self.twin_heard = self.now
+        out = [] if self.twin_alive else self._twin_back()
+        return out + self._from_twin(pkt)
+
+    def _from_twin(self, pkt: Packet) -> list:
         if pkt.prefix and isinstance(pkt.prefix[0], L2RH):
             # the twin consumes the L2RH: it is the native route to a node on my SAN
             node = self.by_route.get(pkt.prefix[0])
@@ -126,8 +157,7 @@ class Engine:
         self.counters[f"rrp_{te.name}"] += 1
         sa = pkt.sa
         if te is RrpTE.WRU:
-            caps = [(2, b"".join(s.to_bytes(3, "big") for s in (self.hr.san_id,)))]
-            return self._reply(sa, M.info(sa, self.me, self.me, self.name, caps))
+            return self._reply(sa, M.info(sa, self.me, self.me, self.name, [(2, self.hr.san_id.to_bytes(3, "big"))]))
         if te is RrpTE.TELL:
             return self._tell(sa, recs, pkt)
         if te is RrpTE.GVRT:
@@ -197,7 +227,7 @@ class Engine:
             return []
         relay = self.hr.withdraw(code, addrs, pkt.sa, self.now)
         if relay:
-            self.gvrt_due = self.now + 1.0  # relearn what is left
+            self.gvrt_due = self.now + REGATHER_S  # relearn what is left
         return self._err_to(code, addrs, relay)
 
     def _err_to(self, code: str, addrs: tuple[int, ...], targets) -> list:
@@ -210,24 +240,105 @@ class Engine:
 
     def twin_lost(self) -> list:
         """The twin stopped answering (no WRU answer): LINKDOWN(me, twin) to my buddies."""
-        self.gvrt_due = self.now + 1.0
+        self.gvrt_due = self.now + REGATHER_S
         return self._err_to("LINKDOWN", (self.me, self.hr.twin), self.hr.twin_lost())
 
     def buddy_lost(self, buddy: int) -> list:
         """A buddy vanished from my SAN: HRDOWN(buddy) to my twin and remaining buddies."""
-        self.gvrt_due = self.now + 1.0
+        self.gvrt_due = self.now + REGATHER_S
         return self._err_to("HRDOWN", (buddy,), self.hr.buddy_lost(buddy))
 
-    def timer(self) -> float | None:
-        return self.gvrt_due
+    def timer(self) -> float:
+        return min(self.probe_due, self.gvrt_due if self.gvrt_due is not None else self.probe_due)
 
     def handle_timer(self, now: float) -> list:
         self.now = now
-        if self.gvrt_due is None or now < self.gvrt_due:
+        out = []
+        if now >= self.probe_due:  # the twin must answer one WRU out of LIVENESS_MISSES
+            self.probe_due = now + self.liveness
+            if self.twin_alive and now - self.twin_heard > LIVENESS_MISSES * self.liveness:
+                self.twin_alive = False
+                self.counters["twin_lost"] += 1
+                out += self.twin_lost()
+            out.append(("twin", None, M.rrp(RrpTE.WRU, self.hr.twin, self.me, [M.Addr(self.hr.twin)])))
+        if self.gvrt_due is not None and now >= self.gvrt_due:
+            self.gvrt_due = None
+            out.append(("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me)))
+            out += [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
+        return out
+
+    def _twin_back(self) -> list:
+        """The twin answers (again): my LRT to it, and ask for what it knows."""
+        self.twin_alive = True
+        self.counters["twin_up"] += 1
+        return self.start() + [("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me))]
+
+    # --- my SAN: the map and power-up registration (Hey-You) ----------------------------------------
+    def powerup(self) -> list:
+        """My SAN port came up: LRT to the twin, GVRT to my buddies, WRU to Hey-You on every
+        configured route so that the nodes behind them tell me who they are."""
+        out = self.start() + [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
+        routes = {n.sr[0].route for n in self.static.values() if len(n.sr) == 1}
+        return out + self._hey_you(routes)
+
+    def _hey_you(self, routes) -> list:
+        mine = self.route_of(self.me)
+        wru = M.rrp(RrpTE.WRU, ADDR_HEY_YOU, self.me, [M.Addr(ADDR_HEY_YOU)])
+        return [("route", r, wru) for r in sorted(routes) if r != mine]
+
+    def map_update(self, routes) -> list:
+        """The SAN's map (a GSN switch's ULA list): the native routes present now.  Entries
+        behind vanished routes leave the LRT (a buddy among them: HRDOWN); new routes are
+        asked who they are (WRU to Hey-You)."""
+        routes = set(routes)
+        known = {n.sr[0].route for n in self.hr.lrt_nodes if len(n.sr) == 1}
+        new = routes - known
+        self.present = routes | ({self.route_of(self.me)} - {None})
+        return self._relrt() + self._hey_you(new)
+
+    def _register(self, pkt: Packet, src_route: bytes) -> list:
+        from .rrp import Addr, Capa, Name
+
+        try:
+            recs = M.records(pkt)
+        except ValueError:
+            self.counters["info_malformed"] += 1
             return []
-        self.gvrt_due = None
-        out = [("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me))]
-        return out + [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
+        if not recs or not isinstance(recs[0], Addr) or not 1 <= recs[0].addr < ADDR_HEY_YOU \
+                or recs[0].addr != pkt.sa or recs[0].addr == self.me:
+            self.counters["info_unusable"] += 1
+            return []
+        name = next((r.name for r in recs if isinstance(r, Name)), None)
+        caps = tuple((r.cc, r.params) for r in recs if isinstance(r, Capa) and r.cc != 2)
+        router = any(isinstance(r, Capa) and r.cc == 2 for r in recs)
+        old = self.static.get(pkt.sa)
+        entry = NodeEntry(pkt.sa, (L2RH(src_route),), old.q if old else 1, router, name or (old.name if old else None), caps)
+        if self.registered.get(pkt.sa) == entry:
+            return []
+        self.registered[pkt.sa] = entry
+        self.counters["nodes_registered"] += 1
+        return self._relrt()
+
+    def _relrt(self) -> list:
+        """Recompute the LRT; if it changed, a new SN goes to the twin (and on from there),
+        new buddies get our twin-learned RTs, lost buddies cause HRDOWN."""
+        merged = dict(self.static)
+        merged.update(self.registered)
+        nodes = [n for a, n in sorted(merged.items()) if a == self.me or self.present is None
+                 or (len(n.sr) == 1 and n.sr[0].route in self.present)]
+        if tuple(nodes) == self.hr.lrt_nodes:
+            return []
+        before = self.hr.buddies
+        self.hr.set_lrt(nodes)
+        self._index()
+        self.counters["lrt_changes"] += 1
+        out = []
+        for b in sorted(before - self.hr.buddies):
+            out += self.buddy_lost(b)
+        for b in sorted(self.hr.buddies - before):
+            out.append(("san", b, M.rrp(RrpTE.GVRT, b, self.me)))
+            out += self._rt_messages(self.gvrt_answer(b))
+        return self.start() + out
 
     # --- TELL / INFO (§2.2, levels C and D) ---------------------------------------------------------------
     def _known_nodes(self) -> dict:

@@ -64,10 +64,19 @@ class HalfRouter:
     relayed: dict = field(default_factory=dict)  # (code, addresses) -> time last relayed
 
     def __post_init__(self) -> None:
+        self._install_lrt(self.lrt_nodes)
+
+    def _install_lrt(self, nodes) -> None:
+        self.lrt_nodes = tuple(nodes)
         self.entry = {n.addr: n for n in self.lrt_nodes}
         self.buddies = frozenset(n.addr for n in self.lrt_nodes if n.router and n.addr != self.addr)
         lrt = RT(self.san_id, self.sn, (self.addr,), (), 0, self.mtu, self.lrt_nodes)
         self.rts[lrt.rcvf] = lrt
+
+    def set_lrt(self, nodes) -> None:
+        """My SAN changed (a node registered or vanished): a new LRT with the next SN."""
+        self.sn += 1
+        self._install_lrt(nodes)
 
     @property
     def lrt(self) -> RT:

@@ -15,7 +15,10 @@ RAB, RAD, RBA = ADDR(21), ADDR(25), ADDR(22)
 def engines():
     routers = build()
     converge(routers)
-    return {a: Engine(hr) for a, hr in routers.items()}
+    out = {a: Engine(hr) for a, hr in routers.items()}
+    for e in out.values():
+        e.twin_alive, e.twin_heard = True, 0.0  # as after their first exchange
+    return out
 
 
 def only(actions):
@@ -111,7 +114,8 @@ def test_hrdown_packet_withdraws_relays_and_relearns():
     relayed = {(w, to) for w, to, p in acts if p.pt == PT.ERR and p.te == ErrTE.HRDOWN}
     assert relayed and ("san", RAD) not in relayed  # never back to the sender
     assert rab.from_san(decode(msg.encode())) == []  # nothing left to delete: not relayed again
-    assert rab.handle_timer(0.5) == [] and rab.timer() == 1.0
+    assert [p.te for _, _, p in rab.handle_timer(0.5)] == [RrpTE.WRU]  # the twin probe only
+    assert rab.timer() == 1.0
     gvrt = rab.handle_timer(1.0)
     assert {(w, to) for w, to, p in gvrt if p.te == RrpTE.GVRT} == {("twin", None), ("san", ADDR(23)), ("san", RAD)}
 
