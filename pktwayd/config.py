@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from daemons.runtime.config import ConfigError, Section, in_range, load_toml
 from daemons.wire.ula import parse_ula
 
+from daemons.io.udp import resolve
+
+from .constants import LIVENESS_S
 from .eep import L2RH
 from .routing import NodeEntry
 
@@ -17,9 +20,19 @@ class HalfConfig:
     san_id: int
     mtu: int
     ulp: str
-    ula_of: dict[int, bytes] = field(default_factory=dict)  # LRT: address -> ULA on this SAN
     nodes: tuple[NodeEntry, ...] = ()
     dialect: str = "pw0"  # "pw0" PacketWay EEP, "mw5" MessageWay v5 (16-bit addresses) on this SAN
+    map: bool = True  # follow the switch's ULA list (gsnd control socket): LRT liveness, Hey-You
+    control: str = ""  # gsnd's control socket (default: the ULP socket's path with .ctl)
+
+
+@dataclass
+class TwinConfig:
+    """The twin lives in another process: a GSN cable (UDP) between the two."""
+
+    addr: int
+    local: tuple
+    peer: tuple
 
 
 @dataclass
@@ -29,6 +42,9 @@ class RouterConfig:
     halves: list[HalfConfig]
     k: int | None = 3
     log_level: str = "info"
+    twin: TwinConfig | None = None
+    liveness: float = LIVENESS_S
+    name_bytes: bytes = b""
 
 
 def _dialect(v: str) -> str:
@@ -39,18 +55,27 @@ def _dialect(v: str) -> str:
 
 def load(path: str) -> RouterConfig:
     data = load_toml(path)
-    unknown = set(data) - {"router", "half"}
+    unknown = set(data) - {"router", "half", "twin"}
     if unknown:
         raise ConfigError(f"{path}: [{sorted(unknown)[0]}]: unknown table")
     r = Section(path, "router", data.get("router", {}))
-    name = r.get("name", str, required=True)
-    control = r.get("control", str, f"/run/pktwayd/{name}.sock")
+    rname = r.get("name", str, required=True)
+    control = r.get("control", str, f"/run/pktwayd/{rname}.sock")
     k = r.get("k", int, 3, check=in_range(0, 64)) or None
     level = r.get("log_level", str, "info")
+    liveness = r.get("liveness", float, LIVENESS_S, check=in_range(0.05, 3600))
     r.finish()
     halves_raw = data.get("half", [])
-    if not isinstance(halves_raw, list) or len(halves_raw) != 2:
-        raise ConfigError(f"{path}: [[half]]: a router has exactly two halves")
+    twin = None
+    if "twin" in data:
+        t = Section(path, "twin", data["twin"])
+        twin = TwinConfig(t.get("addr", int, required=True, check=in_range(1, 0x7FFFFD)),
+                          t.get("local", str, required=True, check=resolve), t.get("peer", str, required=True, check=resolve))
+        t.finish()
+    want = 1 if twin else 2
+    if not isinstance(halves_raw, list) or len(halves_raw) != want:
+        raise ConfigError(f"{path}: [[half]]: a router has two halves; give both, or one and a [twin] table "
+                          f"for the other's process" if not twin else f"{path}: [[half]]: with [twin], give only this process's half")
     halves = []
     for i, raw in enumerate(halves_raw):
         h = Section(path, f"half[{i}]", raw)
@@ -61,9 +86,10 @@ def load(path: str) -> RouterConfig:
             h.get("ulp", str, required=True),
         )
         half.dialect = h.get("dialect", str, "pw0", check=_dialect)
-        ula = h.get("ula", str, required=True, check=parse_ula)
+        half.map = h.get("map", bool, True)
+        half.control = h.get("control", str, half.ulp.removesuffix(".ulp") + ".ctl")
         nodes = [NodeEntry(half.addr, (), 0, router=True)]
-        half.ula_of[half.addr] = ula
+        seen = {half.addr}
         for j, nraw in enumerate(h.get("node", list, [])):
             n = Section(path, f"half[{i}].node[{j}]", nraw)
             addr = n.get("addr", int, required=True, check=in_range(1, 0x7FFFFD))
@@ -72,13 +98,15 @@ def load(path: str) -> RouterConfig:
             router = n.get("router", bool, False)
             name = n.get("name", str, None)
             n.finish()
-            if addr in half.ula_of:
+            if addr in seen:
                 raise ConfigError(f"{path}: half[{i}].node[{j}].addr: {addr:#x} listed twice")
-            half.ula_of[addr] = nula
+            seen.add(addr)
             nodes.append(NodeEntry(addr, (L2RH(nula),), q, router, name.encode() if name else None))
         h.finish()
         half.nodes = tuple(nodes)
         halves.append(half)
-    if halves[0].san_id == halves[1].san_id:
+    if twin is None and halves[0].san_id == halves[1].san_id:
         raise ConfigError(f"{path}: half[1].san_id: the two halves sit on different SANs")
-    return RouterConfig(name, control, halves, k, level)
+    if twin is not None and twin.addr == halves[0].addr:
+        raise ConfigError(f"{path}: twin.addr: the twin has its own address, not {twin.addr:#x}")
+    return RouterConfig(rname, control, halves, k, level, twin, liveness, rname.encode())

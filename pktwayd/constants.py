@@ -42,7 +42,8 @@ class ErrTE(enum.IntEnum):
 
 LIVENESS_S = 5.0  # spec §3.4 PC: a WRU to the twin every 5 s ...
 LIVENESS_MISSES = 3  # ... and three unanswered ones mean it is gone
-REGATHER_S = 1.0  # after a withdrawal, GVRT the twin and buddies this much later
+REGATHER_S = 1.0
+TWIN_HIGH_WATER_MPS = 65536  # twin-link backlog (micropackets) beyond which packets are dropped, counted  # after a withdrawal, GVRT the twin and buddies this much later
 
 SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)
 ETHERTYPE_PKTWAY = 0x88B6  # PC: PacketWay in GSN Messages (IEEE local experimental EtherType 2), on VC1

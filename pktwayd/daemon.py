@@ -1,60 +1,71 @@
-"""pktwayd's trio driver: a router made of two half-routers (twins in one process,
-so the inter-SAN link is a function call), each on a GSN fabric through that
-fabric's gsnd ULP socket (the L2RH of a GSN SAN is the destination ULA)."""
+"""pktwayd's trio driver: one router = two half-routers.  Each half sits on a GSN
+fabric through that fabric's gsnd ULP socket (the L2RH of a GSN SAN is the
+destination ULA) and follows the switch's ULA list through gsnd's control socket.
+The twins share this process (the inter-SAN link is a function call), or the other
+half runs in another pktwayd and the two are joined by a GSN cable over UDP."""
 
 from __future__ import annotations
 
 import os
+import time
 from functools import partial
 
 import structlog
 import trio
 
-from daemons.runtime.control import serve_control
+from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
+from daemons.runtime.control import request, serve_control
 from daemons.runtime.notify import sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.errors import DecodeError
-from daemons.wire.ula import format_ula
+from daemons.wire.ula import format_ula, parse_ula
 
-from . import messages as M
 from .config import HalfConfig, RouterConfig
-from .constants import ETHERTYPE_PKTWAY, RrpTE
-from .eep import decode
+from .constants import ETHERTYPE_PKTWAY
+from .eep import Packet, decode
 from .engine import Engine
 from .routing import HalfRouter
+from .twinlink import TwinLink
 
 log = structlog.get_logger("pktwayd")
 VC = 1
+NOT_NODES = {ULA_BROADCAST, ULA_HARP_SERVER}  # switch-table entries that are no port's node
 
 
 class Half:
-    def __init__(self, cfg: HalfConfig, twin_addr: int, k: int | None) -> None:
+    def __init__(self, cfg: HalfConfig, twin_addr: int, rcfg: RouterConfig) -> None:
         self.cfg = cfg
-        hr = HalfRouter(cfg.addr, cfg.san_id, cfg.mtu, twin_addr, cfg.nodes, sn=int(trio.current_time()) or 1, k=k)
-        self.engine = Engine(hr)
+        sn = int(time.time()) & 0xFFFFFFFF or 1  # spec §3.2: restarts still look newer
+        hr = HalfRouter(cfg.addr, cfg.san_id, cfg.mtu, twin_addr, cfg.nodes, sn=sn, k=rcfg.k)
+        self.engine = Engine(hr, name=rcfg.name_bytes, k=rcfg.k or 3, liveness=rcfg.liveness,
+                             now=trio.current_time())
         self.client = None
-        self.twin: "Half" | None = None
+        self.to_twin = None  # callable(Packet), set by Pktwayd
         self.up = False
 
     def act(self, actions: list) -> None:
+        c = self.engine.counters
         for where, to, pkt in actions:
             if where == "twin":
-                self.twin.engine.now = trio.current_time()
-                self.twin.act(self.twin.engine.from_twin(pkt))
-            elif where == "san":
-                ula = self.cfg.ula_of.get(to)
-                if ula is None or self.client is None:
-                    self.engine.counters["tx_unreachable"] += 1
+                self.to_twin(pkt)
+            elif where in ("san", "route"):
+                route = self.engine.route_of(to) if where == "san" else to
+                if route is None or self.client is None:
+                    c["tx_unreachable"] += 1
                     continue
                 try:
                     raw = pkt.encode(self.cfg.dialect)
                 except ValueError:  # e.g. an address MessageWay cannot express
-                    self.engine.counters["tx_untranslatable"] += 1
+                    c["tx_untranslatable"] += 1
                     continue
-                self.client.send_nowait(ula, raw, vc=VC, ethertype=ETHERTYPE_PKTWAY)
-                self.engine.counters["tx_packets"] += 1
+                self.client.send_nowait(route, raw, vc=VC, ethertype=ETHERTYPE_PKTWAY)
+                c["tx_packets"] += 1
             else:
-                self.engine.counters["local_packets"] += 1
+                c["local_packets"] += 1
+
+    def from_twin(self, pkt: Packet) -> None:
+        self.engine.now = trio.current_time()
+        self.act(self.engine.from_twin(pkt))
 
     def on_frame(self, frame, now: float) -> None:
         self.engine.now = now
@@ -63,13 +74,15 @@ class Half:
         except DecodeError as exc:
             self.engine.counters[f"rx_bad_{exc.field}"] += 1
             return
-        self.act(self.engine.from_san(pkt))
+        self.act(self.engine.from_san(pkt, src_route=bytes(frame.ula)))
 
     def on_status(self, ula) -> None:
         up = ula is not None
-        if up and not self.up:  # power-up: LRT to the twin, GVRT to the buddies
-            self.act(self.engine.start())
-            self.act([("san", b, M.rrp(RrpTE.GVRT, b, self.cfg.addr)) for b in sorted(self.engine.hr.buddies)])
+        if up and not self.up:  # power-up: LRT to the twin, GVRT to the buddies, Hey-You
+            log.info("half.up", addr=hex(self.cfg.addr), ula=format_ula(ula))
+            self.engine.now = trio.current_time()
+            self.engine.own_route = bytes(ula)
+            self.act(self.engine.powerup())
         self.up = up
 
     def set_client(self, client) -> None:
@@ -77,17 +90,70 @@ class Half:
 
     async def timers(self) -> None:
         while True:
-            await trio.sleep(0.25)
+            await trio.sleep_until(min(self.engine.timer(), trio.current_time() + 1.0))
             self.act(self.engine.handle_timer(trio.current_time()))
+
+    async def mapper(self) -> None:
+        """Every liveness period: the switch's ULA list is my SAN's map."""
+        while True:
+            await trio.sleep(self.engine.liveness)
+            if not self.up:
+                continue
+            try:
+                reply = await trio.to_thread.run_sync(request, self.cfg.control, {"cmd": "ulas"}, 2.0)
+            except OSError:
+                reply = {"ok": False}
+            if not reply.get("ok"):
+                self.engine.counters["map_unavailable"] += 1  # back-to-back, or gsnd busy: keep the LRT
+                continue
+            routes = {parse_ula(u["ula"]) for u in reply["ulas"]} - NOT_NODES
+            self.engine.now = trio.current_time()
+            self.act(self.engine.map_update(routes))
 
 
 class Pktwayd:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
-        a, b = cfg.halves
-        self.halves = [Half(a, b.addr, cfg.k), Half(b, a.addr, cfg.k)]
-        self.halves[0].twin, self.halves[1].twin = self.halves[1], self.halves[0]
+        self.link: TwinLink | None = None
+        if cfg.twin is None:
+            a, b = cfg.halves
+            self.halves = [Half(a, b.addr, cfg), Half(b, a.addr, cfg)]
+            self.halves[0].to_twin, self.halves[1].to_twin = self.halves[1].from_twin, self.halves[0].from_twin
+        else:
+            (a,) = cfg.halves
+            self.halves = [Half(a, cfg.twin.addr, cfg)]
+            self.link = TwinLink(cfg.twin.local, cfg.twin.peer, a.addr, cfg.twin.addr,
+                                 self._from_link, self._link_state)
+            self.halves[0].to_twin = self._to_link
 
+    # --- the twin in another process -------------------------------------------------------
+    def _to_link(self, pkt: Packet) -> None:
+        c = self.halves[0].engine.counters
+        try:
+            raw = pkt.encode()
+        except ValueError:
+            c["twin_untranslatable"] += 1
+            return
+        if not self.link.send(raw):
+            c["twin_tx_dropped"] += 1
+
+    def _from_link(self, raw: bytes, now: float) -> None:
+        h = self.halves[0]
+        try:
+            pkt = decode(raw)
+        except DecodeError as exc:
+            h.engine.counters[f"twin_rx_bad_{exc.field}"] += 1
+            return
+        h.from_twin(pkt)
+
+    def _link_state(self, up: bool) -> None:
+        h = self.halves[0]
+        log.info("twin.link", up=up, twin=hex(self.cfg.twin.addr))
+        if up:  # say hello at once rather than at the next WRU
+            h.engine.now = trio.current_time()
+            h.act(h.engine.twin_up())
+
+    # --- control socket ----------------------------------------------------------------------
     async def _control(self, req: dict) -> dict:
         if req.get("cmd") != "routes":
             return {"ok": False, "error": f"unknown command {req.get('cmd')!r}"}
@@ -96,24 +162,34 @@ class Pktwayd:
             hr = h.engine.hr
             out.append({
                 "addr": hr.addr, "san_id": hr.san_id, "mtu": hr.mtu, "ulp_connected": h.client is not None,
-                "dialect": h.cfg.dialect,
+                "dialect": h.cfg.dialect, "twin": hr.twin, "twin_alive": h.engine.twin_alive,
+                "buddies": sorted(hr.buddies),
                 "rts": [{"san_id": rt.san_id, "sn": rt.sn, "rcvf": list(rt.rcvf), "csr_q": rt.q,
                          "csr": [r.route.hex() for r in rt.csr], "min_mtu": rt.min_mtu,
                          "nodes": [{"addr": n.addr, "q": n.q, "sr": [r.route.hex() for r in n.sr]} for n in rt.nodes]}
                         for rt in hr.rts.values()],
                 "counters": dict(h.engine.counters),
-                "lrt_ulas": {hex(a): format_ula(u) for a, u in h.cfg.ula_of.items()},
+                "lrt_ulas": {hex(n.addr): format_ula(n.sr[0].route) for n in hr.lrt_nodes
+                             if len(n.sr) == 1 and len(n.sr[0].route) == 6},
             })
-        return {"ok": True, "router": self.cfg.name, "halves": out}
+        reply = {"ok": True, "router": self.cfg.name, "halves": out}
+        if self.link is not None:
+            reply["twin_link"] = self.link.status()
+        return reply
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_control, self.cfg.control, self._control)
+            if self.link is not None:
+                nursery.start_soon(self.link.run)
             for h in self.halves:
                 nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
                                            on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))
                 nursery.start_soon(h.timers)
-            log.info("pktwayd.started", router=self.cfg.name, halves=[hex(h.cfg.addr) for h in self.halves])
+                if h.cfg.map:
+                    nursery.start_soon(h.mapper)
+            log.info("pktwayd.started", router=self.cfg.name, halves=[hex(h.cfg.addr) for h in self.halves],
+                     twin_link=bool(self.link))
             sd_notify("READY=1")
             task_status.started()

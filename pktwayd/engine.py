@@ -38,6 +38,8 @@ class Engine:
         self.static = {n.addr: n for n in hr.lrt_nodes}
         self.registered: dict[int, NodeEntry] = {}
         self.present: set | None = None
+        self.own_route: bytes | None = None  # my port's native route (my ULA), from the driver
+        self.map_seen: set = set()  # routes of the last map, each asked "who are you" once
         self._index()
 
     def _index(self) -> None:
@@ -99,7 +101,7 @@ class Engine:
 
     def from_twin(self, pkt: Packet) -> list:
         self.twin_heard = self.now
-        out = [] if self.twin_alive else self._twin_back()
+        out = [] if self.twin_alive else self.twin_up()
         return out + self._from_twin(pkt)
 
     def _from_twin(self, pkt: Packet) -> list:
@@ -267,7 +269,7 @@ class Engine:
             out += [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
         return out
 
-    def _twin_back(self) -> list:
+    def twin_up(self) -> list:
         """The twin answers (again): my LRT to it, and ask for what it knows."""
         self.twin_alive = True
         self.counters["twin_up"] += 1
@@ -282,7 +284,7 @@ class Engine:
         return out + self._hey_you(routes)
 
     def _hey_you(self, routes) -> list:
-        mine = self.route_of(self.me)
+        mine = self.own_route
         wru = M.rrp(RrpTE.WRU, ADDR_HEY_YOU, self.me, [M.Addr(ADDR_HEY_YOU)])
         return [("route", r, wru) for r in sorted(routes) if r != mine]
 
@@ -292,8 +294,9 @@ class Engine:
         asked who they are (WRU to Hey-You)."""
         routes = set(routes)
         known = {n.sr[0].route for n in self.hr.lrt_nodes if len(n.sr) == 1}
-        new = routes - known
-        self.present = routes | ({self.route_of(self.me)} - {None})
+        new = routes - known - self.map_seen
+        self.map_seen = routes
+        self.present = routes
         return self._relrt() + self._hey_you(new)
 
     def _register(self, pkt: Packet, src_route: bytes) -> list:

@@ -18,7 +18,7 @@ from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import Op
 
 from . import messages as M
-from .constants import PT, ErrTE, RrpTE
+from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Capa, Name, Srqr
 
@@ -29,15 +29,21 @@ class PktwayError(Exception):
 
 class Node:
     def __init__(self, ulp_path: str, addr: int, router_ula: bytes, *, ethertype: int | None = None,
-                 dialect: str = "pw0") -> None:
+                 dialect: str = "pw0", name: bytes | None = None, caps=()) -> None:
         from .constants import ETHERTYPE_PKTWAY
 
         self.et = ethertype or ETHERTYPE_PKTWAY
         self.addr = addr
         self.router_ula = router_ula
         self.dialect = dialect
+        self.name = name
+        self.caps = tuple(caps)  # (CC, params) for INFO answers, e.g. (7, bytes([4, 8]))
         self.ulp = UlpClient(ulp_path)
         self.ulp.bind(self.et)
+
+    def announce(self, to_ula: bytes | None = None) -> None:
+        """Power-up registration: INFO about myself to Hey-You (the router registers me)."""
+        self.send_packet(M.info(ADDR_HEY_YOU, self.addr, self.addr, self.name, self.caps), to_ula)
 
     def close(self) -> None:
         self.ulp.close()
@@ -71,12 +77,17 @@ class Node:
                 pkt = decode(frame.payload, self.dialect)
             except DecodeError:
                 continue
-            if pkt.dt == self.addr and not pkt.prefix:
+            if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU):
+                continue
+            if pkt.pt == PT.RRP and pkt.te == RrpTE.WRU:  # "who are you": say, to whoever asked
+                self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
+                continue
+            if pkt.dt == self.addr:
                 return pkt
 
     def ask(self, te: RrpTE, records, timeout: float = 5.0) -> Packet:
         """Send an RRP request to the router (its ULA); the RRP/ERR answer."""
-        self.send_packet(M.rrp(te, 0x7FFFFE, self.addr, records))  # Hey-You: whoever gets it owns it
+        self.send_packet(M.rrp(te, ADDR_HEY_YOU, self.addr, records))  # Hey-You: whoever gets it owns it
         while True:
             pkt = self.recv(timeout)
             if pkt.pt in (PT.RRP, PT.ERR):

@@ -31,7 +31,6 @@ addr = {R_A}
 san_id = 0x100
 mtu = 2048
 ulp = "{fa.ulp_path(2)}"
-ula = "{ula_a[1]}"
 [[half.node]]
 addr = {H_A}
 ula = "{ula_a[0]}"
@@ -43,7 +42,6 @@ san_id = 0x101
 mtu = 1024
 dialect = "mw5"
 ulp = "{fb.ulp_path(2)}"
-ula = "{ula_b[1]}"
 [[half.node]]
 addr = {H_B}
 ula = "{ula_b[0]}"
