@@ -39,7 +39,10 @@ class Engine:
         self.registered: dict[int, NodeEntry] = {}
         self.present: set | None = None
         self.own_route: bytes | None = None  # my port's native route (my ULA), from the driver
-        self.map_seen: set = set()  # routes of the last map, each asked "who are you" once
+        self.map_seen: set = set()
+        self.born = now
+        self.heard: dict[int, float] = {}  # routers of my SAN -> when last heard from
+        self.silent: set[int] = set()  # ... and those that stopped answering WRUs  # routes of the last map, each asked "who are you" once
         self._index()
 
     def _index(self) -> None:
@@ -86,6 +89,10 @@ class Engine:
 
     # --- packets from my SAN -----------------------------------------------------------------
     def from_san(self, pkt: Packet, error_detected: bool = False, src_route: bytes | None = None) -> list:
+        back = self._heard(pkt.sa, src_route) if src_route is not None else []
+        return back + self._from_san(pkt, error_detected, src_route)
+
+    def _from_san(self, pkt: Packet, error_detected: bool, src_route: bytes | None) -> list:
         if src_route is not None and not pkt.prefix and pkt.pt == PT.RRP and pkt.te == RrpTE.INFO \
                 and pkt.dt in (self.me, ADDR_HEY_YOU):
             return self._register(pkt, src_route)
@@ -263,6 +270,7 @@ class Engine:
                 self.counters["twin_lost"] += 1
                 out += self.twin_lost()
             out.append(("twin", None, M.rrp(RrpTE.WRU, self.hr.twin, self.me, [M.Addr(self.hr.twin)])))
+            out += self._probe_routers(now)
         if self.gvrt_due is not None and now >= self.gvrt_due:
             self.gvrt_due = None
             out.append(("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me)))
@@ -299,6 +307,31 @@ class Engine:
         self.present = routes
         return self._relrt() + self._hey_you(new)
 
+    # --- buddies must answer too: a router process may die while its port stays up --------------
+    def _routers(self) -> dict[int, bytes]:
+        merged = {**self.static, **self.registered}
+        return {a: n.sr[0].route for a, n in merged.items() if n.router and a != self.me and len(n.sr) == 1}
+
+    def _probe_routers(self, now: float) -> list:
+        out = []
+        for a, route in sorted(self._routers().items()):
+            if a not in self.silent and now - self.heard.get(a, self.born) > LIVENESS_MISSES * self.liveness:
+                self.silent.add(a)
+                self.counters["buddy_silent"] += 1
+                out += self._relrt()  # it leaves my LRT: HRDOWN
+            out.append(("route", route, M.rrp(RrpTE.WRU, a, self.me, [M.Addr(a)])))
+        return out
+
+    def _heard(self, sa: int, src_route: bytes) -> list:
+        if self._routers().get(sa) != src_route:
+            return []
+        self.heard[sa] = self.now
+        if sa in self.silent:
+            self.silent.discard(sa)
+            self.counters["buddy_back"] += 1
+            return self._relrt()
+        return []
+
     def _register(self, pkt: Packet, src_route: bytes) -> list:
         from .rrp import Addr, Capa, Name
 
@@ -327,8 +360,8 @@ class Engine:
         new buddies get our twin-learned RTs, lost buddies cause HRDOWN."""
         merged = dict(self.static)
         merged.update(self.registered)
-        nodes = [n for a, n in sorted(merged.items()) if a == self.me or self.present is None
-                 or (len(n.sr) == 1 and n.sr[0].route in self.present)]
+        nodes = [n for a, n in sorted(merged.items()) if a == self.me or a not in self.silent and (
+                 self.present is None or len(n.sr) == 1 and n.sr[0].route in self.present)]
         if tuple(nodes) == self.hr.lrt_nodes:
             return []
         before = self.hr.buddies

@@ -149,3 +149,19 @@ def test_a_node_registers_by_answering_hey_you():
     bad = M.info(RED, 0x7001, 0x7002)  # ADDR says somebody else
     assert red.from_san(decode(bad.encode()), src_route=bytes((10, 3, 0))) == []
     assert red.counters["info_unusable"] == 1 and 0x7002 not in red.hr.entry
+
+
+def test_a_silent_buddy_is_found_by_wru_even_while_its_port_stays_up():
+    """The router process dies but its gsnd (and so the switch's ULA list) stays: its buddies
+    stop hearing answers to their WRUs and send HRDOWN themselves."""
+    net = converged()
+    net.dead.add(RDA)  # no map_san: the switch still lists it
+    net.run((LIVENESS_MISSES + 1) * LIVENESS_S)
+    d_buddies = [ADDR(28), ADDR(30), ADDR(32), ADDR(33)]
+    assert all(RDA in net.e[b].silent and RDA not in net.e[b].hr.buddies for b in d_buddies)
+    assert not any(RDA in rcvf for a, e in net.e.items() if a != RDA for rcvf in e.hr.rts)
+    assert paths(net.routers[RAB], "E") == REASONABLE_E - {p("ab/ad\\da/de\\ed")}
+    net.dead.discard(RDA)  # it answers again (same process, same SN)
+    net.run(2 * LIVENESS_S)
+    assert all(RDA in net.e[b].hr.buddies and net.e[b].counters["buddy_back"] == 1 for b in d_buddies)
+    assert paths(net.routers[RAB], "E") == REASONABLE_E
