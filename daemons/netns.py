@@ -94,6 +94,22 @@ class Fabric:
         self.procs[name] = p
         return p
 
+    def spawn(self, name: str, i: int, *argv: str) -> subprocess.Popen:
+        """Any process in host i's namespace, logged and stopped with the fabric."""
+        return self._spawn(name, self.host_ns[i - 1], list(argv))
+
+    def link_to(self, other: "Fabric", i: int, j: int, net: int) -> tuple[str, str]:
+        """A veth between my host i and ``other``'s host j, 198.18.<net>.1/30 and .2/30
+        (deleted with the namespaces); returns the two addresses."""
+        a, b = f"x{self.tag}{net}a"[-15:], f"x{self.tag}{net}b"[-15:]
+        sh("ip", "link", "add", a, "netns", self.host_ns[i - 1], "type", "veth", "peer", "name", b,
+           "netns", other.host_ns[j - 1])
+        sh("ip", "-n", self.host_ns[i - 1], "addr", "add", f"198.18.{net}.1/30", "dev", a)
+        sh("ip", "-n", other.host_ns[j - 1], "addr", "add", f"198.18.{net}.2/30", "dev", b)
+        sh("ip", "-n", self.host_ns[i - 1], "link", "set", a, "up")
+        sh("ip", "-n", other.host_ns[j - 1], "link", "set", b, "up")
+        return f"198.18.{net}.1", f"198.18.{net}.2"
+
     def switch_config(self) -> Path:
         lines = [f"[switch]\nid = 1\nbroadcast = {str(self.broadcast).lower()}\n"
                  f"runtime_dir = \"{self.tmp}/sw\"\n"]
