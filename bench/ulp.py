@@ -127,9 +127,9 @@ def start_pair(tmp, procs):
     ulas = ["02:00:00:00:00:0a", "02:00:00:00:00:0b"]
     procs += [
         subprocess.Popen([gsnd, "--local", "127.0.0.1:16400", "--peer", "127.0.0.1:16401", "--ula", ulas[0],
-                          "--runtime-dir", dirs[0], "--log-level", "warning"]),
+                          "--runtime-dir", dirs[0], "--log-level", "warning", "--no-tap"]),
         subprocess.Popen([gsnd, "--local", "127.0.0.1:16401", "--peer", "127.0.0.1:16400", "--ula", ulas[1],
-                          "--runtime-dir", dirs[1], "--log-level", "warning"]),
+                          "--runtime-dir", dirs[1], "--log-level", "warning", "--no-tap"]),
     ]
     for d in dirs:
         for _ in range(100):

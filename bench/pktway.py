@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""PacketWay forwarding speed: 64 KiB EEP packets from a host on GSN SAN A through
+one pktwayd router (two half-routers) to a host on GSN SAN B, beside the anchor
+measured in the same run: the same 64 KiB payloads between two gsnd point-to-point.
+
+    .venv/bin/python bench/pktway.py [--seconds 5] [--size 65536]
+
+Every SAN is a back-to-back gsnd pair on loopback (no switch): host A's gsnd -
+router half A's gsnd, router half B's gsnd - host B's gsnd.  Target: ratio >= 0.7."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from daemons.runtime.control import request  # noqa: E402
+from daemons.ulpclient import UlpClient  # noqa: E402
+from daemons.wire.ulp import Op  # noqa: E402
+from pktwayd.constants import ETHERTYPE_PKTWAY, PT  # noqa: E402
+from pktwayd.eep import Packet  # noqa: E402
+from ulp import start_pair, ulp_run  # noqa: E402
+
+H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
+ULAS = ["02:00:00:00:01:0a", "02:00:00:00:01:0b", "02:00:00:00:01:0c", "02:00:00:00:01:0d"]  # HA RA RB HB
+
+
+def _receiver(path, q, seconds):
+    c = UlpClient(path)
+    c.bind(ETHERTYPE_PKTWAY)
+    q.put("ready")
+    n = nbytes = 0
+    t0 = deadline = None
+    while True:
+        try:
+            f = c.recv(timeout=2.0)
+        except socket.timeout:
+            break
+        if f.op is not Op.RECV:
+            continue
+        if t0 is None:
+            t0 = time.perf_counter()
+            deadline = t0 + seconds
+        n += 1
+        nbytes += len(f.payload) - 24  # EEP header and TAIL
+        if time.perf_counter() > deadline:
+            break
+    q.put((n, nbytes, time.perf_counter() - (t0 or time.perf_counter())))
+
+
+def _sender(path, router_ula, size, seconds):
+    c = UlpClient(path)
+    c.bind(ETHERTYPE_PKTWAY)
+    raw = Packet(dt=H_B, sa=H_A, pt=PT.USER, data=os.urandom(size)).encode()
+    end = time.perf_counter() + seconds + 1.0
+    while time.perf_counter() < end:
+        c.send(router_ula, raw, vc=1, ethertype=ETHERTYPE_PKTWAY)
+
+
+def start_routed(tmp, procs):
+    gsnd = os.path.join(os.path.dirname(sys.executable), "gsnd")
+    dirs = [f"{tmp}/{n}" for n in ("ha", "ra", "rb", "hb")]
+    ports = [16410, 16411, 16412, 16413]
+    for i, (d, ula) in enumerate(zip(dirs, ULAS)):
+        peer = ports[i ^ 1]
+        procs.append(subprocess.Popen([gsnd, "--local", f"127.0.0.1:{ports[i]}", "--peer", f"127.0.0.1:{peer}",
+                                       "--ula", ula, "--runtime-dir", d, "--log-level", "warning", "--no-tap"]))
+    cfg = f"{tmp}/pktwayd.toml"
+    with open(cfg, "w") as f:
+        f.write(f"""[router]
+name = "bench"
+control = "{tmp}/pktwayd.sock"
+log_level = "warning"
+[[half]]
+addr = {R_A}
+san_id = 0x100
+mtu = 0
+ulp = "{dirs[1]}/gsn0.ulp"
+map = false
+[[half.node]]
+addr = {H_A}
+ula = "{ULAS[0]}"
+[[half]]
+addr = {R_B}
+san_id = 0x101
+mtu = 0
+ulp = "{dirs[2]}/gsn0.ulp"
+map = false
+[[half.node]]
+addr = {H_B}
+ula = "{ULAS[3]}"
+""")
+    procs.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "pktwayd"), "-c", cfg]))
+    for _ in range(200):
+        try:
+            r = request(f"{tmp}/pktwayd.sock", {"cmd": "routes"})
+            if all(h["ulp_connected"] and len(h["rts"]) == 2 for h in r["halves"]):
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    else:
+        raise SystemExit("pktwayd did not come up")
+    return dirs
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def routed_run(tmp, dirs, size, seconds, procs):
+    before = [cpu_seconds(p.pid) for p in procs]
+    q = mp.Queue()
+    r = mp.Process(target=_receiver, args=(f"{dirs[3]}/gsn0.ulp", q, seconds))
+    r.start()
+    q.get(timeout=10)
+    s = mp.Process(target=_sender, args=(f"{dirs[0]}/gsn0.ulp", bytes.fromhex(ULAS[1].replace(":", "")),
+                                         size, seconds))
+    s.start()
+    n, nbytes, dt = q.get(timeout=seconds + 30)
+    s.terminate()
+    r.join()
+    s.join()
+    counters = request(f"{tmp}/pktwayd.sock", {"cmd": "routes"})["halves"][0]["counters"]
+    cpu = [cpu_seconds(p.pid) - b for p, b in zip(procs, before)]
+    return n / dt, nbytes * 8 / dt / 1e9, counters, cpu
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--size", type=int, default=65536)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="pwbench-")
+    procs: list = []
+    try:
+        procs, pair_dirs, pair_ulas = start_pair(tmp, procs)
+        dirs = start_routed(tmp, procs)
+        anchor_rate, anchor_gbps = ulp_run(pair_dirs, pair_ulas, args.size, 1, args.seconds)
+        rate, gbps, counters, cpu = routed_run(tmp, dirs, args.size, args.seconds, procs[2:])
+        forwarded = max(1, counters.get("l3_forwarded", 0))
+        print(f"{'case':<40}{'pkts/s':>10}{'Gbit/s':>10}")
+        print(f"{'gsnd point-to-point (anchor)':<40}{anchor_rate:>10.0f}{anchor_gbps:>10.3f}")
+        print(f"{'through one pktwayd router':<40}{rate:>10.0f}{gbps:>10.3f}")
+        print(f"ratio {gbps / anchor_gbps:.3f} (target >= 0.7); router half A: "
+              f"{counters.get('l3_forwarded', 0)} forwarded, {counters.get('tx_unreachable', 0)} unreachable")
+        names = ["gsnd host A", "gsnd router A", "gsnd router B", "gsnd host B", "pktwayd"]
+        print("CPU per forwarded packet: " + ", ".join(f"{n} {c / forwarded * 1e6:.0f} us" for n, c in zip(names, cpu)))
+    finally:
+        for p in reversed(procs):  # pktwayd before the gsnds it is attached to
+            p.terminate()
+        for p in procs:
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
