@@ -43,6 +43,7 @@ class ErrTE(enum.IntEnum):
 LIVENESS_S = 5.0  # spec §3.4 PC: a WRU to the twin every 5 s ...
 LIVENESS_MISSES = 3  # ... and three unanswered ones mean it is gone
 REGATHER_S = 1.0
+REDIRECT_TTL_S = 60.0  # a node obeys an RDRC this long, then asks its default router again
 TWIN_HIGH_WATER_MPS = 65536  # twin-link backlog (micropackets) beyond which packets are dropped, counted  # after a withdrawal, GVRT the twin and buddies this much later
 
 SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)

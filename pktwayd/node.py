@@ -1,9 +1,14 @@
-"""A PacketWay node (levels B-C) on a GSN fabric: EEP packets through gsnd's ULP
-socket, L3 through a default half-router, route planning (GVL2 -> L2SR / RDRC),
-and queries (TELL -> INFO, WRU).
+"""A PacketWay node on a GSN fabric, EEP packets through gsnd's ULP socket.
+
+Level A: sends along given L2 routes (L2RHs).  Level B: L3 through a default
+half-router, obeying its redirects (RDRC) once it knows the redirected-to node's
+ULA.  Level C: plans routes (GVL2 -> L2SR / RDRC), finds nodes (TELL -> INFO),
+answers "who are you" (WRU), announces itself at power-up (INFO to Hey-You) and
+discovers its SAN's nodes (WRU to Hey-You on every port).
 
     node = Node("/run/gsnd/gsn0.ulp", addr=0x40, router_ula=...)
-    node.send(0x60, b"hello")                 # L3 via the router
+    node.announce()                           # routers register me
+    node.send(0x60, b"hello")                 # L3 via the router (or where it redirects me)
     routes = node.route(0x60)                 # [(Q, [L2RH...], MTU)] or a redirect
     node.send(0x60, b"hi", route=routes[0][1])  # L2, along a planned route
 """
@@ -12,13 +17,17 @@ from __future__ import annotations
 
 import socket
 import time
+from collections import deque
 
+from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
+from daemons.runtime.control import request
 from daemons.ulpclient import UlpClient
+from daemons.wire.ula import parse_ula
 from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import Op
 
 from . import messages as M
-from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from .constants import ADDR_HEY_YOU, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Capa, Name, Srqr
 
@@ -38,8 +47,13 @@ class Node:
         self.dialect = dialect
         self.name = name
         self.caps = tuple(caps)  # (CC, params) for INFO answers, e.g. (7, bytes([4, 8]))
+        self.ulp_path = ulp_path
         self.ulp = UlpClient(ulp_path)
-        self.ulp.bind(self.et)
+        self.ula = bytes(self.ulp.bind(self.et).ula)
+        self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
+        self.neighbours: dict[int, bytes] = {}  # address -> ULA, of nodes that answered discover()
+        self._asked: set[bytes] = set()
+        self._pending: deque[Packet] = deque()
 
     def announce(self, to_ula: bytes | None = None) -> None:
         """Power-up registration: INFO about myself to Hey-You (the router registers me)."""
@@ -58,44 +72,102 @@ class Node:
         self.ulp.send(to_ula or self.router_ula, pkt.encode(self.dialect), vc=1, ethertype=self.et)
 
     def send(self, dest: int, data: bytes, *, route=(), pt: int = PT.USER) -> None:
-        self.send_packet(Packet(dt=dest, sa=self.addr, pt=pt, data=data, prefix=tuple(route)))
+        """L2 along ``route`` (L2RHs), or L3: to the node or half-router a redirect (RDRC)
+        named for ``dest`` when I know its ULA (see :meth:`discover`), else my default router."""
+        self.poll()
+        to = None
+        via, until = self.redirects.get(dest, (None, 0.0))
+        if not route and via is not None and time.monotonic() < until:
+            to = self.neighbours.get(via)
+        self.send_packet(Packet(dt=dest, sa=self.addr, pt=pt, data=data, prefix=tuple(route)), to)
+
+    def _take(self, timeout: float) -> Packet | None:
+        """One frame from gsnd: WRUs are answered, redirects and neighbours recorded;
+        returns a packet for me, or None (nothing, or nothing for me)."""
+        try:
+            frame = self.ulp.recv(timeout)
+        except (socket.timeout, BlockingIOError):
+            raise TimeoutError("no packet") from None
+        if frame.op is not Op.RECV or frame.ethertype != self.et:
+            return None
+        try:
+            pkt = decode(frame.payload, self.dialect)
+        except DecodeError:
+            return None
+        if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU):
+            return None
+        if pkt.pt == PT.RRP and pkt.te == RrpTE.WRU:  # "who are you": say, to whoever asked
+            self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
+            return None
+        if pkt.pt == PT.RRP and pkt.te in (RrpTE.RDRC, RrpTE.INFO):
+            try:
+                recs = M.records(pkt)
+            except ValueError:
+                return None
+            if pkt.te == RrpTE.RDRC and len(recs) == 2 and all(isinstance(r, Addr) for r in recs):
+                # level B: obey redirects (for a while: the redirected-to router may die)
+                self.redirects[recs[0].addr] = (recs[1].addr, time.monotonic() + REDIRECT_TTL_S)
+            elif pkt.te == RrpTE.INFO and bytes(frame.ula) in self._asked and recs and recs[0] == Addr(pkt.sa):
+                self.neighbours[pkt.sa] = bytes(frame.ula)  # it answered my WRU itself
+        return pkt if pkt.dt == self.addr else None
+
+    def poll(self) -> None:
+        """Handle what is waiting without blocking (packets for me are kept for recv)."""
+        while True:
+            try:
+                pkt = self._take(0)
+            except TimeoutError:
+                return
+            if pkt is not None:
+                self._pending.append(pkt)
 
     def recv(self, timeout: float = 5.0) -> Packet:
         """The next packet addressed to this node."""
+        if self._pending:
+            return self._pending.popleft()
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("no packet")
-            try:
-                frame = self.ulp.recv(left)
-            except socket.timeout:
-                raise TimeoutError("no packet") from None
-            if frame.op is not Op.RECV or frame.ethertype != self.et:
-                continue
-            try:
-                pkt = decode(frame.payload, self.dialect)
-            except DecodeError:
-                continue
-            if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU):
-                continue
-            if pkt.pt == PT.RRP and pkt.te == RrpTE.WRU:  # "who are you": say, to whoever asked
-                self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
-                continue
-            if pkt.dt == self.addr:
+            pkt = self._take(left)
+            if pkt is not None:
                 return pkt
 
-    def ask(self, te: RrpTE, records, timeout: float = 5.0) -> Packet:
+    def discover(self, ulas=None, timeout: float = 0.5) -> dict[int, bytes]:
+        """Ask every port of my SAN who it is (WRU to Hey-You); returns and keeps the
+        {address: ULA} of those that answer.  Without ``ulas``, the switch's ULA list
+        comes from gsnd's control socket."""
+        if ulas is None:
+            reply = request(self.ulp_path.removesuffix(".ulp") + ".ctl", {"cmd": "ulas"})
+            if not reply.get("ok"):
+                raise PktwayError(f"no ULA list from gsnd: {reply.get('error')}")
+            ulas = [parse_ula(u["ula"]) for u in reply["ulas"]]
+        self._asked = {bytes(u) for u in ulas} - {self.ula, ULA_BROADCAST, ULA_HARP_SERVER}
+        for u in sorted(self._asked):
+            self.send_packet(M.rrp(RrpTE.WRU, ADDR_HEY_YOU, self.addr, [Addr(ADDR_HEY_YOU)]), u)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                pkt = self._take(left)
+            except TimeoutError:
+                break
+            if pkt is not None and not (pkt.pt == PT.RRP and pkt.te == RrpTE.INFO):
+                self._pending.append(pkt)
+        return {a: u for a, u in self.neighbours.items() if u in self._asked}
+
+    def ask(self, te: RrpTE, records, timeout: float = 5.0, match=lambda pkt: True) -> Packet:
         """Send an RRP request to the router (its ULA); the RRP/ERR answer."""
         self.send_packet(M.rrp(te, ADDR_HEY_YOU, self.addr, records))  # Hey-You: whoever gets it owns it
+        deadline = time.monotonic() + timeout
         while True:
-            pkt = self.recv(timeout)
-            if pkt.pt in (PT.RRP, PT.ERR):
+            pkt = self.recv(max(0.0, deadline - time.monotonic()))
+            if pkt.pt in (PT.RRP, PT.ERR) and match(pkt):
                 return pkt
 
     def route(self, dest: int):
         """L2 routes to ``dest``: [(Q, L2RHs, MTU)], or ("redirect", address), or raises."""
-        reply = self.ask(RrpTE.GVL2, [Addr(dest)])
+        reply = self.ask(RrpTE.GVL2, [Addr(dest)], match=lambda p: M.records(p)[:1] == [Addr(dest)])
         if reply.pt == PT.ERR:
             raise PktwayError(f"{dest:#x}: {ErrTE(reply.te).name if reply.te in ErrTE._value2member_map_ else reply.te}")
         recs = M.records(reply)

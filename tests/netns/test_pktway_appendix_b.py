@@ -69,6 +69,9 @@ class AppendixB:
     def kill(self, x: str) -> None:
         self.fab[self.san(x)].kill(f"pktwayd-{x}", signal.SIGKILL)
 
+    def forwarded(self, x: str) -> int:
+        return request(self.control[x], {"cmd": "routes"})["halves"][0]["counters"].get("l3_forwarded", 0)
+
     def tables(self, routers=None) -> dict[int, set] | None:
         """Every running half's kept RCVFs, or None while a router is not up yet."""
         out = {}
@@ -134,3 +137,14 @@ def test_h0_reaches_h8_and_a_dead_router_is_withdrawn_then_relearnt(appendix_b):
         print(f"\nrouter A-D killed: withdrawn everywhere in {withdrawn:.2f} s (WRU period {LIVE} s); "
               f"restarted: tables complete {relearnt:.2f} s after the spawn")
         assert withdrawn < 4 * LIVE + 2.0
+
+        # level B: Rab redirected H0 to Rad for H8 (the first packet); knowing Rad's ULA, H0 obeys
+        assert h0.discover().get(ADDR(25)) == parse_ula(net.ula["ad"])
+        h0.send(ADDR(8), b"after discovery")
+        assert h8.recv(10).data.rstrip(b"\0") == b"after discovery"
+        h0.poll()
+        assert h0.redirects[ADDR(8)][0] == ADDR(25)
+        before = net.forwarded("ab"), net.forwarded("ad")
+        h0.send(ADDR(8), b"straight to Rad")
+        assert h8.recv(10).data.rstrip(b"\0") == b"straight to Rad"
+        assert (net.forwarded("ab"), net.forwarded("ad")) == (before[0], before[1] + 1)
