@@ -46,10 +46,11 @@ def pktway_main() -> None:
     """
 
 
-def _node(ulp: str, addr: str, router: str, dialect: str):
+def _node(ulp: str, addr: str, router: str, dialect: str, name: str | None = None):
     from .node import Node
 
-    return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect))
+    return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
+                                                            name=name.encode() if name else None))
 
 
 NODE_OPTS = [
@@ -93,12 +94,19 @@ def send(ulp, addr, router, dialect, dest, text, l2) -> None:
 
 @pktway_main.command()
 @node_options
-@click.option("--count", default=1, show_default=True)
-@click.option("--timeout", default=10.0, show_default=True)
-def listen(ulp, addr, router, dialect, count, timeout) -> None:
-    """Print packets addressed to this node."""
-    with _node(ulp, addr, router, dialect) as node:
-        for _ in range(count):
+@click.option("--count", default=1, show_default=True, help="Stop after this many packets (0 = never).")
+@click.option("--timeout", default=10.0, show_default=True, help="Give up after this many quiet seconds.")
+@click.option("--name", help="Announce this node under a name (answers to TELL --name).")
+def listen(ulp, addr, router, dialect, count, timeout, name) -> None:
+    """Print packets addressed to this node.
+
+    At start the node announces itself (INFO to Hey-You), so the router registers it
+    without configuration; while listening it answers "who are you" (WRU)."""
+    with _node(ulp, addr, router, dialect, name) as node:
+        node.announce()
+        received = 0
+        while count == 0 or received < count:
+            received += 1
             try:
                 pkt = node.recv(timeout)
             except TimeoutError:
@@ -163,7 +171,10 @@ def routes(control, as_json) -> None:
         click.echo(json.dumps(reply, indent=2))
         return
     for h in reply["halves"]:
-        click.echo(f"half-router {h['addr']:#08x} on SAN {h['san_id']:#08x} (MTU {h['mtu']} words)")
+        twin = "alive" if h["twin_alive"] else "silent"
+        buddies = ",".join(hex(b) for b in h["buddies"]) or "none"
+        click.echo(f"half-router {h['addr']:#08x} on SAN {h['san_id']:#08x} (MTU {h['mtu']} words), "
+                   f"twin {h['twin']:#x} {twin}, buddies {buddies}")
         for rt in h["rts"]:
             rcvf = ",".join(f"{a:#x}" for a in rt["rcvf"])
             click.echo(f"  SAN {rt['san_id']:#08x}  Q={rt['csr_q']:<3} MinMTU={rt['min_mtu']:<6} RCVF={rcvf:<24} "

@@ -90,10 +90,12 @@ def test_cli_route_routes_and_send(net):
     assert r.returncode == 0 and "Q=2 MTU=1024" in r.stdout
     r = subprocess.run([str(BIN / "pktway"), "routes", control], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "SAN 0x000101" in r.stdout and "RCVF=0x50,0x51" in r.stdout
+    assert "twin 0x51 alive" in r.stdout
     listener = subprocess.Popen([str(BIN / "pktway"), "listen", "--ulp", fb.ulp_path(1), "--addr", hex(H_B),
                                  "--router", ula_b[1], "--dialect", "mw5"], stdout=subprocess.PIPE, text=True)
-    import time
-    time.sleep(1.0)
+    # the listener announces itself (INFO to Hey-You): once half B has registered it, it listens
+    poll(lambda: request(control, {"cmd": "routes"})["halves"][1]["counters"].get("nodes_registered"), 10,
+         what="the listener's announcement")
     r = subprocess.run([str(BIN / "pktway"), "send", "--l2", "--ulp", fa.ulp_path(1), "--addr", hex(H_A),
                         "--router", ula_a[1], hex(H_B), "via the CLI"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
