@@ -11,6 +11,7 @@ from daemons.io.udp import resolve
 
 from .constants import LIVENESS_S
 from .eep import L2RH
+from .udpsan import native
 from .routing import NodeEntry
 
 
@@ -24,6 +25,10 @@ class HalfConfig:
     dialect: str = "pw0"  # "pw0" PacketWay EEP, "mw5" MessageWay v5 (16-bit addresses) on this SAN
     map: bool = True  # follow the switch's ULA list (gsnd control socket): LRT liveness, Hey-You
     control: str = ""  # gsnd's control socket (default: the ULP socket's path with .ctl)
+    kind: str = "gsn"  # "gsn", or "udp": an emulated ServerNet/InfiniBand-style SAN (pktway-san)
+    switch: tuple | None = None  # udp: the pktway-san switch's address
+    local: tuple | None = None  # udp: my port's UDP address
+    port: int = 0  # udp: my port number on that switch
 
 
 @dataclass
@@ -45,6 +50,12 @@ class RouterConfig:
     twin: TwinConfig | None = None
     liveness: float = LIVENESS_S
     name_bytes: bytes = b""
+
+
+def _kind(v: str) -> str:
+    if v not in ("gsn", "udp"):
+        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd) or udp (an emulated SAN via pktway-san)")
+    return v
 
 
 def _dialect(v: str) -> str:
@@ -79,21 +90,32 @@ def load(path: str) -> RouterConfig:
     halves = []
     for i, raw in enumerate(halves_raw):
         h = Section(path, f"half[{i}]", raw)
+        kind = h.get("kind", str, "gsn", check=_kind)
         half = HalfConfig(
             h.get("addr", int, required=True, check=in_range(1, 0x7FFFFD)),
             h.get("san_id", int, required=True, check=in_range(1, 0x7FFFFD)),
             h.get("mtu", int, 8192, check=in_range(0, 1 << 24)),
-            h.get("ulp", str, required=True),
+            h.get("ulp", str, required=kind == "gsn") if kind == "gsn" else "",
         )
+        half.kind = kind
         half.dialect = h.get("dialect", str, "pw0", check=_dialect)
-        half.map = h.get("map", bool, True)
-        half.control = h.get("control", str, half.ulp.removesuffix(".ulp") + ".ctl")
+        if kind == "gsn":
+            half.map = h.get("map", bool, True)
+            half.control = h.get("control", str, half.ulp.removesuffix(".ulp") + ".ctl")
+        else:  # an emulated SAN (pktway-san): no switch map, liveness by WRU only
+            half.map = False
+            half.switch = h.get("switch", str, required=True, check=resolve)
+            half.local = h.get("local", str, required=True, check=resolve)
+            half.port = h.get("port", int, required=True, check=in_range(0, 255))
         nodes = [NodeEntry(half.addr, (), 0, router=True)]
         seen = {half.addr}
         for j, nraw in enumerate(h.get("node", list, [])):
             n = Section(path, f"half[{i}].node[{j}]", nraw)
             addr = n.get("addr", int, required=True, check=in_range(1, 0x7FFFFD))
-            nula = n.get("ula", str, required=True, check=parse_ula)
+            if kind == "gsn":
+                route = n.get("ula", str, required=True, check=parse_ula)
+            else:
+                route = native(n.get("port", int, required=True, check=in_range(0, 255)))
             q = n.get("q", int, 1, check=in_range(0, 0xFFFF))
             router = n.get("router", bool, False)
             name = n.get("name", str, None)
@@ -101,7 +123,7 @@ def load(path: str) -> RouterConfig:
             if addr in seen:
                 raise ConfigError(f"{path}: half[{i}].node[{j}].addr: {addr:#x} listed twice")
             seen.add(addr)
-            nodes.append(NodeEntry(addr, (L2RH(nula),), q, router, name.encode() if name else None))
+            nodes.append(NodeEntry(addr, (L2RH(route),), q, router, name.encode() if name else None))
         h.finish()
         half.nodes = tuple(nodes)
         halves.append(half)

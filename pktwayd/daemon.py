@@ -26,6 +26,7 @@ from .eep import Packet, decode
 from .engine import Engine
 from .routing import HalfRouter
 from .twinlink import TwinLink
+from .udpsan import AsyncSanPort, native
 
 log = structlog.get_logger("pktwayd")
 VC = 1
@@ -79,7 +80,7 @@ class Half:
     def on_status(self, ula) -> None:
         up = ula is not None
         if up and not self.up:  # power-up: LRT to the twin, GVRT to the buddies, Hey-You
-            log.info("half.up", addr=hex(self.cfg.addr), ula=format_ula(ula))
+            log.info("half.up", addr=hex(self.cfg.addr), route=bytes(ula).hex())
             self.engine.now = trio.current_time()
             self.engine.own_route = bytes(ula)
             self.act(self.engine.powerup())
@@ -115,6 +116,8 @@ class Pktwayd:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.link: TwinLink | None = None
+        # ports on emulated SANs, bound now so that a taken address fails at start
+        self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
         if cfg.twin is None:
             a, b = cfg.halves
             self.halves = [Half(a, b.addr, cfg), Half(b, a.addr, cfg)]
@@ -161,14 +164,15 @@ class Pktwayd:
         for h in self.halves:
             hr = h.engine.hr
             out.append({
-                "addr": hr.addr, "san_id": hr.san_id, "mtu": hr.mtu, "ulp_connected": h.client is not None,
-                "dialect": h.cfg.dialect, "twin": hr.twin, "twin_alive": h.engine.twin_alive,
+                "addr": hr.addr, "san_id": hr.san_id, "mtu": hr.mtu, "ulp_connected": h.client is not None, "up": h.up,
+                "kind": h.cfg.kind, "dialect": h.cfg.dialect, "twin": hr.twin, "twin_alive": h.engine.twin_alive,
                 "buddies": sorted(hr.buddies),
                 "rts": [{"san_id": rt.san_id, "sn": rt.sn, "rcvf": list(rt.rcvf), "csr_q": rt.q,
                          "csr": [r.route.hex() for r in rt.csr], "min_mtu": rt.min_mtu,
                          "nodes": [{"addr": n.addr, "q": n.q, "sr": [r.route.hex() for r in n.sr]} for n in rt.nodes]}
                         for rt in hr.rts.values()],
-                "counters": dict(h.engine.counters),
+                "counters": dict(h.engine.counters) | (dict(self.san_ports[hr.addr].counters)
+                                                       if hr.addr in self.san_ports else {}),
                 "lrt_ulas": {hex(n.addr): format_ula(n.sr[0].route) for n in hr.lrt_nodes
                              if len(n.sr) == 1 and len(n.sr[0].route) == 6},
             })
@@ -184,8 +188,14 @@ class Pktwayd:
             if self.link is not None:
                 nursery.start_soon(self.link.run)
             for h in self.halves:
-                nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
-                                           on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))
+                if h.cfg.kind == "udp":
+                    port = self.san_ports[h.cfg.addr]
+                    h.set_client(port)
+                    h.on_status(native(h.cfg.port))
+                    nursery.start_soon(port.run, h.on_frame)
+                else:
+                    nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
+                                               on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))
                 nursery.start_soon(h.timers)
                 if h.cfg.map:
                     nursery.start_soon(h.mapper)

@@ -47,8 +47,9 @@ class Node:
         self.dialect = dialect
         self.name = name
         self.caps = tuple(caps)  # (CC, params) for INFO answers, e.g. (7, bytes([4, 8]))
-        self.ulp_path = ulp_path
-        self.ulp = UlpClient(ulp_path)
+        self.ulp_path = ulp_path if isinstance(ulp_path, str) else None
+        # gsnd's ULP socket, or a port on an emulated SAN (pktwayd.udpsan.UdpSanPort)
+        self.ulp = UlpClient(ulp_path) if isinstance(ulp_path, str) else ulp_path
         self.ula = bytes(self.ulp.bind(self.et).ula)
         self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
         self.neighbours: dict[int, bytes] = {}  # address -> ULA, of nodes that answered discover()
@@ -139,6 +140,8 @@ class Node:
         {address: ULA} of those that answer.  Without ``ulas``, the switch's ULA list
         comes from gsnd's control socket."""
         if ulas is None:
+            if self.ulp_path is None:
+                raise PktwayError("no switch map on an emulated SAN: give the routes to ask")
             reply = request(self.ulp_path.removesuffix(".ulp") + ".ctl", {"cmd": "ulas"})
             if not reply.get("ok"):
                 raise PktwayError(f"no ULA list from gsnd: {reply.get('error')}")

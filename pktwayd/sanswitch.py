@@ -1,0 +1,126 @@
+"""pktway-san: a ServerNet- or InfiniBand-style datagram SAN emulated by one UDP
+switch process (spec pktway.md §3.8), so that pktwayd can join GSN fabrics to a
+SAN of another kind."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+import click
+import structlog
+import trio
+
+from daemons.io.udp import resolve
+from daemons.runtime import daemon
+from daemons.runtime.config import ConfigError
+from daemons.runtime.control import serve_control
+from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
+
+from .udpsan import MAX_DATAGRAM, SanSwitch
+
+log = structlog.get_logger("pktway-san")
+CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@dataclass
+class SanConfig:
+    listen: tuple
+    ports: dict[int, tuple] = field(default_factory=dict)
+    mtu: int = 0
+    kind: str = "servernet"
+    control: str | None = None
+    log_level: str = "info"
+
+
+def parse(listen: str, ports, mtu: int, kind: str, control: str | None, level: str) -> SanConfig:
+    try:
+        cfg = SanConfig(resolve(listen), mtu=mtu, kind=kind, control=control, log_level=level)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    if not 0 <= mtu <= MAX_DATAGRAM - 3:
+        raise ConfigError(f"--mtu: {mtu} is not 0..{MAX_DATAGRAM - 3} bytes")
+    for spec in ports:
+        number, sep, where = spec.partition("=")
+        if not sep or not number.isdigit() or not 0 <= int(number) <= 255:
+            raise ConfigError(f"--port {spec!r}: expected N=HOST:PORT with N in 0..255")
+        try:
+            addr = resolve(where)
+        except ValueError as exc:
+            raise ConfigError(f"--port {spec!r}: {exc}") from None
+        if int(number) in cfg.ports or addr in cfg.ports.values():
+            raise ConfigError(f"--port {spec!r}: port or address given twice")
+        cfg.ports[int(number)] = addr
+    if not cfg.ports:
+        raise ConfigError("--port: a switch needs at least one port")
+    return cfg
+
+
+class SanSwitchd:
+    def __init__(self, cfg: SanConfig) -> None:
+        self.cfg = cfg
+        self.core = SanSwitch(cfg.ports, cfg.mtu)
+        self.drops = CounterLog(log)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in cfg.listen[0] else socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(cfg.listen)
+        self.sock.setblocking(False)
+
+    async def _control(self, req: dict) -> dict:
+        if req.get("cmd") != "status":
+            return {"ok": False, "error": f"unknown command {req.get('cmd')!r}"}
+        return {"ok": True, "kind": self.cfg.kind, "ports": {p: f"{a[0]}:{a[1]}" for p, a in self.cfg.ports.items()},
+                "counters": dict(self.core.counters)}
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.cfg.control:
+                os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
+                await nursery.start(serve_control, self.cfg.control, self._control)
+            log.info("pktway-san.started", kind=self.cfg.kind, listen=self.cfg.listen, ports=len(self.cfg.ports))
+            sd_notify("READY=1")
+            task_status.started()
+            while True:
+                await trio.lowlevel.wait_readable(self.sock)
+                for _ in range(256):
+                    try:
+                        data, src = self.sock.recvfrom(MAX_DATAGRAM + 1)
+                    except BlockingIOError:
+                        break
+                    except OSError:
+                        self.core.counters["rx_error"] += 1
+                        continue
+                    for dst, out in self.core.receive(src[:2], data):
+                        try:
+                            self.sock.sendto(out, dst)
+                        except OSError:
+                            self.core.counters["tx_error"] += 1
+                self.drops.update("switch", self.core.counters, trio.current_time())
+                await trio.lowlevel.checkpoint()
+
+
+@click.command(context_settings=CTX)
+@click.option("--listen", required=True, help="The switch's UDP address, HOST:PORT (its ports send here).")
+@click.option("--port", "ports", multiple=True, metavar="N=HOST:PORT",
+              help="Port N (0..255) is the node or half-router at that UDP address. Repeat for each port.")
+@click.option("--mtu", default=0, show_default=True, help="Largest packet in bytes; bigger ones are dropped, counted "
+              "(0 = what one datagram holds).")
+@click.option("--kind", type=click.Choice(["servernet", "infiniband"]), default="servernet", show_default=True,
+              help="What the SAN stands for (logs and status only: the framing is the same).")
+@click.option("--control", help="Control socket answering {\"cmd\": \"status\"} with the per-port counters.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+@click.option("--check", is_flag=True, help="Validate the options and exit.")
+def main(listen, ports, mtu, kind, control, log_level, check) -> None:
+    """An emulated datagram SAN: one switch, numbered ports, source-routed.
+
+    A node sends [out port, 0x03, 0x00] + packet to the switch; the switch delivers
+    [in port, 0x03, 0x00] + packet to that port (the route back).  In pktwayd, a half on
+    such a SAN has kind = "udp", and its LRT names nodes by port.
+
+    Example, a three-port ServerNet-style SAN on loopback:
+
+      pktway-san --listen 127.0.0.1:7400 --port 1=127.0.0.1:7401 --port 2=127.0.0.1:7402 --port 3=127.0.0.1:7403
+    """
+    daemon.serve(lambda: parse(listen, ports, mtu, kind, control, log_level), "pktway-san", SanSwitchd, check=check)
