@@ -10,7 +10,7 @@ the dialect is chosen per link.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from daemons.wire.errors import DecodeError
 
