@@ -11,10 +11,7 @@ router half A's gsnd, router half B's gsnd - host B's gsnd.  Target: ratio >= 0.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,36 +21,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from daemons.runtime.control import request  # noqa: E402
 from daemons.ulpclient import UlpClient  # noqa: E402
-from daemons.wire.ulp import Op  # noqa: E402
 from pktwayd.constants import ETHERTYPE_PKTWAY, PT  # noqa: E402
 from pktwayd.eep import Packet  # noqa: E402
-from ulp import start_pair, ulp_run  # noqa: E402
+from ulp import measure, start_pair, stop, ulp_run  # noqa: E402
 
 H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
 ULAS = ["02:00:00:00:01:0a", "02:00:00:00:01:0b", "02:00:00:00:01:0c", "02:00:00:00:01:0d"]  # HA RA RB HB
-
-
-def _receiver(path, q, seconds):
-    c = UlpClient(path)
-    c.bind(ETHERTYPE_PKTWAY)
-    q.put("ready")
-    n = nbytes = 0
-    t0 = deadline = None
-    while True:
-        try:
-            f = c.recv(timeout=2.0)
-        except socket.timeout:
-            break
-        if f.op is not Op.RECV:
-            continue
-        if t0 is None:
-            t0 = time.perf_counter()
-            deadline = t0 + seconds
-        n += 1
-        nbytes += len(f.payload) - 24  # EEP header and TAIL
-        if time.perf_counter() > deadline:
-            break
-    q.put((n, nbytes, time.perf_counter() - (t0 or time.perf_counter())))
 
 
 def _sender(path, router_ula, size, seconds):
@@ -75,29 +48,10 @@ def start_routed(tmp, procs):
                                        "--ula", ula, "--runtime-dir", d, "--log-level", "warning", "--no-tap"]))
     cfg = f"{tmp}/pktwayd.toml"
     with open(cfg, "w") as f:
-        f.write(f"""[router]
-name = "bench"
-control = "{tmp}/pktwayd.sock"
-log_level = "warning"
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 0
-ulp = "{dirs[1]}/gsn0.ulp"
-map = false
-[[half.node]]
-addr = {H_A}
-ula = "{ULAS[0]}"
-[[half]]
-addr = {R_B}
-san_id = 0x101
-mtu = 0
-ulp = "{dirs[2]}/gsn0.ulp"
-map = false
-[[half.node]]
-addr = {H_B}
-ula = "{ULAS[3]}"
-""")
+        f.write(f'[router]\nname = "bench"\ncontrol = "{tmp}/pktwayd.sock"\nlog_level = "warning"\n')
+        for addr, san, d, node, ula in ((R_A, 0x100, dirs[1], H_A, ULAS[0]), (R_B, 0x101, dirs[2], H_B, ULAS[3])):
+            f.write(f'[[half]]\naddr = {addr}\nsan_id = {san}\nmtu = 0\nulp = "{d}/gsn0.ulp"\nmap = false\n'
+                    f'[[half.node]]\naddr = {node}\nula = "{ula}"\n')
     procs.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "pktwayd"), "-c", cfg]))
     for _ in range(200):
         try:
@@ -120,20 +74,12 @@ def cpu_seconds(pid: int) -> float:
 
 def routed_run(tmp, dirs, size, seconds, procs):
     before = [cpu_seconds(p.pid) for p in procs]
-    q = mp.Queue()
-    r = mp.Process(target=_receiver, args=(f"{dirs[3]}/gsn0.ulp", q, seconds))
-    r.start()
-    q.get(timeout=10)
-    s = mp.Process(target=_sender, args=(f"{dirs[0]}/gsn0.ulp", bytes.fromhex(ULAS[1].replace(":", "")),
-                                         size, seconds))
-    s.start()
-    n, nbytes, dt = q.get(timeout=seconds + 30)
-    s.terminate()
-    r.join()
-    s.join()
+    rate, gbps = measure((f"{dirs[3]}/gsn0.ulp",), _sender,
+                         (f"{dirs[0]}/gsn0.ulp", bytes.fromhex(ULAS[1].replace(":", "")), size, seconds), seconds,
+                         ethertype=ETHERTYPE_PKTWAY, overhead=24, idle=2.0)  # 24: EEP header and TAIL
     counters = request(f"{tmp}/pktwayd.sock", {"cmd": "routes"})["halves"][0]["counters"]
     cpu = [cpu_seconds(p.pid) - b for p, b in zip(procs, before)]
-    return n / dt, nbytes * 8 / dt / 1e9, counters, cpu
+    return rate, gbps, counters, cpu
 
 
 def main():
@@ -157,11 +103,7 @@ def main():
         names = ["gsnd host A", "gsnd router A", "gsnd router B", "gsnd host B", "pktwayd"]
         print("CPU per forwarded packet: " + ", ".join(f"{n} {c / forwarded * 1e6:.0f} us" for n, c in zip(names, cpu)))
     finally:
-        for p in reversed(procs):  # pktwayd before the gsnds it is attached to
-            p.terminate()
-        for p in procs:
-            p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(procs, tmp)
 
 
 if __name__ == "__main__":

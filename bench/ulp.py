@@ -26,16 +26,18 @@ from daemons.wire.ulp import Op  # noqa: E402
 ETHERTYPE = 0x88B5
 
 
-def _receiver(path, q, seconds):
+def _receiver(path, q, seconds, ethertype=ETHERTYPE, overhead=0, idle=1.0):
+    """Count Messages of ``ethertype`` (payload bytes minus ``overhead`` each) for
+    ``seconds`` from the first; stop early after ``idle`` quiet seconds."""
     c = UlpClient(path)
-    c.bind(ETHERTYPE)
+    c.bind(ethertype)
     q.put("ready")
     n = nbytes = 0
     t0 = None
     deadline = None
     while True:
         try:
-            f = c.recv(timeout=1.0)
+            f = c.recv(timeout=idle)
         except socket.timeout:
             break
         if f.op is not Op.RECV:
@@ -44,7 +46,7 @@ def _receiver(path, q, seconds):
             t0 = time.perf_counter()
             deadline = t0 + seconds
         n += 1
-        nbytes += len(f.payload)
+        nbytes += len(f.payload) - overhead
         if time.perf_counter() > deadline:
             break
     q.put((n, nbytes, time.perf_counter() - (t0 or time.perf_counter())))
@@ -59,18 +61,24 @@ def _sender(path, peer, size, vc, seconds):
         c.send(peer, payload, vc=vc, ethertype=ETHERTYPE)
 
 
-def ulp_run(dirs, ulas, size, vc, seconds):
+def measure(rx_args: tuple, sender, tx_args: tuple, seconds: float, **rx_kw):
+    """A receiver process (``_receiver(*rx_args, q, seconds, **rx_kw)``) and a sender
+    process; messages/s and Gbit/s as the receiver saw them."""
     q = mp.Queue()
-    r = mp.Process(target=_receiver, args=(f"{dirs[1]}/gsn0.ulp", q, seconds))
+    r = mp.Process(target=_receiver, args=(*rx_args, q, seconds), kwargs=rx_kw)
     r.start()
     q.get(timeout=10)
-    s = mp.Process(target=_sender, args=(f"{dirs[0]}/gsn0.ulp", ulas[1], size, vc, seconds))
+    s = mp.Process(target=sender, args=tx_args)
     s.start()
     n, nbytes, dt = q.get(timeout=seconds + 30)
     s.terminate()
     r.join()
     s.join()
     return n / dt, nbytes * 8 / dt / 1e9
+
+
+def ulp_run(dirs, ulas, size, vc, seconds):
+    return measure((f"{dirs[1]}/gsn0.ulp",), _sender, (f"{dirs[0]}/gsn0.ulp", ulas[1], size, vc, seconds), seconds)
 
 
 def _udp_rx(port, q, seconds):
@@ -146,6 +154,15 @@ def start_pair(tmp, procs):
     return procs, dirs, [bytes.fromhex(u.replace(":", "")) for u in ulas]
 
 
+def stop(procs, tmp) -> None:
+    """Terminate the daemons, the last started first (clients before what they attach to)."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        p.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -162,11 +179,7 @@ def main():
                 print(f"{f'{size // 1024} KiB VC{vc}':<22}{rate:>12.0f}{gbps:>10.3f}{anchor[0]:>14.0f}"
                       f"{anchor[1]:>12.3f}{gbps / anchor[1]:>8.3f}")
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(procs, tmp)
 
 
 if __name__ == "__main__":
