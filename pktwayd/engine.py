@@ -39,10 +39,12 @@ class Engine:
         self.registered: dict[int, NodeEntry] = {}
         self.present: set | None = None
         self.own_route: bytes | None = None  # my port's native route (my ULA), from the driver
-        self.map_seen: set = set()
+        self.map_seen: set = set()  # routes of the last map, each asked "who are you" once
         self.born = now
         self.heard: dict[int, float] = {}  # routers of my SAN -> when last heard from
-        self.silent: set[int] = set()  # ... and those that stopped answering WRUs  # routes of the last map, each asked "who are you" once
+        self.silent: set[int] = set()  # ... and those that stopped answering WRUs
+        self.routers: dict[int, bytes] = {}  # router entries -> native route (set by _entries)
+        self._entries()
         self._index()
 
     def _index(self) -> None:
@@ -308,13 +310,15 @@ class Engine:
         return self._relrt() + self._hey_you(new)
 
     # --- buddies must answer too: a router process may die while its port stays up --------------
-    def _routers(self) -> dict[int, bytes]:
+    def _entries(self) -> dict[int, NodeEntry]:
+        """Configured and registered entries (a registration overrides the configuration)."""
         merged = {**self.static, **self.registered}
-        return {a: n.sr[0].route for a, n in merged.items() if n.router and a != self.me and len(n.sr) == 1}
+        self.routers = {a: n.sr[0].route for a, n in merged.items() if n.router and a != self.me and len(n.sr) == 1}
+        return merged
 
     def _probe_routers(self, now: float) -> list:
         out = []
-        for a, route in sorted(self._routers().items()):
+        for a, route in sorted(self.routers.items()):
             if a not in self.silent and now - self.heard.get(a, self.born) > LIVENESS_MISSES * self.liveness:
                 self.silent.add(a)
                 self.counters["buddy_silent"] += 1
@@ -323,7 +327,7 @@ class Engine:
         return out
 
     def _heard(self, sa: int, src_route: bytes) -> list:
-        if self._routers().get(sa) != src_route:
+        if self.routers.get(sa) != src_route:
             return []
         self.heard[sa] = self.now
         if sa in self.silent:
@@ -351,6 +355,8 @@ class Engine:
         entry = NodeEntry(pkt.sa, (L2RH(src_route),), old.q if old else 1, router, name or (old.name if old else None), caps)
         if self.registered.get(pkt.sa) == entry:
             return []
+        for other in [a for a, n in self.registered.items() if n.sr == entry.sr and a != pkt.sa]:
+            del self.registered[other]  # one node behind a port: a newcomer replaces the last claim
         self.registered[pkt.sa] = entry
         self.counters["nodes_registered"] += 1
         return self._relrt()
@@ -358,9 +364,7 @@ class Engine:
     def _relrt(self) -> list:
         """Recompute the LRT; if it changed, a new SN goes to the twin (and on from there),
         new buddies get our twin-learned RTs, lost buddies cause HRDOWN."""
-        merged = dict(self.static)
-        merged.update(self.registered)
-        nodes = [n for a, n in sorted(merged.items()) if a == self.me or a not in self.silent and (
+        nodes = [n for a, n in sorted(self._entries().items()) if a == self.me or a not in self.silent and (
                  self.present is None or len(n.sr) == 1 and n.sr[0].route in self.present)]
         if tuple(nodes) == self.hr.lrt_nodes:
             return []

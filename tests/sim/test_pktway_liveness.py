@@ -165,3 +165,14 @@ def test_a_silent_buddy_is_found_by_wru_even_while_its_port_stays_up():
     net.run(2 * LIVENESS_S)
     assert all(RDA in net.e[b].hr.buddies and net.e[b].counters["buddy_back"] == 1 for b in d_buddies)
     assert paths(net.routers[RAB], "E") == REASONABLE_E
+
+
+def test_registrations_from_one_port_replace_each_other():
+    """A flood of INFOs claiming ever new addresses from one port holds one LRT entry."""
+    net = converged()
+    red = net.e[RED]
+    port_route = bytes((9, 3, 0))
+    for addr in range(0x7000, 0x7000 + 200):
+        red.from_san(decode(M.info(RED, addr, addr).encode()), src_route=port_route)
+    entries = [n.addr for n in red.hr.lrt_nodes if n.sr and n.sr[0].route == port_route]
+    assert entries == [0x7000 + 199] and len(red.registered) == 1
