@@ -40,9 +40,9 @@ class Engine:
         self.present: set | None = None
         self.own_route: bytes | None = None  # my port's native route (my ULA), from the driver
         self.map_seen: set = set()  # routes of the last map, each asked "who are you" once
-        self.born = now
         self.heard: dict[int, float] = {}  # routers of my SAN -> when last heard from
         self.silent: set[int] = set()  # ... and those that stopped answering WRUs
+        self.last_tick = now  # when handle_timer last ran
         self.routers: dict[int, bytes] = {}  # router entries -> native route (set by _entries)
         self._entries()
         self._index()
@@ -236,9 +236,10 @@ class Engine:
         if len(addrs) != (1 if code == "HRDOWN" else 2):
             self.counters["err_malformed"] += 1
             return []
+        before = len(self.hr.rts)
         relay = self.hr.withdraw(code, addrs, pkt.sa, self.now)
-        if relay:
-            self.gvrt_due = self.now + REGATHER_S  # relearn what is left
+        if len(self.hr.rts) < before:
+            self.gvrt_due = self.now + REGATHER_S  # relearn what is left (relayed or not)
         return self._err_to(code, addrs, relay)
 
     def _err_to(self, code: str, addrs: tuple[int, ...], targets) -> list:
@@ -265,6 +266,13 @@ class Engine:
     def handle_timer(self, now: float) -> list:
         self.now = now
         out = []
+        if now - self.last_tick > 2 * self.liveness:
+            # I was not running (stopped, or starved): my silence, not my neighbours'.
+            # Give them a fresh period to answer instead of declaring them all gone.
+            self.twin_heard = max(self.twin_heard, now) if self.twin_alive else self.twin_heard
+            self.heard = {a: now for a in self.heard}
+            self.counters["resumed"] += 1
+        self.last_tick = now
         if now >= self.probe_due:  # the twin must answer one WRU out of LIVENESS_MISSES
             self.probe_due = now + self.liveness
             if self.twin_alive and now - self.twin_heard > LIVENESS_MISSES * self.liveness:
@@ -280,16 +288,25 @@ class Engine:
         return out
 
     def twin_up(self) -> list:
-        """The twin answers (again): my LRT to it, and ask for what it knows."""
+        """The twin answers (again): what the exchange rule owes it (my LRT and what my
+        buddies taught me), and ask for what it knows."""
         self.twin_alive = True
         self.counters["twin_up"] += 1
-        return self.start() + [("twin", None, M.rrp(RrpTE.GVRT, self.hr.twin, self.me))]
+        return self._greet(self.hr.twin)
+
+    def _greet(self, peer: int) -> list:
+        """GVRT to ``peer`` and the RTs it would have had from me, had it been listening
+        (what was sent while it or my port was down is lost; SNs make repeats harmless)."""
+        gvrt = M.rrp(RrpTE.GVRT, peer, self.me)
+        return self._rt_messages(self.gvrt_answer(peer)) + [("twin", None, gvrt) if peer == self.hr.twin
+                                                             else ("san", peer, gvrt)]
 
     # --- my SAN: the map and power-up registration (Hey-You) ----------------------------------------
     def powerup(self) -> list:
-        """My SAN port came up: LRT to the twin, GVRT to my buddies, WRU to Hey-You on every
-        configured route so that the nodes behind them tell me who they are."""
-        out = self.start() + [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
+        """My SAN port came up: LRT to the twin, greet my buddies (GVRT, and the RTs my twin
+        taught me while the port was down), WRU to Hey-You on every configured route so that
+        the nodes behind them tell me who they are."""
+        out = self.start() + [m for b in sorted(self.hr.buddies) for m in self._greet(b)]
         routes = {n.sr[0].route for n in self.static.values() if len(n.sr) == 1}
         return out + self._hey_you(routes)
 
@@ -314,12 +331,14 @@ class Engine:
         """Configured and registered entries (a registration overrides the configuration)."""
         merged = {**self.static, **self.registered}
         self.routers = {a: n.sr[0].route for a, n in merged.items() if n.router and a != self.me and len(n.sr) == 1}
+        self.hr.san_routers = frozenset(self.routers)  # the SAN-loop rule counts silent buddies too
         return merged
 
     def _probe_routers(self, now: float) -> list:
         out = []
         for a, route in sorted(self.routers.items()):
-            if a not in self.silent and now - self.heard.get(a, self.born) > LIVENESS_MISSES * self.liveness:
+            # only a buddy once heard can fall silent (one still starting up is no news)
+            if a not in self.silent and now - self.heard.get(a, now) > LIVENESS_MISSES * self.liveness:
                 self.silent.add(a)
                 self.counters["buddy_silent"] += 1
                 out += self._relrt()  # it leaves my LRT: HRDOWN
@@ -376,8 +395,7 @@ class Engine:
         for b in sorted(before - self.hr.buddies):
             out += self.buddy_lost(b)
         for b in sorted(self.hr.buddies - before):
-            out.append(("san", b, M.rrp(RrpTE.GVRT, b, self.me)))
-            out += self._rt_messages(self.gvrt_answer(b))
+            out += self._greet(b)
         return self.start() + out
 
     # --- TELL / INFO (§2.2, levels C and D) ---------------------------------------------------------------

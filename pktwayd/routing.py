@@ -62,6 +62,8 @@ class HalfRouter:
     learned_from: dict = field(default_factory=dict)  # kept RCVF -> sender
     sent_to: dict = field(default_factory=dict)  # kept RCVF -> HRs it was passed on to
     relayed: dict = field(default_factory=dict)  # (code, addresses) -> time last relayed
+    # every HR known on my SAN, live or silent: an RT through any of them already crossed it
+    san_routers: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         self._install_lrt(self.lrt_nodes)
@@ -74,9 +76,13 @@ class HalfRouter:
         self.rts[lrt.rcvf] = lrt
 
     def set_lrt(self, nodes) -> None:
-        """My SAN changed (a node registered or vanished): a new LRT with the next SN."""
+        """My SAN changed (a node registered or vanished): a new LRT with the next SN.  A buddy
+        that (re)appears may make kept RTs break the SAN-loop rule: those are dropped."""
         self.sn += 1
         self._install_lrt(nodes)
+        if self.san_loop_rule:
+            mine = self.buddies | self.san_routers
+            self._delete([r for r, s in self.learned_from.items() if any(b in r[1:] and b != s for b in mine)])
 
     @property
     def lrt(self) -> RT:
@@ -93,7 +99,7 @@ class HalfRouter:
             return []  # loop guard
         if rt.sn <= self.sn_seen.get(rt.rcvf, -1):
             return []  # same path, nothing newer
-        if self.san_loop_rule and any(b in rt.rcvf and not (b == sender) for b in self.buddies):
+        if self.san_loop_rule and any(b in rt.rcvf and not (b == sender) for b in self.buddies | self.san_routers):
             return []  # the RT already crossed my SAN
         self.sn_seen[rt.rcvf] = rt.sn
         if sender == self.twin:

@@ -29,6 +29,15 @@ def expected() -> dict[int, set]:
     return {a: set(hr.rts) for a, hr in routers.items()}
 
 
+def differences(got, want) -> dict:
+    """Per half-router: RCVFs missing and RCVFs extra (names as in Appendix B)."""
+    name = {ADDR(v): k for k, v in HR.items()}
+    fmt = lambda rcvfs: sorted("/".join(name.get(a, hex(a)) for a in r) for r in rcvfs)  # noqa: E731
+    got = got or {}
+    return {name[a]: {"missing": fmt(want[a] - got.get(a, set())), "extra": fmt(got.get(a, set()) - want[a])}
+            for a in want if got.get(a) != want[a]}
+
+
 class AppendixB:
     def __init__(self, stack: contextlib.ExitStack) -> None:
         self.slot, self.ula, self.fab = {}, {}, {}
@@ -69,6 +78,23 @@ class AppendixB:
     def kill(self, x: str) -> None:
         self.fab[self.san(x)].kill(f"pktwayd-{x}", signal.SIGKILL)
 
+    def wait_tables(self, want, timeout, interval=0.05) -> None:
+        try:
+            poll(lambda: self.tables() == want, timeout, interval=interval, what="the simulated routing tables")
+        except AssertionError:
+            raise AssertionError(f"tables differ from the simulation: {differences(self.tables(), want)}; "
+                                 f"liveness events: {self.events()}") from None
+
+    def events(self) -> dict:
+        """Per half-router, the counters that tell of losses, withdrawals and resumptions."""
+        out = {}
+        for x, _ in ROUTERS:
+            for h in request(self.control[x], {"cmd": "routes"})["halves"]:
+                c = {k: v for k, v in h["counters"].items() if any(w in k for w in ("silent", "lost", "resumed", "err_"))}
+                if c:
+                    out[hex(h["addr"])] = c
+        return out
+
     def forwarded(self, x: str) -> int:
         return request(self.control[x], {"cmd": "routes"})["halves"][0]["counters"].get("l3_forwarded", 0)
 
@@ -96,7 +122,7 @@ def appendix_b():
         poll(lambda: net.tables() is not None, 30, interval=0.01, what="all seven routers up")
         t_ready = time.monotonic()
         want = expected()
-        poll(lambda: net.tables() == want, 30, interval=0.01, what="the simulated routing tables")
+        net.wait_tables(want, 30, interval=0.01)
         t_conv = time.monotonic()
         net.times = (t_ready - t_spawn, t_conv - t_ready)
         print(f"\nAppendix B: last router up {net.times[0]:.2f} s after spawning, converged {net.times[1]:.3f} s later")
@@ -132,7 +158,7 @@ def test_h0_reaches_h8_and_a_dead_router_is_withdrawn_then_relearnt(appendix_b):
 
         net.start("ad", "da")
         t0 = time.monotonic()
-        poll(lambda: net.tables() == want, 20, interval=0.05, what="the full tables again")
+        net.wait_tables(want, 20)
         relearnt = time.monotonic() - t0
         print(f"\nrouter A-D killed: withdrawn everywhere in {withdrawn:.2f} s (WRU period {LIVE} s); "
               f"restarted: tables complete {relearnt:.2f} s after the spawn")

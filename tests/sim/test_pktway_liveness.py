@@ -9,6 +9,7 @@ from pktwayd.constants import LIVENESS_MISSES, LIVENESS_S, PT, ErrTE, RrpTE
 from pktwayd.eep import decode
 from pktwayd.engine import Engine
 from pktwayd.routing import HalfRouter
+from pktwayd.topology import converge as flood
 from tests.sim.test_rrp_appendix_b import ADDR, REASONABLE_E, build, p, paths
 
 RAB, RDA, RAD, RED = ADDR(21), ADDR(26), ADDR(25), ADDR(34)
@@ -30,6 +31,7 @@ class Net:
         self.t = 0.0
         self.q: deque = deque()
         self.dead: set[int] = set()
+        self.port_down: set[int] = set()  # running, twin reachable, SAN port not up yet
         self.seen: list = []  # (receiver, packet) of every ERR delivered
 
     def emit(self, src: int, acts) -> None:
@@ -37,6 +39,8 @@ class Net:
         for where, to, pkt in acts:
             if where == "twin":
                 dest, kind = e.hr.twin, "twin"
+            elif src in self.port_down:
+                continue
             elif where == "san":
                 dest, kind = to, "san"
             elif where == "route":
@@ -81,6 +85,16 @@ class Net:
                 e.now = self.t
                 self.emit(a, e.map_update(live))
         self.deliver()
+
+
+def expected_tables() -> dict:
+    routers = build()
+    flood(routers)
+    return {a: set(hr.rts) for a, hr in routers.items()}
+
+
+def tables(net) -> dict:
+    return {a: set(e.hr.rts) for a, e in net.e.items()}
 
 
 def converged():
@@ -165,6 +179,29 @@ def test_a_silent_buddy_is_found_by_wru_even_while_its_port_stays_up():
     net.run(2 * LIVENESS_S)
     assert all(RDA in net.e[b].hr.buddies and net.e[b].counters["buddy_back"] == 1 for b in d_buddies)
     assert paths(net.routers[RAB], "E") == REASONABLE_E
+    assert tables(net) == expected_tables()  # nothing learnt while it was away breaks the SAN-loop rule
+
+
+def test_late_starters_are_not_buddies_lost():
+    """Routers come up one by one, seconds apart, each half's SAN port a little after its
+    twin's: nobody declares a buddy silent that it has never heard, nothing a half learnt
+    while its port was down is lost, and the tables end exactly as the simulation's."""
+    net = Net()
+    net.dead = set(net.e)  # not started yet
+    for a in sorted(net.e):
+        if a in net.dead:  # a router process starts: both halves, ...
+            b = net.routers[a].twin
+            net.dead -= {a, b}
+            net.e[a], net.e[b] = Engine(net.routers[a], now=net.t), Engine(net.routers[b], now=net.t)
+            net.port_down.add(b)  # ... the second's SAN port a little later
+            net.powerup(a)
+            net.run(0.5)
+            net.port_down.discard(b)
+            net.powerup(b)
+        net.run(4 * LIVENESS_S)  # longer than a buddy's allowed silence
+    net.run(2 * LIVENESS_S)
+    assert not any(e.counters["buddy_silent"] for e in net.e.values())
+    assert tables(net) == expected_tables()
 
 
 def test_registrations_from_one_port_replace_each_other():
@@ -176,3 +213,25 @@ def test_registrations_from_one_port_replace_each_other():
         red.from_san(decode(M.info(RED, addr, addr).encode()), src_route=port_route)
     entries = [n.addr for n in red.hr.lrt_nodes if n.sr and n.sr[0].route == port_route]
     assert entries == [0x7000 + 199] and len(red.registered) == 1
+
+
+def test_a_restarted_router_whose_far_half_comes_up_first_leaves_no_san_loops():
+    """Router A-D dies (both halves) and is withdrawn; it restarts with Rda's port up first.
+    Rad's LRT then reaches SAN A the long way round (D, C, A) while Rad is still silent to
+    its buddies: the SAN-loop rule must still count Rad, or paths entering A twice stay."""
+    net = converged()
+    net.dead |= {RAD, RDA}
+    net.run((LIVENESS_MISSES + 1) * LIVENESS_S)
+    assert RAD in net.e[RAB].silent
+    net.dead -= {RAD, RDA}
+    for a in (RAD, RDA):
+        old = net.routers[a]
+        net.routers[a] = HalfRouter(old.addr, old.san_id, old.mtu, old.twin, net.e[a].static.values(), sn=100)
+        net.e[a] = Engine(net.routers[a], now=net.t)
+    net.port_down.add(RAD)
+    net.powerup(RDA)
+    net.run(2.0)
+    net.port_down.discard(RAD)
+    net.powerup(RAD)
+    net.run(3 * LIVENESS_S)
+    assert tables(net) == expected_tables()
