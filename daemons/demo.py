@@ -1,9 +1,11 @@
-"""The demo: a GSN fabric of one switch and three hosts in network namespaces.
+"""The demo: a GSN fabric of one switch and three hosts in network namespaces,
+then a second fabric joined to it by a PacketWay router.
 
 Run as root (``sudo ./gsn demo``).  Starts gsn-switch and one gsnd per host as
 real processes on the bundled defaults, exchanges Messages on every VC through
-the ULP sockets, prints link states, ULAs, round-trip times and throughput, and
-removes everything on exit or Ctrl-C.
+the ULP sockets, prints link states, ULAs, round-trip times and throughput, runs
+IP over GSN, then routes PacketWay packets between the two fabrics through
+pktwayd, and removes everything on exit or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -69,6 +71,50 @@ def _throughput(fab: Fabric, a: int, b: int, vc: int, size: int, seconds: float 
     return got * 8 / dt / 1e9, got
 
 
+def _packetway(fa: Fabric) -> None:
+    """Fabric B (a switch + 2 hosts) joined to fabric A by one pktwayd router whose halves
+    use host3's gsnd on A and host1's on B; host1 of A talks to host2 of B."""
+    from pktwayd.node import Node
+
+    from .netns import BIN, poll
+    from .runtime.control import request
+
+    print("\nPacketWay: a second fabric (B: 1 switch + 2 hosts) joined to A by router 'rab' (pktwayd),\n"
+          "  half 0x50 on A (host3's gsnd), half 0x51 on B (its host1's gsnd); hosts A1 = 0x40, B2 = 0x60")
+    with Fabric(2, prefix="demopw") as fb:
+        fb.start_switch()
+        for i in (1, 2):
+            fb.start_gsnd(i)
+        ula_b = [fb.wait_ula(i) for i in (1, 2)]
+        ula_a = [fa.wait_ula(i) for i in (1, 2, 3)]
+        ctl = fa.tmp / "rab.sock"
+        (fa.tmp / "rab.toml").write_text(
+            f'[router]\nname = "rab"\ncontrol = "{ctl}"\n'
+            f'[[half]]\naddr = 0x50\nsan_id = 0x100\nmtu = 8192\nulp = "{fa.ulp_path(3)}"\n'
+            f'[[half.node]]\naddr = 0x40\nula = "{ula_a[0]}"\nname = "a1"\n'
+            f'[[half]]\naddr = 0x51\nsan_id = 0x101\nmtu = 1024\nulp = "{fb.ulp_path(1)}"\n'
+            f'[[half.node]]\naddr = 0x60\nula = "{ula_b[1]}"\nname = "b2"\n')
+        fa.spawn("pktwayd", 3, str(BIN / "pktwayd"), "-c", str(fa.tmp / "rab.toml"))
+        poll(lambda: ctl.exists() and all(h["twin_alive"] and len(h["rts"]) == 2
+                                          for h in request(str(ctl), {"cmd": "routes"})["halves"]), 15,
+             what="the router's halves exchanging their tables")
+        with Node(fa.ulp_path(1), 0x40, parse_ula(ula_a[2])) as a1, Node(fb.ulp_path(2), 0x60, parse_ula(ula_b[0])) as b2:
+            a1.send(0x60, b"hello from fabric A")
+            got = b2.recv(10)
+            print(f"  L3  A1 -> B2 through the router: B2 got {got.data.rstrip(bytes(1))!r} from {got.sa:#x}")
+            q, hops, mtu = a1.route(0x60)[0]
+            print(f"  GVL2 A1 asks the router for B2: L2 route Q={q} MTU={mtu} words, "
+                  f"SR = L2RH({', '.join(h.route.hex(':') for h in hops)})  (B2's ULA on fabric B)")
+            a1.send(0x60, b"along the planned L2 route", route=hops)
+            print(f"  L2  A1 -> B2: B2 got {b2.recv(10).data.rstrip(bytes(1))!r}")
+            found = b2.find(name=b"a1")
+            print(f"  TELL from B2: who is 'a1'? -> {', '.join(hex(n['addr']) for n in found)}")
+        for h in request(str(ctl), {"cmd": "routes"})["halves"]:
+            rts = "; ".join(f"SAN {rt['san_id']:#x} via RCVF {','.join(hex(x) for x in rt['rcvf'])} "
+                            f"(Q {rt['csr_q']}, MinMTU {rt['min_mtu']})" for rt in h["rts"])
+            print(f"  half {h['addr']:#x}: {rts}")
+
+
 def main() -> int:
     if os.geteuid() != 0:
         print("gsn demo: needs root to create network namespaces (try: sudo ./gsn demo)", file=sys.stderr)
@@ -116,6 +162,7 @@ def main() -> int:
                 print(f"  {e['ula']}  -> port {e['port']}  ({e['kind']})")
             print("\ndrops on the switch:",
                   sum(v for p in st["ports"].values() for k, v in p["counters"].items() if k.startswith("drop")))
+            _packetway(fab)
         except KeyboardInterrupt:
             print("\ninterrupted")
         finally:
