@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemons import _fastpath as F
 from daemons import constants as C
-from daemons.wire.crc import block_crc0, ecrc_chain_ok, running_crc
+from daemons.wire.crc import ecrc_chain_ok
 from daemons.wire.message import stream_records_numpy
-from daemons.wire.micropacket import MP_DTYPE, lcrc_exact, lcrc_fold_ok, restamp
+from daemons.wire.micropacket import MP_DTYPE, lcrc_exact, lcrc_fold_ok
+from tests.unit.fastpath_oracle import oracle_ecrc_first_bad, oracle_stamp
 
-_U64 = np.uint64
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -43,32 +43,6 @@ messages = st.builds(
     st.sampled_from([int(C.MpType.HEADER), int(C.MpType.ADMIN), int(C.MpType.DATA)]),
     st.binary(min_size=1, max_size=700),
 )
-
-
-def oracle_stamp(recs, rseq, tseq, grants):
-    """link._stamp / _stamp_rseq as they were in numpy (restamp by linearity)."""
-    n = len(recs)
-    ctrl = recs["ctrl"].astype(_U64)
-    if tseq < 0:
-        ctrl &= ~(_U64(0xFF) << _U64(C.CTRL_RSEQ_SHIFT))
-        ctrl |= _U64(rseq) << _U64(C.CTRL_RSEQ_SHIFT)
-    else:
-        ctrl &= ~_U64(((1 << 24) - 1) << C.CTRL_TSEQ_SHIFT)
-        ctrl |= _U64(rseq) << _U64(C.CTRL_RSEQ_SHIFT)
-        ctrl |= ((np.arange(n, dtype=_U64) + _U64(tseq)) & _U64(0xFF)) << _U64(C.CTRL_TSEQ_SHIFT)
-        if grants:
-            g = np.array(grants, dtype=_U64)
-            ctrl[: len(g)] |= (g[:, 0] << _U64(C.CTRL_VCR_SHIFT)) | (g[:, 1] << _U64(C.CTRL_CR_SHIFT))
-    restamp(recs, ctrl)
-
-
-def oracle_ecrc_first_bad(recs, init):
-    """Exact per-micropacket ECRC check with the numpy prefix scan."""
-    data = np.ascontiguousarray(recs["data"])
-    want = running_crc(block_crc0(data), init)
-    got = ((recs["ctrl"].astype(_U64) >> _U64(16)) & _U64(0xFFFF)).astype(np.uint16)
-    bad = np.flatnonzero(want != got)
-    return int(bad[0]) if len(bad) else -1
 
 
 # --- CRC ---------------------------------------------------------------------------
