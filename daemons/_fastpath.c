@@ -156,12 +156,12 @@ static PyObject *fp_crc16(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"buf", "init", NULL};
     Py_buffer b;
-    unsigned int init = CRC_INIT;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|I:crc16", kwlist, &b, &init))
+    int init = CRC_INIT;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|i:crc16", kwlist, &b, &init))
         return NULL;
-    if (init > 0xFFFF) {
+    if (init < 0 || init > 0xFFFF) {
         PyBuffer_Release(&b);
-        return PyErr_Format(PyExc_ValueError, "init %u does not fit in 16 bits", init);
+        return PyErr_Format(PyExc_ValueError, "init %d does not fit in 16 bits", init);
     }
     uint16_t c;
     if (b.len >= 4096) {
@@ -197,8 +197,9 @@ static PyObject *fp_lcrc_check(PyObject *self, PyObject *args, PyObject *kw)
             PyBuffer_Release(&m);
             return NULL;
         }
-        if (o.len < n) {
-            PyErr_Format(PyExc_ValueError, "ok buffer of %zd bytes is shorter than %zd micropackets", o.len, n);
+        if (o.len < n || overlaps(o.buf, n, m.buf, m.len)) {
+            PyErr_Format(PyExc_ValueError, "ok buffer of %zd bytes is shorter than %zd micropackets or overlaps them",
+                         o.len, n);
             PyBuffer_Release(&o);
             PyBuffer_Release(&m);
             return NULL;
@@ -386,13 +387,13 @@ static PyObject *fp_ecrc_check(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"mps", "init", NULL};
     PyObject *mobj;
-    unsigned int init = CRC_INIT;
+    int init = CRC_INIT;
     Py_buffer m;
     Py_ssize_t n, first_bad = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:ecrc_check", kwlist, &mobj, &init))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i:ecrc_check", kwlist, &mobj, &init))
         return NULL;
-    if (init > 0xFFFF)
-        return PyErr_Format(PyExc_ValueError, "init %u does not fit in 16 bits", init);
+    if (init < 0 || init > 0xFFFF)
+        return PyErr_Format(PyExc_ValueError, "init %d does not fit in 16 bits", init);
     if (get_mps(mobj, &m, 0, &n) < 0)
         return NULL;
     const uint8_t *p = m.buf;

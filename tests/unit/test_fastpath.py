@@ -254,10 +254,14 @@ def test_wrong_sizes_and_types_raise_cleanly():
         F.lcrc_check(np.zeros(4, MP_DTYPE)[::2])  # not contiguous
     with pytest.raises(TypeError):
         F.lcrc_check("not a buffer")
+    for init in (0x10000, -1, 2**32 + 5, 2**70):
+        with pytest.raises((ValueError, OverflowError)):
+            F.crc16(b"", init)
+        with pytest.raises((ValueError, OverflowError)):
+            F.ecrc_check(raw, init)
+    w = bytearray(raw)
     with pytest.raises(ValueError):
-        F.crc16(b"", 0x10000)
-    with pytest.raises(ValueError):
-        F.ecrc_check(raw, 0x10000)
+        F.lcrc_check(w, memoryview(w)[10:])  # ok overlaps the micropackets
     buf = bytearray(200)
     with pytest.raises(ValueError):
         F.encode(memoryview(buf)[:24], b"", memoryview(buf)[10:], 0)  # out overlaps input
@@ -271,3 +275,23 @@ def test_accepts_every_buffer_kind():
     assert F.lcrc_check(b"") == 0 and F.ecrc_check(b"") == -1
     assert F.deinterleave(b"", bytearray(0)) == 0
     F.stamp(bytearray(), 0)
+
+
+def test_large_batches_release_the_gil_and_still_agree():
+    """Batches past the GIL-release threshold, all kernels, with corruption."""
+    rng = np.random.default_rng(5)
+    body = rng.integers(0, 256, 32 * 300, dtype=np.uint8).tobytes()
+    recs = oracle_records(3, body)
+    assert c_records(3, body[:24], body[24:]).tobytes() == recs.tobytes()
+    raw = recs.view(np.uint8).reshape(len(recs), 40)
+    for i in (0, 77, 150, 151, 299):
+        raw[i, (i * 7) % 40] ^= 0x21
+    ok = np.empty(len(recs), np.uint8)
+    assert F.lcrc_check(recs, ok) == 5 and (ok.astype(bool) == lcrc_exact(recs)).all()
+    assert F.ecrc_check(recs) == oracle_ecrc_first_bad(recs)
+    want, got = recs.copy(), recs.copy()
+    oracle_stamp(want, 9, 200, [(1, 63), (3, 5)])
+    F.stamp(got, 9, 200, bytes([1, 63, 3, 5]))
+    assert got.tobytes() == want.tobytes()
+    out = bytearray(32 * len(recs))
+    assert F.deinterleave(recs, out) == len(out) and bytes(out) == recs["data"].tobytes()
