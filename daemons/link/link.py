@@ -5,7 +5,7 @@ The link is fed datagrams (``receive``) and the time (``handle_timer``), and ask
 for datagrams to send (``datagrams``) and events (``events``).  It never reads a
 clock or touches a socket.  Micropackets travel in bulk as :data:`MP_DTYPE`
 arrays; the per-micropacket fields that change per hop (VCR/CR, RSEQ, TSEQ and
-LCRC) are stamped and checked with numpy, never with a Python loop.
+LCRC) are stamped and checked by daemons._fastpath, never with a Python loop.
 """
 
 from __future__ import annotations
