@@ -49,7 +49,7 @@ def _libasan() -> str | None:
 def test_kernels_clean_under_asan_and_ubsan(tmp_path):
     so = tmp_path / ("_fastpath" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall", "-Werror",
+        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
          "-I", sysconfig.get_paths()["include"], str(SOURCE), "-o", str(so)],
         capture_output=True, text=True,
