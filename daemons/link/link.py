@@ -5,7 +5,7 @@ The link is fed datagrams (``receive``) and the time (``handle_timer``), and ask
 for datagrams to send (``datagrams``) and events (``events``).  It never reads a
 clock or touches a socket.  Micropackets travel in bulk as :data:`MP_DTYPE`
 arrays; the per-micropacket fields that change per hop (VCR/CR, RSEQ, TSEQ and
-LCRC) are stamped and checked with numpy, never with a Python loop.
+LCRC) are stamped and checked by daemons._fastpath, never with a Python loop.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _fastpath
 from .. import constants as C
 from ..constants import MpType
 from ..wire.errors import DecodeError
@@ -198,9 +199,17 @@ class Link:
             self.counters["wrong_cable"] += 1
             return
         recs = np.frombuffer(datagram, MP_DTYPE, count, C.SHIM_BYTES)
-        if not lcrc_fold_ok(recs):
-            self.counters["lcrc_error"] += 1
-            return
+        bad = _fastpath.lcrc_check(recs)  # each micropacket on its own (spec §1.4 item 3, §1.5)
+        if bad:
+            self.counters["lcrc_error"] += bad
+            ok = np.empty(count, np.uint8)
+            _fastpath.lcrc_check(recs, ok)
+            # sequenced: those after the first bad one are out of sequence now (go-back-N)
+            keep = recs[: int(np.argmin(ok))] if shim.sequenced else recs[ok.view(bool)]
+            self.counters["dropped_after_lcrc_error_mps"] += count - bad - len(keep)
+            if not len(keep):
+                return
+            recs = keep
         if shim.sequenced:
             self._receive_sequenced(shim, recs, now)
         else:
@@ -339,14 +348,8 @@ class Link:
 
     def _stamp(self, recs: np.ndarray, seq: int, grants: list[tuple[int, int]]) -> None:
         """Set VCR/CR (first micropackets), RSEQ and TSEQ, and fix LCRC."""
-        n = len(recs)
-        ctrl = recs["ctrl"].astype(_U64) & _CLEAR_LINK
-        ctrl |= _U64((self.expected - 1) & 0xFF) << _U64(C.CTRL_RSEQ_SHIFT)
-        ctrl |= ((np.arange(n, dtype=_U64) + _U64(seq & 0xFF)) & _SEQ_MASK) << _U64(C.CTRL_TSEQ_SHIFT)
-        if grants:  # credits ride on the first micropackets, one (VCR, CR) each
-            g = np.array(grants, dtype=_U64)
-            ctrl[: len(g)] |= (g[:, 0] << _U64(C.CTRL_VCR_SHIFT)) | (g[:, 1] << _U64(C.CTRL_CR_SHIFT))
-        restamp(recs, ctrl)
+        # compiled, in place; credits ride on the first micropackets, one (VCR, CR) each
+        _fastpath.stamp(recs, (self.expected - 1) & 0xFF, seq & 0xFF, bytes(x for g in grants for x in g))
 
     def _credit_mps(self, k: int) -> np.ndarray:
         recs = np.zeros(k, MP_DTYPE)
@@ -468,9 +471,7 @@ class Link:
         return out
 
     def _stamp_rseq(self, recs: np.ndarray) -> None:
-        ctrl = recs["ctrl"].astype(_U64) & ~(_U64(0xFF) << _U64(C.CTRL_RSEQ_SHIFT))
-        ctrl |= _U64((self.expected - 1) & 0xFF) << _U64(C.CTRL_RSEQ_SHIFT)
-        restamp(recs, ctrl)
+        _fastpath.stamp(recs, (self.expected - 1) & 0xFF)  # RSEQ only, LCRC fixed in place
 
     def status(self) -> dict:
         return {

@@ -8,7 +8,7 @@ with a zero initial value the CRC is linear over GF(2), so
   (:func:`block_crc0` uses one 64 Ki-entry table per 16-bit word);
 * ``crc(a XOR b) == crc(a) XOR crc(b)`` for strings of equal length, which lets a
   link re-stamp LCRC after changing a few control bytes, and verify a whole batch
-  with one fold (:func:`fold_check`).
+  with one fold (:func:`ecrc_chain_ok`, tests only: errors can cancel).
 """
 
 from __future__ import annotations
@@ -107,7 +107,9 @@ def ecrc_chain_ok(data: np.ndarray, ecrcs: np.ndarray, init: int = CRC_INIT) -> 
     Each block's CRC is implied by consecutive ECRCs: ``B[k] = R[k] ^ M(R[k-1])``;
     by linearity the XOR of the implied values must equal the CRC of the XOR of
     the blocks.  A corrupt single block always fails; corrupt ECRC fields are
-    caught by the LCRC, which covers them.
+    caught by the LCRC, which covers them.  Errors in two blocks can cancel (the
+    same bit flipped in both passes), so this is a test helper only; the
+    destination uses the exact :func:`daemons._fastpath.ecrc_check`.
     """
     if len(ecrcs) == 0:
         return True

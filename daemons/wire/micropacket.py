@@ -117,7 +117,12 @@ def _k38() -> int:
 
 
 def lcrc_fold_ok(recs: np.ndarray) -> bool:
-    """Check every LCRC of a batch with one fold (exact for any single bad micropacket)."""
+    """Check every LCRC of a batch with one fold (exact for any single bad micropacket).
+
+    NOT a verification: errors in two micropackets can cancel (the same bit flipped
+    in both passes).  Kept for tests; the link uses :func:`daemons._fastpath.lcrc_check`,
+    which checks each micropacket on its own.
+    """
     n = len(recs)
     if n == 0:
         return True

@@ -1,0 +1,481 @@
+/* Compiled data-plane kernels for GSN micropackets (DESIGN §4, layer 1).
+ *
+ * Every entry works on caller-owned buffers through the buffer protocol
+ * (bytes, bytearray, memoryview, C-contiguous numpy arrays), creates no Python
+ * object per micropacket, and releases the GIL around loops over enough
+ * micropackets to be worth it.  Wire format (spec §1.2, daemons/constants.py):
+ * 32 data bytes, then the 64-bit big-endian control word
+ *
+ *   VC 63..62 | TYPE 61..58 | TAIL 57 | ERROR 56 | VCR 55..54 | CR 53..48 |
+ *   RSEQ 47..40 | TSEQ 39..32 | ECRC 31..16 | LCRC 15..0
+ *
+ * CRC-16/IBM-3740 (poly 0x1021, init 0xFFFF, unreflected, xorout 0).
+ * LCRC = CRC(data[0..31] + ctrl bytes 0..5); ECRC = running CRC of the data
+ * areas of a Message from 0xFFFF, stored after each micropacket.
+ *
+ * CRCs use slicing-by-16 tables: T[k][v] is the zero-init CRC of byte v
+ * followed by k zero bytes.  With a zero initial value the CRC is linear, so a
+ * 32-byte block's zero-init CRC b is computed once and both CRCs are derived:
+ *   ECRC(k) = M32(ECRC(k-1)) ^ b,   LCRC = M6(M32(0xFFFF) ^ b) ^ crc0(ctrl6)
+ * where Mn = "advance the register over n zero bytes" (a 16-bit linear map,
+ * applied as two 256-entry tables).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MP_BYTES 40
+#define MP_DATA 32
+#define CRC_POLY 0x1021u
+#define CRC_INIT 0xFFFFu
+#define LINK_BITS 0x00FFFFFF00000000ull /* VCR | CR | RSEQ | TSEQ */
+#define RSEQ_BITS 0x0000FF0000000000ull
+#define GIL_MIN_MPS 64 /* release the GIL only for batches at least this long */
+
+static uint16_t T[16][256];
+static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
+static uint16_t K32;                      /* M32(0xFFFF) */
+
+static uint16_t advance_slow(uint16_t x, int nbytes)
+{
+    while (nbytes--) {
+        for (int b = 0; b < 8; b++)
+            x = (uint16_t)((x & 0x8000u) ? ((unsigned)x << 1) ^ CRC_POLY : (unsigned)x << 1);
+    }
+    return x;
+}
+
+static void init_tables(void)
+{
+    for (int v = 0; v < 256; v++)
+        T[0][v] = advance_slow((uint16_t)(v << 8), 1);
+    for (int k = 1; k < 16; k++)
+        for (int v = 0; v < 256; v++) {
+            uint16_t x = T[k - 1][v];
+            T[k][v] = (uint16_t)((x << 8) ^ T[0][x >> 8]);
+        }
+    for (int v = 0; v < 256; v++) {
+        M32[0][v] = advance_slow((uint16_t)(v << 8), 32);
+        M32[1][v] = advance_slow((uint16_t)v, 32);
+        M6[0][v] = advance_slow((uint16_t)(v << 8), 6);
+        M6[1][v] = advance_slow((uint16_t)v, 6);
+    }
+    K32 = advance_slow(CRC_INIT, 32);
+}
+
+static inline uint16_t adv32(uint16_t x) { return M32[0][x >> 8] ^ M32[1][x & 0xFF]; }
+static inline uint16_t adv6(uint16_t x) { return M6[0][x >> 8] ^ M6[1][x & 0xFF]; }
+
+/* Register c fed with 16 bytes p[0..15]. */
+static inline uint16_t slice16(uint16_t c, const uint8_t *p)
+{
+    return T[15][p[0] ^ (c >> 8)] ^ T[14][p[1] ^ (c & 0xFF)] ^ T[13][p[2]] ^ T[12][p[3]] ^
+           T[11][p[4]] ^ T[10][p[5]] ^ T[9][p[6]] ^ T[8][p[7]] ^ T[7][p[8]] ^ T[6][p[9]] ^
+           T[5][p[10]] ^ T[4][p[11]] ^ T[3][p[12]] ^ T[2][p[13]] ^ T[1][p[14]] ^ T[0][p[15]];
+}
+
+/* Zero-init CRC of one 32-byte block; the two halves are independent. */
+static inline uint16_t block_crc0(const uint8_t *p)
+{
+    uint16_t hi = slice16(0, p), lo = slice16(0, p + 16);
+    /* hi advanced by 16 zero bytes == slice16(hi, zeros) == T[15][hi>>8] ^ T[14][hi&0xFF] */
+    return T[15][hi >> 8] ^ T[14][hi & 0xFF] ^ lo;
+}
+
+/* Zero-init CRC of the first 6 bytes of a control word (bits 63..16). */
+static inline uint16_t ctrl6_crc0(uint64_t ctrl)
+{
+    return T[5][(ctrl >> 56) & 0xFF] ^ T[4][(ctrl >> 48) & 0xFF] ^ T[3][(ctrl >> 40) & 0xFF] ^
+           T[2][(ctrl >> 32) & 0xFF] ^ T[1][(ctrl >> 24) & 0xFF] ^ T[0][(ctrl >> 16) & 0xFF];
+}
+
+static uint16_t crc16_buf(uint16_t c, const uint8_t *p, Py_ssize_t n)
+{
+    while (n >= 16) {
+        c = slice16(c, p);
+        p += 16;
+        n -= 16;
+    }
+    while (n--)
+        c = (uint16_t)((c << 8) ^ T[0][(c >> 8) ^ *p++]);
+    return c;
+}
+
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void store_be64(uint8_t *p, uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+static inline uint16_t lcrc_of(const uint8_t *mp, uint64_t ctrl)
+{
+    return adv6(K32 ^ block_crc0(mp)) ^ ctrl6_crc0(ctrl);
+}
+
+/* --- buffer helpers ------------------------------------------------------ */
+
+/* A C-contiguous buffer of whole micropackets. */
+static int get_mps(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t *n)
+{
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return -1;
+    if (view->len % MP_BYTES) {
+        PyErr_Format(PyExc_ValueError, "buffer of %zd bytes is not a whole number of %d-byte micropackets",
+                     view->len, MP_BYTES);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *n = view->len / MP_BYTES;
+    return 0;
+}
+
+static int overlaps(const void *a, Py_ssize_t alen, const void *b, Py_ssize_t blen)
+{
+    const char *x = a, *y = b;
+    return alen > 0 && blen > 0 && x < y + blen && y < x + alen;
+}
+
+/* --- entries ---------------------------------------------------------------- */
+
+PyDoc_STRVAR(crc16_doc, "crc16(buf, init=0xFFFF) -> int\n\nCRC-16/IBM-3740 of a buffer (slicing-by-16).");
+
+static PyObject *fp_crc16(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buf", "init", NULL};
+    Py_buffer b;
+    int init = CRC_INIT;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|i:crc16", kwlist, &b, &init))
+        return NULL;
+    if (init < 0 || init > 0xFFFF) {
+        PyBuffer_Release(&b);
+        return PyErr_Format(PyExc_ValueError, "init %d does not fit in 16 bits", init);
+    }
+    uint16_t c;
+    if (b.len >= 4096) {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc16_buf((uint16_t)init, b.buf, b.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc16_buf((uint16_t)init, b.buf, b.len);
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromLong(c);
+}
+
+PyDoc_STRVAR(lcrc_check_doc,
+             "lcrc_check(mps, ok=None) -> int\n\n"
+             "Check the LCRC of every micropacket of ``mps`` (n*40 bytes) individually and return\n"
+             "how many are bad.  If ``ok`` (a writable buffer of at least n bytes) is given,\n"
+             "ok[i] is set to 1 for a good micropacket and 0 for a bad one.");
+
+static PyObject *fp_lcrc_check(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mps", "ok", NULL};
+    PyObject *mobj, *okobj = Py_None;
+    Py_buffer m, o = {0};
+    Py_ssize_t n, bad = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:lcrc_check", kwlist, &mobj, &okobj))
+        return NULL;
+    if (get_mps(mobj, &m, 0, &n) < 0)
+        return NULL;
+    uint8_t *okp = NULL;
+    if (okobj != Py_None) {
+        if (PyObject_GetBuffer(okobj, &o, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&m);
+            return NULL;
+        }
+        if (o.len < n || overlaps(o.buf, n, m.buf, m.len)) {
+            PyErr_Format(PyExc_ValueError, "ok buffer of %zd bytes is shorter than %zd micropackets or overlaps them",
+                         o.len, n);
+            PyBuffer_Release(&o);
+            PyBuffer_Release(&m);
+            return NULL;
+        }
+        okp = o.buf;
+    }
+    const uint8_t *p = m.buf;
+    PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < n; i++, p += MP_BYTES) {
+        uint64_t ctrl = load_be64(p + MP_DATA);
+        int good = lcrc_of(p, ctrl) == (uint16_t)ctrl;
+        bad += !good;
+        if (okp)
+            okp[i] = (uint8_t)good;
+    }
+    if (ts)
+        PyEval_RestoreThread(ts);
+    if (okp)
+        PyBuffer_Release(&o);
+    PyBuffer_Release(&m);
+    return PyLong_FromSsize_t(bad);
+}
+
+PyDoc_STRVAR(stamp_doc,
+             "stamp(mps, rseq, tseq=-1, grants=b'') -> None\n\n"
+             "Set link fields of every micropacket of the writable buffer ``mps`` in place and\n"
+             "fix LCRC by linearity (LCRC ^= crc0(old ctrl6 ^ new ctrl6), so a micropacket that\n"
+             "was already corrupt stays detectably corrupt).  RSEQ := rseq on all.  If tseq >= 0,\n"
+             "VCR/CR/TSEQ are rewritten too: TSEQ = (tseq + i) mod 256, and micropacket i <\n"
+             "len(grants)//2 carries VCR = grants[2i], CR = grants[2i+1] (others 0).  With\n"
+             "tseq = -1 only RSEQ changes (retransmission).");
+
+static PyObject *fp_stamp(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mps", "rseq", "tseq", "grants", NULL};
+    PyObject *mobj;
+    int rseq, tseq = -1;
+    Py_buffer m, g = {0};
+    Py_ssize_t n;
+    g.buf = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|iy*:stamp", kwlist, &mobj, &rseq, &tseq, &g))
+        return NULL;
+    PyObject *ret = NULL;
+    if (rseq < 0 || rseq > 255) {
+        PyErr_Format(PyExc_ValueError, "rseq %d out of range 0..255", rseq);
+        goto out_g;
+    }
+    if (tseq < -1 || tseq > 255) {
+        PyErr_Format(PyExc_ValueError, "tseq %d out of range -1..255", tseq);
+        goto out_g;
+    }
+    const uint8_t *gp = g.buf;
+    Py_ssize_t ng = g.buf ? g.len : 0;
+    if (ng % 2) {
+        PyErr_SetString(PyExc_ValueError, "grants must hold (VCR, CR) byte pairs");
+        goto out_g;
+    }
+    ng /= 2;
+    if (ng && tseq < 0) {
+        PyErr_SetString(PyExc_ValueError, "grants need tseq");
+        goto out_g;
+    }
+    for (Py_ssize_t i = 0; i < ng; i++)
+        if (gp[2 * i] > 3 || gp[2 * i + 1] > 63) {
+            PyErr_Format(PyExc_ValueError, "grant %zd (VCR %d, CR %d) out of range", i, gp[2 * i], gp[2 * i + 1]);
+            goto out_g;
+        }
+    if (get_mps(mobj, &m, 1, &n) < 0)
+        goto out_g;
+    if (ng > n) {
+        PyErr_Format(PyExc_ValueError, "%zd grants for %zd micropackets", ng, n);
+        goto out_m;
+    }
+    {
+        uint8_t *p = m.buf;
+        const uint64_t r = (uint64_t)rseq << 40;
+        PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
+        for (Py_ssize_t i = 0; i < n; i++, p += MP_BYTES) {
+            uint64_t old = load_be64(p + MP_DATA), neu;
+            if (tseq >= 0) {
+                neu = (old & ~LINK_BITS) | r | ((uint64_t)((tseq + i) & 0xFF) << 32);
+                if (i < ng)
+                    neu |= ((uint64_t)gp[2 * i] << 54) | ((uint64_t)gp[2 * i + 1] << 48);
+            } else {
+                neu = (old & ~RSEQ_BITS) | r;
+            }
+            uint16_t lcrc = (uint16_t)old ^ ctrl6_crc0(old ^ neu);
+            store_be64(p + MP_DATA, (neu & ~0xFFFFull) | lcrc);
+        }
+        if (ts)
+            PyEval_RestoreThread(ts);
+    }
+    Py_INCREF(Py_None);
+    ret = Py_None;
+out_m:
+    PyBuffer_Release(&m);
+out_g:
+    if (g.buf)
+        PyBuffer_Release(&g);
+    return ret;
+}
+
+PyDoc_STRVAR(encode_doc,
+             "encode(head, payload, out, vc, first_type=2) -> int\n\n"
+             "Split the stream head + payload (zero-filled to a multiple of 32 bytes) into n\n"
+             "micropackets written to out[0:40n]: TYPE first_type then DATA, TAIL on the last,\n"
+             "ECRC running from 0xFFFF, LCRC set, link fields zero.  One CRC pass per 32-byte\n"
+             "block.  Returns n.  Same result as message.stream_records_numpy.");
+
+static PyObject *fp_encode(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"head", "payload", "out", "vc", "first_type", NULL};
+    Py_buffer h, pl, o;
+    int vc, first_type = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*y*w*i|i:encode", kwlist, &h, &pl, &o, &vc, &first_type))
+        return NULL;
+    PyObject *ret = NULL;
+    Py_ssize_t total = h.len + pl.len, n = (total + MP_DATA - 1) / MP_DATA;
+    if (vc < 0 || vc > 3) {
+        PyErr_Format(PyExc_ValueError, "VC %d out of range 0..3", vc);
+        goto out;
+    }
+    if (first_type < 0 || first_type > 15) {
+        PyErr_Format(PyExc_ValueError, "type %d out of range 0..15", first_type);
+        goto out;
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "empty Message");
+        goto out;
+    }
+    if (o.len < n * MP_BYTES) {
+        PyErr_Format(PyExc_ValueError, "out buffer of %zd bytes is shorter than %zd micropackets", o.len, n);
+        goto out;
+    }
+    if (overlaps(o.buf, n * MP_BYTES, h.buf, h.len) || overlaps(o.buf, n * MP_BYTES, pl.buf, pl.len)) {
+        PyErr_SetString(PyExc_ValueError, "out overlaps the input");
+        goto out;
+    }
+    {
+        const uint8_t *hp = h.buf, *pp = pl.buf;
+        Py_ssize_t hl = h.len, pln = pl.len;
+        uint8_t *q = o.buf;
+        uint16_t ecrc = CRC_INIT;
+        const uint64_t base = ((uint64_t)vc << 62) | (1ull << 58); /* DATA */
+        PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
+        for (Py_ssize_t i = 0; i < n; i++, q += MP_BYTES) {
+            Py_ssize_t off = i * MP_DATA;
+            if (off + MP_DATA <= hl) {
+                memcpy(q, hp + off, MP_DATA);
+            } else if (off >= hl && off - hl + MP_DATA <= pln) {
+                memcpy(q, pp + (off - hl), MP_DATA);
+            } else { /* straddles head/payload, or the zero fill */
+                for (int j = 0; j < MP_DATA; j++) {
+                    Py_ssize_t s = off + j;
+                    q[j] = s < hl ? hp[s] : (s - hl < pln ? pp[s - hl] : 0);
+                }
+            }
+            uint16_t b = block_crc0(q);
+            ecrc = adv32(ecrc) ^ b;
+            uint64_t ctrl = i ? base : (((uint64_t)vc << 62) | ((uint64_t)first_type << 58));
+            if (i == n - 1)
+                ctrl |= 1ull << 57;
+            ctrl |= (uint64_t)ecrc << 16;
+            ctrl |= adv6(K32 ^ b) ^ ctrl6_crc0(ctrl);
+            store_be64(q + MP_DATA, ctrl);
+        }
+        if (ts)
+            PyEval_RestoreThread(ts);
+    }
+    ret = PyLong_FromSsize_t(n);
+out:
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&pl);
+    PyBuffer_Release(&h);
+    return ret;
+}
+
+PyDoc_STRVAR(ecrc_check_doc,
+             "ecrc_check(mps, init=0xFFFF) -> int\n\n"
+             "Run the ECRC register from ``init`` over the data of every micropacket of ``mps``\n"
+             "and compare it with each stored ECRC.  Returns the index of the first micropacket\n"
+             "whose ECRC does not match, or -1 when all match (exact: no fold).");
+
+static PyObject *fp_ecrc_check(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mps", "init", NULL};
+    PyObject *mobj;
+    int init = CRC_INIT;
+    Py_buffer m;
+    Py_ssize_t n, first_bad = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i:ecrc_check", kwlist, &mobj, &init))
+        return NULL;
+    if (init < 0 || init > 0xFFFF)
+        return PyErr_Format(PyExc_ValueError, "init %d does not fit in 16 bits", init);
+    if (get_mps(mobj, &m, 0, &n) < 0)
+        return NULL;
+    const uint8_t *p = m.buf;
+    uint16_t r = (uint16_t)init;
+    PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < n; i++, p += MP_BYTES) {
+        r = adv32(r) ^ block_crc0(p);
+        if (r != (uint16_t)(load_be64(p + MP_DATA) >> 16)) {
+            first_bad = i;
+            break;
+        }
+    }
+    if (ts)
+        PyEval_RestoreThread(ts);
+    PyBuffer_Release(&m);
+    return PyLong_FromSsize_t(first_bad);
+}
+
+PyDoc_STRVAR(deinterleave_doc,
+             "deinterleave(mps, out, offset=0) -> int\n\n"
+             "Copy the 32 data bytes of every micropacket of ``mps`` back to back into the\n"
+             "writable buffer ``out`` at ``offset``.  Returns the number of bytes written.");
+
+static PyObject *fp_deinterleave(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mps", "out", "offset", NULL};
+    PyObject *mobj;
+    Py_buffer m, o;
+    Py_ssize_t n, offset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Ow*|n:deinterleave", kwlist, &mobj, &o, &offset))
+        return NULL;
+    if (get_mps(mobj, &m, 0, &n) < 0) {
+        PyBuffer_Release(&o);
+        return NULL;
+    }
+    PyObject *ret = NULL;
+    if (offset < 0 || offset > o.len || o.len - offset < n * MP_DATA) {
+        PyErr_Format(PyExc_ValueError, "%zd micropackets do not fit at offset %zd of a %zd-byte buffer", n, offset,
+                     o.len);
+    } else if (overlaps((uint8_t *)o.buf + offset, n * MP_DATA, m.buf, m.len)) {
+        PyErr_SetString(PyExc_ValueError, "out overlaps the input");
+    } else {
+        const uint8_t *p = m.buf;
+        uint8_t *q = (uint8_t *)o.buf + offset;
+        PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
+        for (Py_ssize_t i = 0; i < n; i++, p += MP_BYTES, q += MP_DATA)
+            memcpy(q, p, MP_DATA);
+        if (ts)
+            PyEval_RestoreThread(ts);
+        ret = PyLong_FromSsize_t(n * MP_DATA);
+    }
+    PyBuffer_Release(&m);
+    PyBuffer_Release(&o);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"crc16", (PyCFunction)(void (*)(void))fp_crc16, METH_VARARGS | METH_KEYWORDS, crc16_doc},
+    {"lcrc_check", (PyCFunction)(void (*)(void))fp_lcrc_check, METH_VARARGS | METH_KEYWORDS, lcrc_check_doc},
+    {"stamp", (PyCFunction)(void (*)(void))fp_stamp, METH_VARARGS | METH_KEYWORDS, stamp_doc},
+    {"encode", (PyCFunction)(void (*)(void))fp_encode, METH_VARARGS | METH_KEYWORDS, encode_doc},
+    {"ecrc_check", (PyCFunction)(void (*)(void))fp_ecrc_check, METH_VARARGS | METH_KEYWORDS, ecrc_check_doc},
+    {"deinterleave", (PyCFunction)(void (*)(void))fp_deinterleave, METH_VARARGS | METH_KEYWORDS,
+     deinterleave_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "daemons._fastpath",
+    "Compiled GSN data-plane kernels: CRC-16, LCRC check, link stamping, Message encode, ECRC check, "
+    "de-interleave.  The numpy functions in daemons.wire are their test oracle.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void)
+{
+    init_tables();
+    PyObject *mod = PyModule_Create(&module);
+    if (mod && (PyModule_AddIntConstant(mod, "MP_BYTES", MP_BYTES) < 0 ||
+                PyModule_AddIntConstant(mod, "MP_DATA_BYTES", MP_DATA) < 0)) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

@@ -1,0 +1,71 @@
+"""Build daemons._fastpath with ASan+UBSan into a temp dir and run the differential
+tests, the link regression and the fuzz harness against it in a subprocess.
+
+Fails on any sanitizer report.  Skipped when gcc or libasan is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "daemons" / "_fastpath.c"
+TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/fuzz/test_fuzz_fastpath.py"]
+
+# Load the instrumented module as daemons._fastpath before anything imports it.
+RUNNER = """
+import importlib.util, sys
+so = sys.argv[1]
+spec = importlib.util.spec_from_file_location("daemons._fastpath", so)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+sys.modules["daemons._fastpath"] = mod
+import daemons
+daemons._fastpath = mod
+from daemons import _fastpath
+assert _fastpath.__file__ == so, _fastpath.__file__
+assert "libasan" in open("/proc/self/maps").read(), "ASan runtime not loaded"
+import pytest
+sys.exit(pytest.main(["-q", "-x", "--capture=sys", "-p", "no:cacheprovider", *sys.argv[2:]]))  # reports reach fd 2
+"""
+
+
+def _libasan() -> str | None:
+    gcc = shutil.which("gcc")
+    if not gcc:
+        return None
+    path = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+@pytest.mark.skipif(_libasan() is None, reason="needs gcc with libasan")
+def test_kernels_clean_under_asan_and_ubsan(tmp_path):
+    so = tmp_path / ("_fastpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+    build = subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
+         "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+         "-I", sysconfig.get_paths()["include"], str(SOURCE), "-o", str(so)],
+        capture_output=True, text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    env = dict(os.environ)
+    env.update(
+        LD_PRELOAD=_libasan(),
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1",  # CPython itself "leaks" at exit
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+        PYTHONDONTWRITEBYTECODE="1",
+        GSN_FUZZ_RUNS=env.get("GSN_FUZZ_RUNS", "1500"),
+    )
+    run = subprocess.run([sys.executable, "-c", RUNNER, str(so), *TESTS], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=240)
+    report = run.stdout[-4000:] + run.stderr[-4000:]
+    assert "AddressSanitizer" not in run.stderr and "runtime error:" not in run.stderr, report
+    assert run.returncode == 0, report
+    assert " passed" in run.stdout, report
