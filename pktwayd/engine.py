@@ -132,8 +132,7 @@ class Engine:
             self.counters["l3_unknown_destination"] += 1
             return self._reply(pkt.sa, M.unk(pkt.sa, self.me, d)) if pkt.pt != PT.ERR else []
         where, mtu = hop
-        words = 2 + len(pkt.options) + pkt.dl + len(pkt.trailer) // 8 + 1
-        if mtu and words > mtu:
+        if mtu and pkt.words > mtu:
             self.counters["l3_over_mtu"] += 1
             return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=pkt.encode()[: 8 * 64]))
         self.counters["l3_forwarded"] += 1

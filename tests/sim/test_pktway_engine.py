@@ -142,3 +142,34 @@ def test_tell_by_address_name_and_capability():
     assert M.records(p)[0] == Addr(H8)
     (_, _, p), = e.from_san(M.rrp(RrpTE.TELL, RAB, H0, [Capa(9)]))  # nobody is a printer
     assert p.pt == PT.ERR and p.te == ErrTE.UNK and M.records(p) == [Addr(0), Capa(9)]
+
+
+def _with_options(total_words: int, dest: int) -> Packet:
+    """A packet of ``total_words`` words (header 2 + options + DB + TAIL 1) carrying two
+    optional header fields of 255 bytes, i.e. floor((255+9)/8) = 33 words each (spec §1.8)."""
+    from pktwayd.eep import OptField
+
+    opts = (OptField(1, bytes(255)), OptField(2, bytes(255)))
+    pkt = Packet(dt=dest, sa=H0, pt=PT.USER, data=bytes(8 * (total_words - 2 - 66 - 1)), options=opts)
+    assert len(pkt.encode()) == 8 * total_words and pkt.words == total_words
+    return pkt
+
+
+def test_mtu_counts_the_words_of_optional_fields_not_their_number():
+    """Issue item 11: a 1059-word packet with two 33-word OH fields crossed SAN B (1024 words),
+    because the check added 2 (the number of fields) instead of 66 (their words)."""
+    e = engines()
+    big = _with_options(1059, H2)
+    (where, to, p), = e[RAB].from_san(big)  # the best route to H2 has MinMTU 1024 (SAN B)
+    assert (where, to) == ("san", H0) and p.pt == PT.ERR and p.te == ErrTE.GENERAL
+    assert e[RAB].counters["l3_over_mtu"] == 1 and e[RAB].counters["l3_forwarded"] == 0
+    (where, _, p), = e[RBA].from_twin(big)  # Rba (its SAN is B) refuses it too; the ERR goes back via Rab
+    assert where == "twin" and p.dt == H0 and p.te == ErrTE.GENERAL
+    assert e[RBA].counters["l3_over_mtu"] == 1
+    # the same packet fits a 2048-word path: H6 on SAN D, via Rad on A
+    acts = e[RAB].from_san(_with_options(1059, ADDR(6)))
+    assert ("san", RAD) in [(w, to) for w, to, _ in acts] and e[RAB].counters["l3_forwarded"] == 1
+    # boundary: exactly the MTU passes, one word more does not
+    assert ("twin", None) in [(w, to) for w, to, _ in e[RAB].from_san(_with_options(1024, H2))]
+    (_, to, p), = e[RAB].from_san(_with_options(1025, H2))
+    assert to == H0 and p.te == ErrTE.GENERAL and e[RAB].counters["l3_over_mtu"] == 2
