@@ -173,3 +173,83 @@ def test_mtu_counts_the_words_of_optional_fields_not_their_number():
     assert ("twin", None) in [(w, to) for w, to, _ in e[RAB].from_san(_with_options(1024, H2))]
     (_, to, p), = e[RAB].from_san(_with_options(1025, H2))
     assert to == H0 and p.te == ErrTE.GENERAL and e[RAB].counters["l3_over_mtu"] == 2
+
+
+# --- optional header fields (spec §1.8): no OH type is defined, so every type is unknown ------------
+def _oh(*fields):
+    from pktwayd.eep import OptField
+
+    return tuple(OptField(t, data, mandatory=m) for t, data, m in fields)
+
+
+def test_unknown_mandatory_header_field_is_dropped_with_err_general():
+    """Issue item 12: T=1 and an unknown type: do not process the message; ERR/GENERAL
+    (a raw copy of the message) to its SA, the drop counted."""
+    e = engines()
+    pkt = Packet(dt=H8, sa=H0, pt=PT.USER, data=b"to E", options=_oh((1, b"ab", False), (5, b"\xd1\xd2\xd3\xd4", True)))
+    (where, to, p), = e[RAB].from_san(pkt)
+    assert (where, to) == ("san", H0) and p.pt == PT.ERR and p.te == ErrTE.GENERAL and p.dt == H0 and p.sa == RAB
+    assert p.data.startswith(pkt.encode()[:-8])  # the message as it arrived (TAIL after the EI rule)
+    assert e[RAB].counters["drop_oh_unknown_mandatory"] == 1 and e[RAB].counters["l3_forwarded"] == 0
+    # the same from the twin (L3): refused there too, the ERR goes back through the twin
+    (where, _, p), = e[RBA].from_twin(replace_dt(pkt, H2))
+    assert where == "twin" and p.dt == H0 and p.te == ErrTE.GENERAL
+    assert e[RBA].counters["drop_oh_unknown_mandatory"] == 1
+
+
+def replace_dt(pkt, dt):
+    from dataclasses import replace
+
+    return replace(pkt, dt=dt)
+
+
+def test_unknown_mandatory_header_field_in_a_message_for_me_is_not_processed():
+    e = engines()
+    wru = M.rrp(RrpTE.WRU, RAB, H0)
+    from dataclasses import replace
+
+    (_, to, p), = e[RAB].from_san(replace(wru, options=_oh((9, b"", True))))
+    assert to == H0 and p.pt == PT.ERR and p.te == ErrTE.GENERAL  # no INFO
+    assert e[RAB].counters["rrp_WRU"] == 0 and e[RAB].counters["drop_oh_unknown_mandatory"] == 1
+    # an INFO registration (Hey-You) with one is not processed either: nothing registered
+    info = replace(M.info(0x7FFFFE, 0x77, 0x77), options=_oh((9, b"", True)))
+    acts = e[RAB].from_san(info, src_route=bytes([9, 3, 0]))
+    assert 0x77 not in e[RAB].registered and e[RAB].counters["drop_oh_unknown_mandatory"] == 2
+    assert [p.te for _, _, p in acts] == []  # SA 0x77 is not (yet) on my SAN: no route for the ERR
+    # an ERR message is dropped without an ERR about it (no ERR storms), still counted
+    bad_err = replace(M.unk(RAB, H0, 0x7000), options=_oh((9, b"", True)))
+    assert e[RAB].from_san(bad_err) == [] and e[RAB].counters["drop_oh_unknown_mandatory"] == 3
+
+
+def test_unknown_optional_header_fields_are_forwarded_unchanged_and_ignored_by_me():
+    e = engines()
+    opts = _oh((1, b"ab", False), (63, bytes(40), False))
+    pkt = Packet(dt=H8, sa=H0, pt=PT.USER, data=b"to E", options=opts)
+    acts = e[RAB].from_san(pkt)
+    fwd = [p for w, to, p in acts if (w, to) == ("san", RAD)]
+    assert fwd == [pkt] and decode(fwd[0].encode()).options == opts  # parts 2-5 arrive exactly as sent (§1.1)
+    from dataclasses import replace
+
+    # for me: the unknown optional fields are dropped, the message processed
+    (_, to, p), = e[RAB].from_san(replace(M.rrp(RrpTE.WRU, RAB, H0), options=opts))
+    assert to == H0 and p.te == RrpTE.INFO
+    (where, _, p), = e[RAB].from_san(Packet(dt=RAB, sa=H0, pt=PT.USER, data=b"mine", options=opts))
+    assert where == "local" and p.options == () and p.data == b"mine"
+    assert e[RAB].counters["oh_unknown_optional_ignored"] == 4
+
+
+def test_trailer_fields_and_l2_forwarding_do_not_look_at_optional_fields():
+    """OTs are opaque (the OT area is what lies between the DB and the TAIL, PC §1.8), even
+    in OH format with T=1; an L2-forwarded packet's EEP header is not processed (§3.6)."""
+    from pktwayd.eep import OptField
+
+    e = engines()
+    ot = OptField(5, b"crc!", mandatory=True).encode(last=True)
+    pkt = Packet(dt=H8, sa=H0, pt=PT.USER, data=b"x", options=_oh((1, b"", False)), trailer=ot)
+    assert ("san", RAD, pkt) in e[RAB].from_san(pkt)
+    l2 = Packet(dt=H2, sa=H0, pt=PT.USER, data=b"x", prefix=(L2RH(bytes([0, 3, 0])),), options=_oh((5, b"", True)))
+    where, _, p = only(e[RAB].from_san(l2))
+    assert where == "twin"
+    where, to, p = only(e[RBA].from_twin(p))
+    assert (where, to) == ("san", H2) and p.options == l2.options
+    assert e[RAB].counters["drop_oh_unknown_mandatory"] == 0
