@@ -281,4 +281,4 @@ def _mw_header(p: Packet) -> bytes:
 
 
 __all__ = ["L2RH", "Symbol", "OptField", "Packet", "decode", "ei_update", "ei_update_mw5", "first_word_kind",
-           "mw_to_pw_addr", "pw_to_mw_addr", "replace", "field"]
+           "mw_to_pw_addr", "pw_to_mw_addr"]
