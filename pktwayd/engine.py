@@ -231,7 +231,11 @@ class Engine:
     def _rt_messages(self, pairs) -> list:
         out = []
         for dest, rt in pairs:
-            msg = M.rrp(RrpTE.RTBL, dest, self.me, [rt_to_records(rt)])
+            try:
+                msg = M.rrp(RrpTE.RTBL, dest, self.me, [rt_to_records(rt)])
+            except ValueError:  # it grew (CSR hop, RCVF address) past what RL can say
+                self.counters["rtbl_unencodable"] += 1
+                continue
             out.append(("twin", None, msg) if dest == self.hr.twin else ("san", dest, msg))
         return out
 

@@ -253,3 +253,27 @@ def test_trailer_fields_and_l2_forwarding_do_not_look_at_optional_fields():
     where, to, p = only(e[RBA].from_twin(p))
     assert (where, to) == ("san", H2) and p.options == l2.options
     assert e[RAB].counters["drop_oh_unknown_mandatory"] == 0
+
+
+def test_an_rt_that_outgrows_rl_is_kept_but_not_passed_on_counted():
+    """An RTBL of exactly 65535 words from the twin: the copy to pass on gains an RCVF
+    address, one word more than RL can hold; that used to raise out of the engine."""
+    from pktwayd.rrp import Mtur as MT, Name, Rcvf, Rthd, Srqr, encode_records
+
+    e = engines()
+    rt = Rthd(0x1FF, 7, (Srqr(0, (), MT(0)), Rcvf((RBA,)), Addr(0x7100), Name(bytes(8 * 65528 - 4)), Srqr(1, ())))
+    body = encode_records([rt])
+    assert int.from_bytes(body[2:4], "big") == 0xFFFF
+    pkt = M.rrp(RrpTE.RTBL, RAB, RBA, [rt])
+    acts = e[RAB].from_twin(decode(pkt.encode()))
+    assert (RAB, RBA) in e[RAB].hr.rts and e[RAB].hr.routes(0x7100)
+    assert e[RAB].counters["rtbl_unencodable"] == 2 and acts == []  # one per buddy (Rac, Rad)
+
+
+def test_rtbl_nested_a_thousand_levels_deep_is_counted_not_a_crash():
+    from tests.unit.test_rrp import _nested_rthd
+
+    e = engines()
+    pkt = Packet(dt=RAB, sa=RBA, pt=PT.RRP, te=RrpTE.RTBL, data=_nested_rthd(1000))
+    (where, _, p), = e[RAB].from_twin(decode(pkt.encode()))
+    assert where == "twin" and p.pt == PT.ERR and p.te == ErrTE.GENERAL and e[RAB].counters["rrp_bad"] == 1
