@@ -19,7 +19,9 @@ from dataclasses import replace
 
 from . import messages as M
 from .constants import ADDR_HEY_YOU, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT, ErrTE, RrpTE
-from .eep import L2RH, Packet, Symbol, ei_update
+from daemons.wire.errors import DecodeError
+
+from .eep import L2RH, Packet, Symbol, decode, ei_update
 from .routing import HalfRouter, NodeEntry, records_to_rt, rt_to_records
 
 
@@ -106,6 +108,26 @@ class Engine:
         _q, _sr, mtu, rt = routes[0]
         hop = rt.rcvf[1]
         return ("twin" if hop == self.hr.twin else hop), mtu
+
+    # --- bytes off the wire: what the drivers hand over -----------------------------------------
+    def from_san_bytes(self, raw: bytes, dialect: str = "pw0", src_route: bytes | None = None) -> list:
+        """A packet as it came off my SAN (native framing removed); a malformed one is
+        dropped, counted by the field that was wrong."""
+        try:
+            pkt = decode(raw, dialect)
+        except DecodeError as exc:
+            self.counters[f"rx_bad_{exc.field}"] += 1
+            return []
+        return self.from_san(pkt, src_route=src_route)
+
+    def from_twin_bytes(self, raw: bytes) -> list:
+        """A packet from my twin over the inter-SAN link (PacketWay dialect)."""
+        try:
+            pkt = decode(raw)
+        except DecodeError as exc:
+            self.counters[f"twin_rx_bad_{exc.field}"] += 1
+            return []
+        return self.from_twin(pkt)
 
     # --- packets from my SAN -----------------------------------------------------------------
     def from_san(self, pkt: Packet, error_detected: bool = False, src_route: bytes | None = None) -> list:

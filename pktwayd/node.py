@@ -133,7 +133,10 @@ class Node:
                 self.redirects[recs[0].addr] = (recs[1].addr, time.monotonic() + REDIRECT_TTL_S)
             elif pkt.te == RrpTE.INFO and bytes(frame.ula) in self._asked and recs and recs[0] == Addr(pkt.sa):
                 self.neighbours[pkt.sa] = bytes(frame.ula)  # it answered my WRU itself
-        return pkt if pkt.dt == self.addr else None
+        if pkt.dt == self.addr:
+            return pkt
+        c["rx_hey_you_consumed"] += 1  # to whoever receives it: nothing to hand to the application
+        return None
 
     def poll(self) -> None:
         """Handle what is waiting without blocking (packets for me are kept for recv)."""

@@ -88,3 +88,24 @@ def test_a_route_holding_a_symbol_is_printable():
     from pktwayd.eep import L2RH, Symbol
 
     assert hops_text([L2RH(bytes([3, 0, 3, 0])), Symbol(1, b"x")]) == "03000300 symbol:00001"
+
+
+def test_a_hey_you_message_the_node_does_not_answer_is_counted():  # found by tests/sim/test_pktway_fuzz.py
+    n = node(M.gvl2(0x7FFFFE, ROUTER, FAR).encode())
+    n.poll()
+    assert not n._pending and n.counters == {"rx_hey_you_consumed": 1}
+
+
+@pytest.mark.parametrize("reply,routes", [
+    ({"ok": True, "ulas": [{"ula": "02:47:53:00:01:00"}, {"ula": "ff:ff:ff:ff:ff:ff"}]}, {bytes.fromhex("024753000100")}),
+    ({"ok": True}, None),
+    ({"ok": True, "ulas": None}, None),
+    ({"ok": True, "ulas": [{"ula": "nonsense"}]}, None),
+    ({"ok": True, "ulas": ["02:47:53:00:01:00"]}, None),
+    ({"ok": True, "ulas": [{"ula": 5}]}, None),
+])
+def test_a_malformed_switch_map_is_refused_not_raised(reply, routes):
+    """pktwayd's mapper task read gsnd's ULA list unguarded: a bad answer ended the daemon."""
+    from pktwayd.daemon import map_routes
+
+    assert map_routes(reply) == routes
