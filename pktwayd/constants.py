@@ -51,6 +51,10 @@ TWIN_HIGH_WATER_MPS = 65536  # twin-link backlog (micropackets) beyond which pac
 # unknown optional one is ignored where the message is consumed and forwarded unchanged.
 KNOWN_OH_TYPES: frozenset[int] = frozenset()
 
+# ERR/GENERAL carries the offending message from its EEP header, at most this many bytes (PC:
+# the spec says "truncated to the path MTU"; 64 words fit every SAN this project emulates)
+ERR_GENERAL_COPY_MAX = 8 * 64
+
 SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)
 ETHERTYPE_PKTWAY = 0x88B6  # PC: PacketWay in GSN Messages (IEEE local experimental EtherType 2), on VC1
 MYRINET_TYPE = 0x0300

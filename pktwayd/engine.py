@@ -18,7 +18,8 @@ from collections import Counter
 from dataclasses import replace
 
 from . import messages as M
-from .constants import ADDR_HEY_YOU, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT, ErrTE, RrpTE
+from .constants import (ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT,
+                        ErrTE, RrpTE)
 from daemons.wire.errors import DecodeError
 
 from .eep import L2RH, Packet, Symbol, decode, ei_update
@@ -87,8 +88,9 @@ class Engine:
         return []
 
     def _general(self, pkt: Packet) -> list:
-        """ERR/GENERAL to the packet's source, carrying a copy of it."""
-        return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=pkt.encode()[: 8 * 64]))
+        """ERR/GENERAL to the packet's source, carrying a copy of it from its EEP header (§2.2)."""
+        raw = replace(pkt, prefix=()).encode()[:ERR_GENERAL_COPY_MAX]
+        return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=raw))
 
     def _unknown_mandatory(self, pkt: Packet) -> list | None:
         """None if every mandatory optional header field is of a known type; otherwise the
@@ -161,7 +163,11 @@ class Engine:
             if node is None:
                 self.counters["l2_bad_route"] += 1
                 return []
-            return [("san", node, replace(pkt, prefix=pkt.prefix[1:]))]
+            out = replace(pkt, prefix=pkt.prefix[1:])
+            if self.hr.mtu and out.words > self.hr.mtu:  # no segmentation: it must fit my SAN (§1.1)
+                self.counters["l2_over_mtu"] += 1
+                return self._general(pkt)
+            return [("san", node, out)]
         return self._l3(pkt, from_twin=True)
 
     def _l3(self, pkt: Packet, from_twin: bool) -> list:

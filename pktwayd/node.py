@@ -28,7 +28,7 @@ from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import Op
 
 from . import messages as M
-from .constants import ADDR_HEY_YOU, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
+from .constants import ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Capa, Name, Srqr
 
@@ -115,7 +115,8 @@ class Node:
             # spec §1.8: not processed; ERR/GENERAL to its source (never about an ERR)
             c["drop_oh_unknown_mandatory"] += 1
             if pkt.pt != PT.ERR and pkt.sa and not pkt.sa & 0x800000:
-                self.send_packet(M.err(ErrTE.GENERAL, pkt.sa, self.addr, raw=pkt.encode()[: 8 * 64]), bytes(frame.ula))
+                err = M.err(ErrTE.GENERAL, pkt.sa, self.addr, raw=pkt.encode()[:ERR_GENERAL_COPY_MAX])
+                self.send_packet(err, bytes(frame.ula))
             return None
         if pkt.options:  # unknown optional fields: dropped
             c["oh_unknown_optional_ignored"] += len(pkt.options)

@@ -277,3 +277,28 @@ def test_rtbl_nested_a_thousand_levels_deep_is_counted_not_a_crash():
     pkt = Packet(dt=RAB, sa=RBA, pt=PT.RRP, te=RrpTE.RTBL, data=_nested_rthd(1000))
     (where, _, p), = e[RAB].from_twin(decode(pkt.encode()))
     assert where == "twin" and p.pt == PT.ERR and p.te == ErrTE.GENERAL and e[RAB].counters["rrp_bad"] == 1
+
+
+def test_l2_forwarding_checks_the_mtu_of_my_san_too():
+    """The 1059-word packet with two 33-word OH fields, source-routed (L2) through Rab/Rba
+    onto SAN B (1024 words): Rba refuses it (ERR/GENERAL back through its twin)."""
+    e = engines()
+    route = (L2RH(bytes([0, 3, 0])),)  # Rba -> H2, port 0 of SAN B
+    for words, ok in ((1059, False), (1025, False), (1024, True)):  # as sent on SAN B, the L2RH consumed
+        pkt = replace_prefix(_with_options(words, H2), route)
+        assert pkt.words == words + 1
+        where, _, p = only(e[RAB].from_san(pkt))
+        assert where == "twin"
+        where, to, p = only(e[RBA].from_twin(p))
+        if ok:
+            assert (where, to) == ("san", H2) and p.words == words
+        else:
+            assert where == "twin" and p.dt == H0 and p.pt == PT.ERR and p.te == ErrTE.GENERAL
+            assert p.data[:8] == pkt.encode()[8:16]  # the copy starts at the EEP header (§2.2)
+    assert e[RBA].counters["l2_over_mtu"] == 2
+
+
+def replace_prefix(pkt, prefix):
+    from dataclasses import replace
+
+    return replace(pkt, prefix=prefix)

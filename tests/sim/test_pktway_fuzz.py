@@ -37,7 +37,8 @@ symbols = st.builds(Symbol, st.integers(0, (1 << 20) - 1), small)
 options = st.builds(OptField, st.integers(0, 63), st.binary(max_size=40), st.booleans())
 mtur = st.builds(Mtur, st.integers(0, 0xFFFFFF))
 records = st.recursive(
-    st.one_of(st.builds(Addr, addrs), st.builds(Name, st.binary(max_size=20)), st.builds(Capa, st.integers(0, 255), small),
+    st.one_of(st.builds(Addr, addrs), st.builds(Name, st.binary(max_size=20)),
+              st.builds(Capa, st.integers(0, 255), small),
               st.builds(Ladr, st.lists(addrs, max_size=3).map(tuple)), mtur,
               st.builds(Rcvf, st.lists(addrs, max_size=4).map(tuple)),
               st.builds(Srqr, st.integers(0, 0xFFFF), st.lists(st.one_of(l2rhs, symbols), max_size=2).map(tuple),

@@ -97,7 +97,8 @@ def test_a_hey_you_message_the_node_does_not_answer_is_counted():  # found by te
 
 
 @pytest.mark.parametrize("reply,routes", [
-    ({"ok": True, "ulas": [{"ula": "02:47:53:00:01:00"}, {"ula": "ff:ff:ff:ff:ff:ff"}]}, {bytes.fromhex("024753000100")}),
+    ({"ok": True, "ulas": [{"ula": "02:47:53:00:01:00"}, {"ula": "ff:ff:ff:ff:ff:ff"}]},
+     {bytes.fromhex("024753000100")}),
     ({"ok": True}, None),
     ({"ok": True, "ulas": None}, None),
     ({"ok": True, "ulas": [{"ula": "nonsense"}]}, None),

@@ -62,7 +62,8 @@ def test_garbage_only_decode_error(blob):
 def _nested_rthd(depth: int) -> bytes:
     raw = b""
     for _ in range(depth):  # each level: a 16-byte RTHD fixed part around the level below
-        raw = bytes.fromhex("0800") + (2 + len(raw) // 8).to_bytes(2, "big") + bytes.fromhex("00000100") + bytes(8) + raw
+        head = bytes.fromhex("0800") + (2 + len(raw) // 8).to_bytes(2, "big") + bytes.fromhex("00000100")
+        raw = head + bytes(8) + raw
     return raw
 
 
