@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from daemons.wire.errors import DecodeError
+
 from . import messages as M
 from .constants import (ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT,
                         ErrTE, RrpTE)
-from daemons.wire.errors import DecodeError
-
 from .eep import L2RH, Packet, Symbol, decode, ei_update
 from .routing import HalfRouter, NodeEntry, records_to_rt, rt_to_records
 
