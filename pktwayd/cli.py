@@ -31,6 +31,13 @@ def pktwayd_main(path, check) -> None:
     daemon.serve(lambda: load(path), path, _router, check=check)
 
 
+def hops_text(hops) -> str:
+    """An SR as the router sent it: L2RHs (route bytes in hex) and symbols (spec §2.5)."""
+    from .eep import L2RH
+
+    return " ".join(h.route.hex() if isinstance(h, L2RH) else f"symbol:{h.stype:05x}" for h in hops)
+
+
 def _int(text: str) -> int:
     try:
         return int(text, 0)
@@ -149,7 +156,7 @@ def route(ulp, san, addr, router, dialect, dest) -> None:
         click.echo(f"redirect: use half-router {routes[1]:#08x}")
         return
     for q, hops, mtu in routes:
-        click.echo(f"Q={q} MTU={mtu} words  SR=" + " ".join(h.route.hex() for h in hops))
+        click.echo(f"Q={q} MTU={mtu} words  SR=" + hops_text(hops))
 
 
 @pktway_main.command()

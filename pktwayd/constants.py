@@ -46,6 +46,15 @@ REGATHER_S = 1.0
 REDIRECT_TTL_S = 60.0  # a node obeys an RDRC this long, then asks its default router again
 TWIN_HIGH_WATER_MPS = 65536  # twin-link backlog (micropackets) beyond which packets are dropped, counted  # after a withdrawal, GVRT the twin and buddies this much later
 
+# Optional header field types this implementation knows (spec §1.8, §1.12: none is defined,
+# PC).  An unknown mandatory (T=1) field: the message is dropped, ERR/GENERAL to its SA; an
+# unknown optional one is ignored where the message is consumed and forwarded unchanged.
+KNOWN_OH_TYPES: frozenset[int] = frozenset()
+
+# ERR/GENERAL carries the offending message from its EEP header, at most this many bytes (PC:
+# the spec says "truncated to the path MTU"; 64 words fit every SAN this project emulates)
+ERR_GENERAL_COPY_MAX = 8 * 64
+
 SYMBOL_NOP = 0x00001  # PC: consumed and ignored (tests)
 ETHERTYPE_PKTWAY = 0x88B6  # PC: PacketWay in GSN Messages (IEEE local experimental EtherType 2), on VC1
 MYRINET_TYPE = 0x0300

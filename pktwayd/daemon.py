@@ -17,12 +17,11 @@ from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
 from daemons.runtime.control import request, serve_control
 from daemons.runtime.notify import sd_notify
 from daemons.ulpclient import ulp_session
-from daemons.wire.errors import DecodeError
 from daemons.wire.ula import format_ula, parse_ula
 
 from .config import HalfConfig, RouterConfig
 from .constants import ETHERTYPE_PKTWAY
-from .eep import Packet, decode
+from .eep import Packet
 from .engine import Engine
 from .routing import HalfRouter
 from .twinlink import TwinLink
@@ -31,6 +30,14 @@ from .udpsan import AsyncSanPort, native
 log = structlog.get_logger("pktwayd")
 VC = 1
 NOT_NODES = {ULA_BROADCAST, ULA_HARP_SERVER}  # switch-table entries that are no port's node
+
+
+def map_routes(reply: dict) -> set[bytes] | None:
+    """The node routes (ULAs) of gsnd's ``ulas`` answer, or None if it is not one."""
+    try:
+        return {parse_ula(u["ula"]) for u in reply["ulas"]} - NOT_NODES
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 class Half:
@@ -70,12 +77,7 @@ class Half:
 
     def on_frame(self, frame, now: float) -> None:
         self.engine.now = now
-        try:
-            pkt = decode(frame.payload, self.cfg.dialect)
-        except DecodeError as exc:
-            self.engine.counters[f"rx_bad_{exc.field}"] += 1
-            return
-        self.act(self.engine.from_san(pkt, src_route=bytes(frame.ula)))
+        self.act(self.engine.from_san_bytes(bytes(frame.payload), self.cfg.dialect, src_route=bytes(frame.ula)))
 
     def on_status(self, ula) -> None:
         up = ula is not None
@@ -104,10 +106,13 @@ class Half:
                 reply = await trio.to_thread.run_sync(request, self.cfg.control, {"cmd": "ulas"}, 2.0)
             except OSError:
                 reply = {"ok": False}
-            if not reply.get("ok"):
+            if not isinstance(reply, dict) or not reply.get("ok"):
                 self.engine.counters["map_unavailable"] += 1  # back-to-back, or gsnd busy: keep the LRT
                 continue
-            routes = {parse_ula(u["ula"]) for u in reply["ulas"]} - NOT_NODES
+            routes = map_routes(reply)
+            if routes is None:
+                self.engine.counters["map_bad_reply"] += 1
+                continue
             self.engine.now = trio.current_time()
             self.act(self.engine.map_update(routes))
 
@@ -142,12 +147,8 @@ class Pktwayd:
 
     def _from_link(self, raw: bytes, now: float) -> None:
         h = self.halves[0]
-        try:
-            pkt = decode(raw)
-        except DecodeError as exc:
-            h.engine.counters[f"twin_rx_bad_{exc.field}"] += 1
-            return
-        h.from_twin(pkt)
+        h.engine.now = trio.current_time()
+        h.act(h.engine.from_twin_bytes(raw))
 
     def _link_state(self, up: bool) -> None:
         h = self.halves[0]

@@ -30,6 +30,11 @@ class L2RH:
 
     route: bytes
 
+    @property
+    def words(self) -> int:
+        """floor((L+9)/8) words (spec §1.6)."""
+        return (len(self.route) + 9) // W
+
     def encode(self, dialect: str = "pw0") -> bytes:
         if not 1 <= len(self.route) <= 63:
             raise ValueError(f"an L2RH carries 1..63 route bytes, not {len(self.route)}")
@@ -42,6 +47,11 @@ class L2RH:
 class Symbol:
     stype: int  # 20 bits
     data: bytes = b""
+
+    @property
+    def words(self) -> int:
+        """floor((L+12)/8) words (spec §1.7, I4)."""
+        return (len(self.data) + 12) // W
 
     def encode(self) -> bytes:
         if not 0 <= self.stype < 1 << 20 or len(self.data) > 255:
@@ -57,6 +67,11 @@ class OptField:
     otype: int  # 6 bits
     data: bytes = b""
     mandatory: bool = False
+
+    @property
+    def words(self) -> int:
+        """floor((L+9)/8) words (spec §1.8): a field with 255 data bytes is 33 words."""
+        return (len(self.data) + 9) // W
 
     def encode(self, last: bool) -> bytes:
         if not 0 <= self.otype < 64 or len(self.data) > 255:
@@ -85,6 +100,14 @@ class Packet:
     @property
     def dl(self) -> int:
         return -(-len(self.data) // W)
+
+    @property
+    def words(self) -> int:
+        """The packet's length in 8-byte words as encoded (PacketWay dialect): its prefix
+        records, the header, every optional header field by its own length, the data block,
+        the trailer and the TAIL.  This is what must fit an MTU (spec §1.1)."""
+        return (sum(r.words for r in self.prefix) + 2 + sum(o.words for o in self.options) + self.dl
+                + len(self.trailer) // W + 1)
 
     def encode(self, dialect: str = "pw0") -> bytes:
         if len(self.data) > W * K.MAX_DL_WORDS:
@@ -258,4 +281,4 @@ def _mw_header(p: Packet) -> bytes:
 
 
 __all__ = ["L2RH", "Symbol", "OptField", "Packet", "decode", "ei_update", "ei_update_mw5", "first_word_kind",
-           "mw_to_pw_addr", "pw_to_mw_addr", "replace", "field"]
+           "mw_to_pw_addr", "pw_to_mw_addr"]

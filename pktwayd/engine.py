@@ -4,6 +4,12 @@
 ``("san", addr, packet)`` send natively on my SAN to ``addr`` (the SR of my LRT
 entry for it), ``("twin", None, packet)`` hand to my twin, ``("local", None,
 packet)`` for my own EEP engine.  Routing state lives in a :class:`HalfRouter`.
+
+Optional header fields (spec §1.8) are looked at wherever the EEP header is processed
+(L3 forwarding, messages for me), not when an L2RH leads (the header travels untouched,
+§3.6): an unknown mandatory field drops the message with ERR/GENERAL to its SA; unknown
+optional fields are forwarded unchanged (§1.1) and dropped from a message for me.
+Trailer fields are opaque (PC §1.8).
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from daemons.wire.errors import DecodeError
+
 from . import messages as M
-from .constants import ADDR_HEY_YOU, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT, ErrTE, RrpTE
-from .eep import L2RH, Packet, Symbol, ei_update
+from .constants import (ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT,
+                        ErrTE, RrpTE)
+from .eep import L2RH, Packet, Symbol, decode, ei_update
 from .routing import HalfRouter, NodeEntry, records_to_rt, rt_to_records
 
 
@@ -78,6 +87,19 @@ class Engine:
         self.counters["reply_unroutable"] += 1
         return []
 
+    def _general(self, pkt: Packet) -> list:
+        """ERR/GENERAL to the packet's source, carrying a copy of it from its EEP header (§2.2)."""
+        raw = replace(pkt, prefix=()).encode()[:ERR_GENERAL_COPY_MAX]
+        return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=raw))
+
+    def _unknown_mandatory(self, pkt: Packet) -> list | None:
+        """None if every mandatory optional header field is of a known type; otherwise the
+        drop is counted and the answer is ERR/GENERAL (none about an ERR message)."""
+        if not any(o.mandatory and o.otype not in KNOWN_OH_TYPES for o in pkt.options):
+            return None
+        self.counters["drop_oh_unknown_mandatory"] += 1
+        return [] if pkt.pt == PT.ERR else self._general(pkt)
+
     def _first_hop(self, d: int):
         """('local' | 'twin' | buddy address, MTU) of the best route to ``d``, or None."""
         if self._on_my_san(d):
@@ -89,6 +111,26 @@ class Engine:
         hop = rt.rcvf[1]
         return ("twin" if hop == self.hr.twin else hop), mtu
 
+    # --- bytes off the wire: what the drivers hand over -----------------------------------------
+    def from_san_bytes(self, raw: bytes, dialect: str = "pw0", src_route: bytes | None = None) -> list:
+        """A packet as it came off my SAN (native framing removed); a malformed one is
+        dropped, counted by the field that was wrong."""
+        try:
+            pkt = decode(raw, dialect)
+        except DecodeError as exc:
+            self.counters[f"rx_bad_{exc.field}"] += 1
+            return []
+        return self.from_san(pkt, src_route=src_route)
+
+    def from_twin_bytes(self, raw: bytes) -> list:
+        """A packet from my twin over the inter-SAN link (PacketWay dialect)."""
+        try:
+            pkt = decode(raw)
+        except DecodeError as exc:
+            self.counters[f"twin_rx_bad_{exc.field}"] += 1
+            return []
+        return self.from_twin(pkt)
+
     # --- packets from my SAN -----------------------------------------------------------------
     def from_san(self, pkt: Packet, error_detected: bool = False, src_route: bytes | None = None) -> list:
         back = self._heard(pkt.sa, src_route) if src_route is not None else []
@@ -97,7 +139,8 @@ class Engine:
     def _from_san(self, pkt: Packet, error_detected: bool, src_route: bytes | None) -> list:
         if src_route is not None and not pkt.prefix and pkt.pt == PT.RRP and pkt.te == RrpTE.INFO \
                 and pkt.dt in (self.me, ADDR_HEY_YOU):
-            return self._register(pkt, src_route)
+            refused = self._unknown_mandatory(pkt)
+            return refused if refused is not None else self._register(pkt, src_route)
         prefix = list(pkt.prefix)
         while prefix and isinstance(prefix[0], Symbol):
             prefix.pop(0)  # a symbol is consumed by the first entity that meets it
@@ -120,10 +163,17 @@ class Engine:
             if node is None:
                 self.counters["l2_bad_route"] += 1
                 return []
-            return [("san", node, replace(pkt, prefix=pkt.prefix[1:]))]
+            out = replace(pkt, prefix=pkt.prefix[1:])
+            if self.hr.mtu and out.words > self.hr.mtu:  # no segmentation: it must fit my SAN (§1.1)
+                self.counters["l2_over_mtu"] += 1
+                return self._general(pkt)
+            return [("san", node, out)]
         return self._l3(pkt, from_twin=True)
 
     def _l3(self, pkt: Packet, from_twin: bool) -> list:
+        refused = self._unknown_mandatory(pkt)
+        if refused is not None:
+            return refused
         d = pkt.dt
         if d in (self.me, ADDR_HEY_YOU):
             return self._local(pkt)
@@ -132,10 +182,9 @@ class Engine:
             self.counters["l3_unknown_destination"] += 1
             return self._reply(pkt.sa, M.unk(pkt.sa, self.me, d)) if pkt.pt != PT.ERR else []
         where, mtu = hop
-        words = 2 + len(pkt.options) + pkt.dl + len(pkt.trailer) // 8 + 1
-        if mtu and words > mtu:
+        if mtu and pkt.words > mtu:
             self.counters["l3_over_mtu"] += 1
-            return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=pkt.encode()[: 8 * 64]))
+            return self._general(pkt)
         self.counters["l3_forwarded"] += 1
         if where == "local":
             out = [("san", d, pkt)]
@@ -151,6 +200,10 @@ class Engine:
 
     # --- my own RRP engine ------------------------------------------------------------------
     def _local(self, pkt: Packet) -> list:
+        if pkt.options:  # only optional ones are left unknown here: drop those fields (§1.8)
+            known = tuple(o for o in pkt.options if o.otype in KNOWN_OH_TYPES)
+            self.counters["oh_unknown_optional_ignored"] += len(pkt.options) - len(known)
+            pkt = replace(pkt, options=known)
         if pkt.pt == PT.ERR:
             self.counters[f"err_{pkt.te}_received"] += 1
             if pkt.te in (ErrTE.HRDOWN, ErrTE.LINKDOWN):
@@ -164,7 +217,7 @@ class Engine:
             recs = M.records(pkt)
         except ValueError:
             self.counters["rrp_bad"] += 1
-            return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=pkt.encode()[: 8 * 64]))
+            return self._general(pkt)
         self.counters[f"rrp_{te.name}"] += 1
         sa = pkt.sa
         if te is RrpTE.WRU:
@@ -182,9 +235,9 @@ class Engine:
             return self._rt_messages(self.hr.receive(sa, rt))
         if te in (RrpTE.GVL2, RrpTE.HRTO):
             if not recs or not hasattr(recs[0], "addr"):
-                return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
+                return self._general(pkt)
             if not self._on_my_san(sa):
-                return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
+                return self._general(pkt)
             return self._plan(te, sa, recs[0].addr)
         return []
 
@@ -206,7 +259,11 @@ class Engine:
     def _rt_messages(self, pairs) -> list:
         out = []
         for dest, rt in pairs:
-            msg = M.rrp(RrpTE.RTBL, dest, self.me, [rt_to_records(rt)])
+            try:
+                msg = M.rrp(RrpTE.RTBL, dest, self.me, [rt_to_records(rt)])
+            except ValueError:  # it grew (CSR hop, RCVF address) past what RL can say
+                self.counters["rtbl_unencodable"] += 1
+                continue
             out.append(("twin", None, msg) if dest == self.hr.twin else ("san", dest, msg))
         return out
 
@@ -420,7 +477,7 @@ class Engine:
             found = [n for n in nodes.values() if any(_capable(n, cc, params) for cc, params in wanted)]
         else:
             self.counters["tell_malformed"] += 1
-            return self._reply(sa, M.err(ErrTE.GENERAL, sa, self.me, raw=pkt.encode()[: 8 * 64]))
+            return self._general(pkt)
         if not found:
             return self._reply(sa, M.err(ErrTE.UNK, sa, self.me, [Addr(0)] + recs))
         body = []

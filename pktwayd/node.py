@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
+from dataclasses import replace
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
 from daemons.runtime.control import request
@@ -27,13 +28,21 @@ from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import Op
 
 from . import messages as M
-from .constants import ADDR_HEY_YOU, PT, REDIRECT_TTL_S, ErrTE, RrpTE
+from .constants import ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Capa, Name, Srqr
 
 
 class PktwayError(Exception):
     pass
+
+
+def _records(pkt: Packet) -> list | None:
+    """The RRP records of a packet, or None if its body is not records."""
+    try:
+        return M.records(pkt)
+    except ValueError:
+        return None
 
 
 class Node:
@@ -55,6 +64,7 @@ class Node:
         self.neighbours: dict[int, bytes] = {}  # address -> ULA, of nodes that answered discover()
         self._asked: set[bytes] = set()
         self._pending: deque[Packet] = deque()
+        self.counters: Counter[str] = Counter()  # what was dropped, and why
 
     def announce(self, to_ula: bytes | None = None) -> None:
         """Power-up registration: INFO about myself to Hey-You (the router registers me)."""
@@ -89,28 +99,45 @@ class Node:
             frame = self.ulp.recv(timeout)
         except (socket.timeout, BlockingIOError):
             raise TimeoutError("no packet") from None
+        c = self.counters
         if frame.op is not Op.RECV or frame.ethertype != self.et:
+            c["rx_not_pktway"] += 1
             return None
         try:
             pkt = decode(frame.payload, self.dialect)
-        except DecodeError:
+        except DecodeError as exc:
+            c[f"rx_bad_{exc.field}"] += 1
             return None
         if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU):
+            c["rx_not_for_me"] += 1
             return None
+        if any(o.mandatory and o.otype not in KNOWN_OH_TYPES for o in pkt.options):
+            # spec §1.8: not processed; ERR/GENERAL to its source (never about an ERR)
+            c["drop_oh_unknown_mandatory"] += 1
+            if pkt.pt != PT.ERR and pkt.sa and not pkt.sa & 0x800000:
+                err = M.err(ErrTE.GENERAL, pkt.sa, self.addr, raw=pkt.encode()[:ERR_GENERAL_COPY_MAX])
+                self.send_packet(err, bytes(frame.ula))
+            return None
+        if pkt.options:  # unknown optional fields: dropped
+            c["oh_unknown_optional_ignored"] += len(pkt.options)
+            pkt = replace(pkt, options=())
         if pkt.pt == PT.RRP and pkt.te == RrpTE.WRU:  # "who are you": say, to whoever asked
             self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
             return None
         if pkt.pt == PT.RRP and pkt.te in (RrpTE.RDRC, RrpTE.INFO):
-            try:
-                recs = M.records(pkt)
-            except ValueError:
+            recs = _records(pkt)
+            if recs is None:
+                c["rrp_malformed"] += 1
                 return None
             if pkt.te == RrpTE.RDRC and len(recs) == 2 and all(isinstance(r, Addr) for r in recs):
                 # level B: obey redirects (for a while: the redirected-to router may die)
                 self.redirects[recs[0].addr] = (recs[1].addr, time.monotonic() + REDIRECT_TTL_S)
             elif pkt.te == RrpTE.INFO and bytes(frame.ula) in self._asked and recs and recs[0] == Addr(pkt.sa):
                 self.neighbours[pkt.sa] = bytes(frame.ula)  # it answered my WRU itself
-        return pkt if pkt.dt == self.addr else None
+        if pkt.dt == self.addr:
+            return pkt
+        c["rx_hey_you_consumed"] += 1  # to whoever receives it: nothing to hand to the application
+        return None
 
     def poll(self) -> None:
         """Handle what is waiting without blocking (packets for me are kept for recv)."""
@@ -167,14 +194,17 @@ class Node:
             pkt = self.recv(max(0.0, deadline - time.monotonic()))
             if pkt.pt in (PT.RRP, PT.ERR) and match(pkt):
                 return pkt
+            self.counters["rx_not_the_answer"] += 1
 
     def route(self, dest: int):
         """L2 routes to ``dest``: [(Q, L2RHs, MTU)], or ("redirect", address), or raises."""
-        reply = self.ask(RrpTE.GVL2, [Addr(dest)], match=lambda p: M.records(p)[:1] == [Addr(dest)])
+        reply = self.ask(RrpTE.GVL2, [Addr(dest)], match=lambda p: (_records(p) or [])[:1] == [Addr(dest)])
         if reply.pt == PT.ERR:
             raise PktwayError(f"{dest:#x}: {ErrTE(reply.te).name if reply.te in ErrTE._value2member_map_ else reply.te}")
-        recs = M.records(reply)
+        recs = _records(reply)
         if reply.te == RrpTE.RDRC:
+            if len(recs) != 2 or not isinstance(recs[1], Addr):
+                raise PktwayError(f"{dest:#x}: malformed RDRC from the router")
             return ("redirect", recs[1].addr)
         return [(r.q, list(r.route), r.mtu.mtu_words if r.mtu else 0) for r in recs[1:] if isinstance(r, Srqr)]
 
@@ -184,8 +214,11 @@ class Node:
         reply = self.ask(RrpTE.TELL, query)
         if reply.pt == PT.ERR:
             return []
+        recs = _records(reply)
+        if recs is None:
+            raise PktwayError("malformed answer from the router")
         out: list[dict] = []
-        for r in M.records(reply):
+        for r in recs:
             if isinstance(r, Addr):
                 out.append({"addr": r.addr, "name": None, "caps": []})
             elif out and isinstance(r, Name):

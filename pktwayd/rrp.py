@@ -75,7 +75,12 @@ class Rthd:
     records: tuple = ()  # the rest of this routing table
 
 
+MAX_RL = 0xFFFF  # RL is 16 bits
+
+
 def _head(rtyp: RTyp, pl: int, words: int) -> bytes:
+    if words > MAX_RL:
+        raise ValueError(f"{rtyp.name} of {words} words: RL holds at most {MAX_RL}")
     return struct.pack(">BBH", rtyp, pl, words)
 
 
@@ -126,12 +131,15 @@ def encode_records(records) -> bytes:
     return b"".join(encode(r) for r in records)
 
 
-def decode_records(data: bytes, base: int = 0) -> list:
-    """Records of an RRP message body (whole words)."""
+def decode_records(data: bytes, base: int = 0, *, in_rt: bool = False) -> list:
+    """Records of an RRP message body (whole words); ``in_rt``: the records of one routing
+    table, after its RTHD (which cannot hold another RTHD)."""
     if len(data) % W:
         raise DecodeError("RRP", base + len(data), "body is not whole words")
     out, off = [], 0
     while off < len(data):
+        if in_rt and data[off] == RTyp.RTHD:  # checked before decoding it: no recursion
+            raise DecodeError("RTHD", base + off, "an RTHD inside a routing table")
         rec, size = _decode_one(data, off, base)
         out.append(rec)
         off += size
@@ -191,8 +199,10 @@ def _decode_one(data: bytes, off: int, base: int):
                 route.append(Symbol(int.from_bytes(data[pos + 1 : pos + 4], "big") & 0xFFFFF,
                                     bytes(data[pos + 5 : pos + 5 + n])))
             else:
+                if data[pos] != RTyp.MTUR or mtu is not None:  # checked first: no recursion
+                    raise DecodeError("SRQR", base + pos, "only one nested MTUR is allowed")
                 nested, step = _decode_one(data[:end], pos, base)
-                if not isinstance(nested, Mtur) or mtu is not None:
+                if not isinstance(nested, Mtur):
                     raise DecodeError("SRQR", base + pos, "only one nested MTUR is allowed")
                 mtu = nested
             pos += step
@@ -202,4 +212,4 @@ def _decode_one(data: bytes, off: int, base: int):
         raise DecodeError("RTHD", where, "shorter than its 16-byte fixed part")
     san = int.from_bytes(data[off + 5 : off + 8], "big")
     (sn,) = struct.unpack_from(">I", data, off + 8)
-    return Rthd(san, sn, tuple(decode_records(bytes(data[off + 16 : off + size]), where + 16))), size
+    return Rthd(san, sn, tuple(decode_records(bytes(data[off + 16 : off + size]), where + 16, in_rt=True))), size

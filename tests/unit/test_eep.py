@@ -106,3 +106,18 @@ def test_garbage_only_decode_error(blob, dialect):
 def test_roundtrip(dt, sa, pt, te, data, routes, tail):
     p = Packet(dt=dt, sa=sa, pt=pt, te=te, data=data, prefix=tuple(L2RH(r) for r in routes), tail=tail)
     assert decode(p.encode()) == p
+
+
+def test_optional_field_words_follow_the_spec_formula():  # spec §1.8: floor((L+9)/8)
+    assert [OptField(1, bytes(n)).words for n in (0, 6, 7, 14, 15, 255)] == [1, 1, 2, 2, 3, 33]
+    assert [len(OptField(1, bytes(n)).encode(True)) // 8 for n in (0, 6, 7, 14, 15, 255)] == [1, 1, 2, 2, 3, 33]
+
+
+@given(st.lists(st.binary(min_size=1, max_size=63), max_size=2), st.lists(st.binary(max_size=40), max_size=2),
+       st.lists(st.tuples(st.integers(0, 63), st.binary(max_size=255), st.booleans()), max_size=3),
+       st.binary(max_size=100), st.integers(0, 3))
+def test_packet_words_is_its_encoded_length(routes, symbols, opts, data, trailer_words):
+    p = Packet(dt=0x60, sa=0x40, pt=6, data=data,
+               prefix=tuple(L2RH(r) for r in routes) + tuple(Symbol(1, s) for s in symbols),
+               options=tuple(OptField(t, d, m) for t, d, m in opts), trailer=bytes(8 * trailer_words))
+    assert p.words * 8 == len(p.encode())

@@ -57,3 +57,40 @@ def test_garbage_only_decode_error(blob):
         decode_records(blob)
     except DecodeError:
         pass
+
+
+def _nested_rthd(depth: int) -> bytes:
+    raw = b""
+    for _ in range(depth):  # each level: a 16-byte RTHD fixed part around the level below
+        head = bytes.fromhex("0800") + (2 + len(raw) // 8).to_bytes(2, "big") + bytes.fromhex("00000100")
+        raw = head + bytes(8) + raw
+    return raw
+
+
+def _nested_srqr(depth: int) -> bytes:
+    raw = b""
+    for _ in range(depth):
+        raw = bytes.fromhex("0502") + (1 + len(raw) // 8).to_bytes(2, "big") + bytes(4) + raw
+    return raw
+
+
+@pytest.mark.parametrize("make,field", [(_nested_rthd, "RTHD"), (_nested_srqr, "SRQR")])
+def test_deeply_nested_records_are_a_decode_error_not_a_recursion_error(make, field):
+    """Hostile input: an RTHD inside an RTHD (or an SRQR inside an SRQR) a thousand levels
+    deep fits a 16 KB message and used to raise RecursionError out of the decoder."""
+    with pytest.raises(DecodeError) as ei:
+        decode_records(make(1000))
+    assert ei.value.field == field
+    with pytest.raises(DecodeError):
+        decode_records(make(2))  # an RT holds no RTHD, an SRQR nests only an MTUR
+
+
+def test_records_longer_than_rl_can_say_are_refused_by_the_encoder():
+    """RL is 16 bits: an RT that grew past 65535 words on its way (a CSR hop and an RCVF
+    address added) cannot be re-encoded: ValueError, not struct.error."""
+    big = Rthd(0x100, 1, (Srqr(0, ()), Rcvf((0x55,))) + tuple(Name(bytes(8 * 4094)) for _ in range(17)))
+    with pytest.raises(ValueError) as ei:
+        encode_records([big])
+    assert "65535" in str(ei.value)
+    with pytest.raises(ValueError):
+        encode_records([Name(bytes(8 * 65536))])

@@ -49,3 +49,17 @@ def test_garbage_never_crashes_and_is_delivered_only_when_well_formed(port, data
     if ok:
         assert out == [(PORTS[data[0]], native(port) + data[3:])]
     assert sum(v for k, v in sw.counters.items() if k.startswith("drop")) == (0 if ok else 1)
+
+
+def test_switch_mtu_counts_optional_fields():
+    """The switch measures the packet itself: a 1059-word packet carrying two 33-word
+    optional header fields does not cross a 1024-word SAN (issue item 11)."""
+    from pktwayd.eep import OptField, Packet
+
+    opts = (OptField(1, bytes(255)), OptField(2, bytes(255)))
+    sw = SanSwitch(PORTS, mtu=8 * 1024)
+    for words, delivered in ((1059, False), (1025, False), (1024, True)):
+        pkt = Packet(dt=0x60, sa=0x40, pt=6, data=bytes(8 * (words - 69)), options=opts).encode()
+        assert len(pkt) == 8 * words
+        assert bool(sw.receive(PORTS[1], native(2) + pkt)) == delivered
+    assert sw.counters["drop_over_mtu"] == 2

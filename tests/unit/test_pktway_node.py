@@ -1,0 +1,112 @@
+"""The PacketWay node library against a scripted port (no sockets): hostile frames are
+dropped and counted, malformed answers raise PktwayError, optional header fields (§1.8)."""
+
+import socket
+from dataclasses import replace
+
+import pytest
+
+from daemons.wire.ulp import Frame, Op
+from pktwayd import messages as M
+from pktwayd.constants import ETHERTYPE_PKTWAY, PT, ErrTE, RrpTE
+from pktwayd.eep import OptField, Packet, decode
+from pktwayd.node import Node, PktwayError
+from pktwayd.rrp import Addr
+
+ME, ROUTER, FAR = 0x40, 0x59, 0x60
+MY_ULA, ROUTER_ULA = bytes([1, 3, 0]), bytes([9, 3, 0])
+
+
+class ScriptedPort:
+    """What Node needs of a port: bind, send, recv (frames from a list), close."""
+
+    def __init__(self, frames=()) -> None:
+        self.frames = list(frames)
+        self.sent: list[tuple[bytes, Packet]] = []
+
+    def bind(self, ethertype):
+        return Frame(Op.STATUS, 1, ethertype, MY_ULA)
+
+    def send(self, route, payload, *, vc=1, ethertype=ETHERTYPE_PKTWAY):
+        self.sent.append((bytes(route), decode(payload)))
+
+    def recv(self, timeout=None):
+        if not self.frames:
+            raise socket.timeout
+        return self.frames.pop(0)
+
+    def close(self):
+        pass
+
+
+def frame(payload: bytes, ula: bytes = ROUTER_ULA) -> Frame:
+    return Frame(Op.RECV, 1, ETHERTYPE_PKTWAY, ula, payload)
+
+
+def node(*payloads) -> Node:
+    return Node(ScriptedPort([frame(p) if isinstance(p, bytes) else p for p in payloads]), ME, ROUTER_ULA)
+
+
+def test_hostile_frames_are_counted_not_raised():
+    n = node(b"\x01" * 5, bytes(24), Packet(dt=FAR, sa=ROUTER, pt=PT.USER).encode(),
+             Frame(Op.RECV, 1, 0x0800, ROUTER_ULA, b"ip"),
+             M.rrp(RrpTE.RDRC, ME, ROUTER, [Addr(FAR)]).encode(),
+             Packet(dt=ME, sa=ROUTER, pt=PT.RRP, te=RrpTE.INFO, data=bytes.fromhex("0101000200000040")).encode())
+    n.poll()
+    assert n.counters == {"rx_bad_packet": 1, "rx_not_for_me": 2, "rx_not_pktway": 1, "rrp_malformed": 1}
+    assert not n.redirects  # the one-record RDRC is kept (it decodes) but not obeyed
+
+
+def test_malformed_answers_raise_pktway_error():
+    bad_rdrc = M.rrp(RrpTE.RDRC, ME, ROUTER, [Addr(FAR)]).encode()  # D, but no HR to use
+    with pytest.raises(PktwayError):
+        node(bad_rdrc).route(FAR)
+    garbage = Packet(dt=ME, sa=ROUTER, pt=PT.RRP, te=RrpTE.L2SR, data=bytes.fromhex("0101000200000040")).encode()
+    with pytest.raises(PktwayError):
+        node(garbage).find(name=b"x")
+    n = node(garbage)  # an answer to GVL2 that is not records is not the answer
+    with pytest.raises(TimeoutError):
+        n.ask(RrpTE.GVL2, [Addr(FAR)], timeout=0.05, match=lambda p: False)
+
+
+def test_unknown_mandatory_field_is_not_processed_and_answered_with_err_general():
+    wru = M.rrp(RrpTE.WRU, ME, ROUTER)
+    n = node(replace(wru, options=(OptField(3, b"?", mandatory=True),)).encode())
+    n.poll()
+    ((to, p),) = n.ulp.sent
+    assert to == ROUTER_ULA and p.pt == PT.ERR and p.te == ErrTE.GENERAL and p.dt == ROUTER and p.sa == ME
+    assert n.counters["drop_oh_unknown_mandatory"] == 1
+    n = node(replace(wru, options=(OptField(3, b"?"),)).encode())  # optional: ignored, the WRU answered
+    n.poll()
+    ((to, p),) = n.ulp.sent
+    assert p.te == RrpTE.INFO and n.counters["oh_unknown_optional_ignored"] == 1
+
+
+def test_a_route_holding_a_symbol_is_printable():
+    """An L2SR's SR may hold symbols (§2.5); `pktway route` printed .route of each hop."""
+    from pktwayd.cli import hops_text
+    from pktwayd.eep import L2RH, Symbol
+
+    assert hops_text([L2RH(bytes([3, 0, 3, 0])), Symbol(1, b"x")]) == "03000300 symbol:00001"
+
+
+def test_a_hey_you_message_the_node_does_not_answer_is_counted():  # found by tests/sim/test_pktway_fuzz.py
+    n = node(M.gvl2(0x7FFFFE, ROUTER, FAR).encode())
+    n.poll()
+    assert not n._pending and n.counters == {"rx_hey_you_consumed": 1}
+
+
+@pytest.mark.parametrize("reply,routes", [
+    ({"ok": True, "ulas": [{"ula": "02:47:53:00:01:00"}, {"ula": "ff:ff:ff:ff:ff:ff"}]},
+     {bytes.fromhex("024753000100")}),
+    ({"ok": True}, None),
+    ({"ok": True, "ulas": None}, None),
+    ({"ok": True, "ulas": [{"ula": "nonsense"}]}, None),
+    ({"ok": True, "ulas": ["02:47:53:00:01:00"]}, None),
+    ({"ok": True, "ulas": [{"ula": 5}]}, None),
+])
+def test_a_malformed_switch_map_is_refused_not_raised(reply, routes):
+    """pktwayd's mapper task read gsnd's ULA list unguarded: a bad answer ended the daemon."""
+    from pktwayd.daemon import map_routes
+
+    assert map_routes(reply) == routes
