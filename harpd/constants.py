@@ -31,3 +31,4 @@ RESOLVE_ATTEMPTS = 2  # (pc)
 NEGATIVE_CACHE = 30.0  # (pc) = Linux ATMARP_RETRY_DELAY
 SERVER_DEAD_WINDOW = 120.0  # FACT: 2 unanswered HARP_REQUESTs within 120 s
 SERVER_DEAD_UNANSWERED = 2  # FACT
+DEADLINE_HEAP_SLACK = 64  # (pc) superseded timer-heap items tolerated before compaction

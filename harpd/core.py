@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
@@ -126,9 +127,14 @@ class Lis:
         self.cache: dict[IPv4Address, Entry] = {}
         self.pending: dict[IPv4Address, _Pending] = {}
         self.negative: dict[IPv4Address, float] = {}
-        # Lazy deadline heap over both tables: (time, "srv" | "cache", ip).  An item
-        # whose entry has since moved on is skipped when it comes up.
-        self.deadlines: list[tuple[float, str, IPv4Address]] = []
+        # Deadline heap over both tables: (time, seq, "srv" | "cache", ip), at most one
+        # live item per entry (``due`` holds its time).  A refresh only moves a deadline
+        # later, so it pushes nothing: the live item comes up early and is rescheduled
+        # then.  Items superseded by an earlier deadline are skipped when they come up,
+        # and the heap is compacted when they outnumber the live ones.
+        self.deadlines: list[tuple[float, int, str, IPv4Address]] = []
+        self.due: dict[tuple[str, IPv4Address], float] = {}
+        self._seq = itertools.count()
         for ip, ula in cfg.statics.items():
             self.cache[ip] = Entry(ula, True, 0.0)
 
@@ -142,16 +148,36 @@ class Lis:
             return end
         return e.validated + self.t.revalidate_at
 
+    def schedule(self, kind: str, ip: IPv4Address, t: float) -> None:
+        """Make sure a heap item for (kind, ip) comes up no later than ``t``."""
+        cur = self.due.get((kind, ip))
+        if cur is not None and cur <= t:
+            return  # the live item comes up first and reschedules
+        self.due[(kind, ip)] = t
+        heapq.heappush(self.deadlines, (t, next(self._seq), kind, ip))
+        if len(self.deadlines) > 2 * len(self.due) + K.DEADLINE_HEAP_SLACK:
+            self.deadlines = [d for d in self.deadlines if self.due.get((d[2], d[3])) == d[0]]
+            heapq.heapify(self.deadlines)
+
+    def pop_due(self, now: float) -> tuple[str, IPv4Address] | None:
+        """The next (kind, ip) whose live heap item is due, removing it; None when none is."""
+        while self.deadlines and self.deadlines[0][0] <= now:
+            t, _, kind, ip = heapq.heappop(self.deadlines)
+            if self.due.get((kind, ip)) == t:
+                del self.due[(kind, ip)]
+                return kind, ip
+        return None
+
     def schedule_cache(self, ip: IPv4Address) -> None:
         e = self.cache.get(ip)
         t = self.cache_deadline(e) if e is not None else None
         if t is not None:
-            heapq.heappush(self.deadlines, (t, "cache", ip))
+            self.schedule("cache", ip, t)
 
     def schedule_server(self, ip: IPv4Address) -> None:
         e = self.server_table.get(ip)
         if e is not None and not e.static:
-            heapq.heappush(self.deadlines, (e.validated + self.t.server_lifetime, "srv", ip))
+            self.schedule("srv", ip, e.validated + self.t.server_lifetime)
 
     @property
     def is_server(self) -> bool:
@@ -316,18 +342,25 @@ class HarpCore:
         self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
 
     def _cache_timer(self, lis: Lis, now: float) -> None:
-        while lis.deadlines and lis.deadlines[0][0] <= now:
-            _, kind, ip = heapq.heappop(lis.deadlines)
+        while (item := lis.pop_due(now)) is not None:
+            kind, ip = item
             if kind == "srv":
                 e = lis.server_table.get(ip)
-                if e is not None and not e.static and now >= e.validated + lis.t.server_lifetime:
+                if e is None or e.static:
+                    continue
+                if now >= e.validated + lis.t.server_lifetime:
                     del lis.server_table[ip]
                     self.counters["server_entry_expired"] += 1
+                else:
+                    lis.schedule_server(ip)  # refreshed since: its deadline moved on
                 continue
             e = lis.cache.get(ip)
             due = lis.cache_deadline(e) if e is not None else None
-            if due is None or due > now:
-                continue  # stale heap item: the entry moved on
+            if due is None:
+                continue
+            if due > now:
+                lis.schedule_cache(ip)  # the entry moved on
+                continue
             self._cache_entry_due(lis, ip, e, now)
             lis.schedule_cache(ip)
 

@@ -102,3 +102,47 @@ def test_options_full_example():
     a, b = opts.lises["gsn0"]
     assert a.role == "client" and len(a.servers) == 2 and a.statics == {A("192.0.2.30"): bytes.fromhex("024753000700")}
     assert b.network == IPv4Network("192.0.2.32/27") and opts.timers.reregister == 600 and opts.timers.probe_count == 5
+
+
+def _sizes(core):
+    lis = core.lis[0]
+    return (len(lis.deadlines), len(lis.server_table), len(lis.cache), len(lis.pending), len(lis.negative),
+            len(core._out), len(core._events))
+
+
+def test_reregistering_one_ip_does_not_stack_state():
+    """Issue 10 item 5: 100k re-registrations of one IP within its 20 minutes leave
+    the server core at constant size (no per-registration heap items)."""
+    import tracemalloc
+
+    core = server()
+    raw = Harp(Op.INHARP_REQUEST, A("192.0.2.2"), Z, C1, ULA_HARP_SERVER).encode()
+    now = 1.0
+
+    def burst(n):
+        nonlocal now
+        for _ in range(n):
+            now += 0.001  # 100k in 100 s of virtual time, well inside the 20-minute lifetime
+            core.receive(C1, raw, now)
+            core.outgoing()
+            core.events()
+            if now >= core.timer():
+                core.handle_timer(now)
+
+    burst(1000)
+    before = _sizes(core)
+    tracemalloc.start()
+    base = tracemalloc.take_snapshot()
+    burst(100_000)
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(base, "filename"))
+    tracemalloc.stop()
+    assert _sizes(core) == before
+    assert len(core.lis[0].deadlines) <= 4 and len(core.counters) < 16  # counter names, not per-IP keys
+    assert grown < 64 * 1024, f"{grown} bytes retained by 100k re-registrations"
+    assert core.counters["server_registrations"] == 101_000
+    # the entry still expires 20 minutes after its last refresh, and not before
+    core.handle_timer(now + Timers().server_lifetime - 1.0)
+    assert A("192.0.2.2") in core.lis[0].server_table
+    core.handle_timer(now + Timers().server_lifetime + 0.1)
+    assert A("192.0.2.2") not in core.lis[0].server_table
+    assert core.lis[0].deadlines == [] or all(t > now + Timers().server_lifetime for t, *_ in core.lis[0].deadlines)
