@@ -10,7 +10,7 @@ from daemons.runtime.config import ConfigError
 from harpd.constants import Op
 from harpd.core import HarpCore, LisConfig, Resolved, Timers
 from harpd.options import parse
-from harpd.wire import Harp, decode
+from harpd.wire import Harp, decode, nak
 
 NET = IPv4Network("192.0.2.0/24")
 SRV, C1, C2 = b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02", b"\x02\x00\x00\x00\x00\x03"
@@ -146,3 +146,39 @@ def test_reregistering_one_ip_does_not_stack_state():
     core.handle_timer(now + Timers().server_lifetime + 0.1)
     assert A("192.0.2.2") not in core.lis[0].server_table
     assert core.lis[0].deadlines == [] or all(t > now + Timers().server_lifetime for t, *_ in core.lis[0].deadlines)
+
+
+def test_ipv6_server_registers_resolves_and_naks():
+    from ipaddress import IPv6Address as A6, IPv6Network
+
+    core = HarpCore([LisConfig(NET, role="server"), LisConfig(IPv6Network("2001:db8::/64"), role="server")], 0.0)
+    core.set_port(SRV, [A("192.0.2.1"), A6("2001:db8::1")], 0.0)
+    core.outgoing()
+    core.receive(C1, Harp(Op.INHARP_REQUEST, A6("2001:db8::2"), A6(0), C1, ULA_HARP_SERVER).encode(), 1.0)
+    [(d, rep)] = [(d, decode(p)) for d, p in core.outgoing()]
+    assert d == C1 and rep == Harp(Op.INHARP_REPLY, A6("2001:db8::1"), A6("2001:db8::2"), ULA_HARP_SERVER, C1)
+    assert core.lis[1].server_table[A6("2001:db8::2")].ula == C1 and not core.lis[0].server_table
+    core.receive(C2, Harp(Op.HARP_REQUEST, A6("2001:db8::3"), A6("2001:db8::2"), C2, bytes(6)).encode(), 2.0)
+    [(d, rep)] = [(d, decode(p)) for d, p in core.outgoing()]
+    assert d == C2 and rep.op is Op.HARP_REPLY and rep.rpa == A6("2001:db8::2") and rep.rha == C1
+    # a v4 request for the v6 host's number is not answered from the v6 table
+    unknown = Harp(Op.HARP_REQUEST, A("192.0.2.3"), A("192.0.2.2"), C2, bytes(6)).encode()
+    core.receive(C2, unknown, 3.0)
+    assert core.outgoing() == [(C2, nak(unknown))]
+    # an IPv6 requester outside every IPv6 LIS is not registered
+    core.receive(C1, Harp(Op.INHARP_REQUEST, A6("2001:db9::2"), A6(0), C1, ULA_HARP_SERVER).encode(), 4.0)
+    assert core.outgoing() == [] and core.counters["rx_outside_lis"] == 1
+    assert {r["ip"] for r in core.table(5.0)} == {"192.0.2.3", "2001:db8::2", "2001:db8::3"}
+
+
+def test_options_ipv6_adds_link_local_lis():
+    from ipaddress import IPv6Address as A6, IPv6Network
+
+    opts = parse("lis gsn0 192.0.2.0/24\nlis gsn0 2001:db8::/64\nstatic gsn0 2001:db8::9 02:47:53:00:07:00\n"
+                 "lis gsn1 192.0.2.0/24\nlis gsn2 fe80::/64\n", "x")
+    assert [x.network for x in opts.lises["gsn0"]] == [NET, IPv6Network("2001:db8::/64"), IPv6Network("fe80::/64")]
+    assert opts.lises["gsn0"][1].statics == {A6("2001:db8::9"): bytes.fromhex("024753000700")}
+    assert [x.network for x in opts.lises["gsn1"]] == [NET]  # IPv4 only: no link-local LIS
+    assert [x.network for x in opts.lises["gsn2"]] == [IPv6Network("fe80::/64")]
+    with pytest.raises(ConfigError, match=":2: LIS 2001:db8::/48 overlaps"):
+        parse("lis gsn0 2001:db8::/64\nlis gsn0 2001:db8::/48\n", "x")
