@@ -243,7 +243,9 @@ class Harpd:
                 except Exception as exc:  # the interface may be gone; pyroute2 raises its own types
                     log.warning("kernel.neighbours_failed", interface=i, error=str(exc))
                     continue
-                rows += [dict(r, interface=i) for r in found]
+                for r in found:
+                    lis = a.core.lis_for(ip_address(r["ip"]))
+                    rows.append(dict(r, interface=i, lis=str(lis.net) if lis else None))
         return rows
 
     async def _control(self, req: dict) -> dict:

@@ -1,11 +1,13 @@
 """HARP with real processes: 4 hosts on a non-broadcast switch; the kernel's
 neighbour requests on gsn0 are answered through harpd and the HARP server."""
 
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
-from daemons.netns import Fabric, poll
+from daemons.netns import BIN, Fabric, poll
 
 OPTIONS = "lis gsn0 192.0.2.0/24\nrole gsn0 auto\nserver gsn0 00:10:3b:ff:ff:e0\n"
 SCALE = "0.01"  # every HARP timer x0.01: reregistration 9 s, server expiry 12 s
@@ -16,7 +18,7 @@ def ping(fab, src, dst, count=1):
 
 
 def table(fab, i):
-    r = fab.gsnarp(i, "-a")
+    r = fab.gsnarp(i, "-a", "-n")
     assert r.returncode == 0, r.stderr
     return {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
 
@@ -121,3 +123,35 @@ def test_ping6_on_a_non_broadcast_fabric(lis6):
     assert lis6.ns_exec(2, "ping", "-6", "-c", "1", "-W", "2", "2001:db8::77", check=False).returncode != 0
     row = table(lis6, 1)["2001:db8::3"]
     assert row[1] == lis6.wait_ula(3) and row[2] == "2001:db8::/64" and row[3] == "dynamic"
+
+
+def test_gsnarp_on_a_broadcast_fabric_names_and_one_host():
+    """Issue 10 item 16: on a broadcast fabric the kernel resolves by itself and harpd's
+    table stays empty; gsnarp -a shows the kernel's neighbours on gsn0 instead of
+    nothing.  Names come from the host's resolver (here the namespace's /etc/hosts)."""
+    with Fabric(3) as fab:
+        ulas = fab.up(v6=False)
+        for i in (2, 3):
+            fab.start_harpd(i, OPTIONS, "--timer-scale", SCALE)
+        etc = Path("/etc/netns") / fab.host_ns[1]
+        etc.mkdir(parents=True)
+        try:
+            (etc / "hosts").write_text("127.0.0.1 localhost\n192.0.2.3 node3\n")
+            poll(lambda: ping(fab, 2, "192.0.2.3").returncode == 0, 15, what="ping over kernel ARP")
+            t = table(fab, 2)
+            assert t["192.0.2.3"][1] == ulas[2] and t["192.0.2.3"][3] == "kernel" and t["192.0.2.3"][-1] == "gsn0"
+            sock = str(fab.tmp / "h2" / "harpd" / "control.sock")
+
+            def gsnarp(*args):
+                return fab.ns_exec(2, str(BIN / "gsnarp"), "--socket", sock, *args, check=False)
+
+            r = gsnarp("node3")
+            assert r.returncode == 0 and r.stdout.splitlines()[1].startswith(f"node3 (192.0.2.3) {ulas[2]}")
+            r = gsnarp("-a")
+            assert "node3 (192.0.2.3)" in r.stdout
+            r = gsnarp("-n", "node3")
+            assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:2] == ["192.0.2.3", ulas[2]]
+            r = gsnarp("-n", "192.0.2.77")
+            assert r.returncode == 1 and r.stderr == "gsnarp: 192.0.2.77: no entry\n"
+        finally:
+            shutil.rmtree(etc, ignore_errors=True)
