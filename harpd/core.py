@@ -131,7 +131,7 @@ class Lis:
         self.cache: dict[Address, Entry] = {}
         self.pending: dict[Address, _Pending] = {}
         self.negative: dict[Address, float] = {}
-        # Deadline heap over both tables: (time, seq, "srv" | "cache", ip), at most one
+        # Deadline heap over the tables: (time, seq, "srv" | "cache" | "neg", ip), at most one
         # live item per entry (``due`` holds its time).  A refresh only moves a deadline
         # later, so it pushes nothing: the live item comes up early and is rescheduled
         # then.  Items superseded by an earlier deadline are skipped when they come up,
@@ -323,7 +323,7 @@ class HarpCore:
                 continue
             if p.attempts >= lis.t.resolve_attempts:
                 del lis.pending[ip]
-                lis.negative[ip] = now + lis.t.negative_cache
+                self._negative(lis, ip, now)
                 self.counters["resolve_timeout"] += 1
                 self._events.append(Unresolved(ip, "no answer"))
                 auth = lis.authority()
@@ -345,9 +345,20 @@ class HarpCore:
         p.next_try = now + lis.t.resolve_retry
         self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
 
+    def _negative(self, lis: Lis, ip: Address, now: float) -> None:
+        lis.negative[ip] = now + lis.t.negative_cache
+        lis.schedule("neg", ip, lis.negative[ip])
+
     def _cache_timer(self, lis: Lis, now: float) -> None:
         while (item := lis.pop_due(now)) is not None:
             kind, ip = item
+            if kind == "neg":
+                until = lis.negative.get(ip)
+                if until is not None and until <= now:
+                    del lis.negative[ip]
+                elif until is not None:
+                    lis.schedule("neg", ip, until)
+                continue
             if kind == "srv":
                 e = lis.server_table.get(ip)
                 if e is None or e.static:
@@ -550,7 +561,7 @@ class HarpCore:
             return
         ip = msg.tpa
         if lis.pending.pop(ip, None) is not None:
-            lis.negative[ip] = now + lis.t.negative_cache
+            self._negative(lis, ip, now)
             self._events.append(Unresolved(ip, "NAK"))
         e = lis.cache.get(ip)
         if e is not None and not e.static:

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from daemons.constants import ULA_HARP_SERVER
 from daemons.runtime.config import ConfigError
 from harpd.constants import Op
-from harpd.core import HarpCore, LisConfig, Resolved, Timers
+from harpd.core import HarpCore, LisConfig, Phase, Resolved, Timers
 from harpd.options import parse
 from harpd.wire import Harp, decode, nak
 
@@ -182,3 +182,24 @@ def test_options_ipv6_adds_link_local_lis():
     assert [x.network for x in opts.lises["gsn2"]] == [IPv6Network("fe80::/64")]
     with pytest.raises(ConfigError, match=":2: LIS 2001:db8::/48 overlaps"):
         parse("lis gsn0 2001:db8::/64\nlis gsn0 2001:db8::/48\n", "x")
+
+
+def test_negative_cache_entries_are_dropped_when_they_expire():
+    """A NAK'd address is remembered for negative_cache seconds, then forgotten: a
+    kernel asking for many unknown addresses does not grow the core for good."""
+    core = HarpCore([LisConfig(NET, role="client")], 0.0)
+    core.set_port(C1, [A("192.0.2.2")], 0.0)
+    lis = core.lis[0]
+    for s in lis.servers:  # registered with the server
+        s.responsive, s.real_ula = True, SRV
+    core._phase(lis, Phase.OPER_SERVER, 0.0)
+    core.outgoing()
+    for k in range(1000):
+        core.resolve(A(f"192.0.2.{k % 250 + 3}"), 1.0)
+        for d, raw in core.outgoing():
+            core.receive(SRV, nak(raw), 1.0)
+    assert len(lis.negative) == 250 and not lis.pending
+    core.resolve(A("192.0.2.3"), 2.0)
+    assert core.outgoing() == []  # still negative-cached
+    core.handle_timer(1.0 + Timers().negative_cache + 0.1)
+    assert lis.negative == {} and len(lis.deadlines) < 300
