@@ -1,6 +1,6 @@
 """HarpCore stepped by hand: bad input is dropped and counted, never raised."""
 
-from ipaddress import IPv4Address as A, IPv4Network
+from ipaddress import IPv4Address as A, IPv4Network, IPv6Address as A6, IPv6Network
 
 import pytest
 from hypothesis import given, strategies as st
@@ -149,8 +149,6 @@ def test_reregistering_one_ip_does_not_stack_state():
 
 
 def test_ipv6_server_registers_resolves_and_naks():
-    from ipaddress import IPv6Address as A6, IPv6Network
-
     core = HarpCore([LisConfig(NET, role="server"), LisConfig(IPv6Network("2001:db8::/64"), role="server")], 0.0)
     core.set_port(SRV, [A("192.0.2.1"), A6("2001:db8::1")], 0.0)
     core.outgoing()
@@ -172,8 +170,6 @@ def test_ipv6_server_registers_resolves_and_naks():
 
 
 def test_options_ipv6_adds_link_local_lis():
-    from ipaddress import IPv6Address as A6, IPv6Network
-
     opts = parse("lis gsn0 192.0.2.0/24\nlis gsn0 2001:db8::/64\nstatic gsn0 2001:db8::9 02:47:53:00:07:00\n"
                  "lis gsn1 192.0.2.0/24\nlis gsn2 fe80::/64\n", "x")
     assert [x.network for x in opts.lises["gsn0"]] == [NET, IPv6Network("2001:db8::/64"), IPv6Network("fe80::/64")]
@@ -203,3 +199,21 @@ def test_negative_cache_entries_are_dropped_when_they_expire():
     assert core.outgoing() == []  # still negative-cached
     core.handle_timer(1.0 + Timers().negative_cache + 0.1)
     assert lis.negative == {} and len(lis.deadlines) < 300
+
+
+_V6_MSGS = [Harp(op, A6("2001:db8::2"), A6(t),
+                 C1, tha, hrd).encode()
+            for op, t, tha in ((Op.INHARP_REQUEST, 0, ULA_HARP_SERVER), (Op.HARP_REQUEST, "2001:db8::1", bytes(6)),
+                               (Op.HARP_REPLY, "2001:db8::1", SRV), (Op.HARP_NAK, "2001:db8::3", bytes(6)))
+            for hrd in (28, 1)]
+
+
+@given(st.sampled_from(_V6_MSGS), st.integers(0, 60), st.binary(min_size=1, max_size=3), st.integers(0, 60))
+def test_fuzz_ipv6_dual_stack_never_raises(raw, at, patch, cut):
+    core = HarpCore([LisConfig(NET, role="server"), LisConfig(IPv6Network("2001:db8::/64"), role="server"),
+                     LisConfig(IPv6Network("fe80::/64"))], 0.0)
+    core.set_port(SRV, [A("192.0.2.1"), A6("2001:db8::1"), A6("fe80::1")], 0.0)
+    core.receive(C1, (raw[:at] + patch + raw[at + len(patch):])[:cut], 1.0)
+    core.handle_timer(core.timer())
+    for _, out in core.outgoing():
+        decode(out)
