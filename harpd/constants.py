@@ -8,6 +8,7 @@ HRD_ETHERNET = 1
 HRD_IEEE802 = 6
 ACCEPTED_HRD = (HRD_HIPARP, HRD_ETHERNET, HRD_IEEE802)  # (pc): transmit 28, accept 28/1/6
 PRO_IPV4 = 0x0800
+PRO_IPV6 = 0x86DD  # (pc) IPv6 over HARP: ar$pro = the IPv6 EtherType, ar$pln = 16
 
 
 class Op(enum.IntEnum):
@@ -31,3 +32,5 @@ RESOLVE_ATTEMPTS = 2  # (pc)
 NEGATIVE_CACHE = 30.0  # (pc) = Linux ATMARP_RETRY_DELAY
 SERVER_DEAD_WINDOW = 120.0  # FACT: 2 unanswered HARP_REQUESTs within 120 s
 SERVER_DEAD_UNANSWERED = 2  # FACT
+DEADLINE_HEAP_SLACK = 64  # (pc) superseded timer-heap items tolerated before compaction
+LINK_LOCAL_LIS = "fe80::/64"  # (pc) added to every interface that has an IPv6 LIS

@@ -3,25 +3,29 @@
 Fed HARP payloads (``receive``), resolution requests (``resolve``) and the time;
 produces HARP payloads to send (``outgoing``) and events for the kernel
 neighbour table (``events``).  One instance serves one interface; each LIS is an
-IPv4 subnet with this host's address in it.
+IPv4 or IPv6 prefix with this host's address in it (an interface with an IPv6 LIS
+also gets the link-local LIS fe80::/64, see harpd.options).
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER, ULA_NONE
 from daemons.wire.errors import DecodeError
 
 from . import constants as K
 from .constants import Op
-from .wire import Harp, decode, nak
+from .wire import Address, Harp, decode, nak
 
+Network = IPv4Network | IPv6Network
 ZERO = IPv4Address(0)
+ZERO6 = IPv6Address(0)
 LETTING_EXPIRE = 3  # Entry.revalidating: unused at revalidation time, left to expire
 
 
@@ -53,26 +57,26 @@ class Phase(enum.Enum):
 
 @dataclass(frozen=True)
 class Resolved:
-    ip: IPv4Address
+    ip: Address
     ula: bytes
     static: bool = False
 
 
 @dataclass(frozen=True)
 class Unresolved:
-    ip: IPv4Address
+    ip: Address
     reason: str
 
 
 @dataclass(frozen=True)
 class Gone:
-    ip: IPv4Address
+    ip: Address
     reason: str
 
 
 @dataclass(frozen=True)
 class PhaseChanged:
-    lis: IPv4Network
+    lis: Network
     phase: Phase
 
 
@@ -105,10 +109,10 @@ class _Server:
 
 @dataclass
 class LisConfig:
-    network: IPv4Network
+    network: Network
     role: str = "auto"  # auto | client | server
     servers: list[bytes] = field(default_factory=lambda: [ULA_HARP_SERVER])
-    statics: dict[IPv4Address, bytes] = field(default_factory=dict)
+    statics: dict[Address, bytes] = field(default_factory=dict)
 
 
 class Lis:
@@ -116,19 +120,25 @@ class Lis:
         self.cfg = cfg
         self.net = cfg.network
         self.t = timers
-        self.ip: IPv4Address | None = None
+        self.ip: Address | None = None
+        self.zero = ZERO if self.net.version == 4 else ZERO6  # "unknown" in ar$tpa
         self.phase = Phase.DOWN
         self.probes = 0
         self.next_probe = 0.0
         self.servers = [_Server(a) for a in cfg.servers]
         self.serving: set[bytes] = set()  # server addresses this port answers for
-        self.server_table: dict[IPv4Address, Entry] = {}
-        self.cache: dict[IPv4Address, Entry] = {}
-        self.pending: dict[IPv4Address, _Pending] = {}
-        self.negative: dict[IPv4Address, float] = {}
-        # Lazy deadline heap over both tables: (time, "srv" | "cache", ip).  An item
-        # whose entry has since moved on is skipped when it comes up.
-        self.deadlines: list[tuple[float, str, IPv4Address]] = []
+        self.server_table: dict[Address, Entry] = {}
+        self.cache: dict[Address, Entry] = {}
+        self.pending: dict[Address, _Pending] = {}
+        self.negative: dict[Address, float] = {}
+        # Deadline heap over the tables: (time, seq, "srv" | "cache" | "neg", ip), at most one
+        # live item per entry (``due`` holds its time).  A refresh only moves a deadline
+        # later, so it pushes nothing: the live item comes up early and is rescheduled
+        # then.  Items superseded by an earlier deadline are skipped when they come up,
+        # and the heap is compacted when they outnumber the live ones.
+        self.deadlines: list[tuple[float, int, str, Address]] = []
+        self.due: dict[tuple[str, Address], float] = {}
+        self._seq = itertools.count()
         for ip, ula in cfg.statics.items():
             self.cache[ip] = Entry(ula, True, 0.0)
 
@@ -142,16 +152,36 @@ class Lis:
             return end
         return e.validated + self.t.revalidate_at
 
-    def schedule_cache(self, ip: IPv4Address) -> None:
+    def schedule(self, kind: str, ip: Address, t: float) -> None:
+        """Make sure a heap item for (kind, ip) comes up no later than ``t``."""
+        cur = self.due.get((kind, ip))
+        if cur is not None and cur <= t:
+            return  # the live item comes up first and reschedules
+        self.due[(kind, ip)] = t
+        heapq.heappush(self.deadlines, (t, next(self._seq), kind, ip))
+        if len(self.deadlines) > 2 * len(self.due) + K.DEADLINE_HEAP_SLACK:
+            self.deadlines = [d for d in self.deadlines if self.due.get((d[2], d[3])) == d[0]]
+            heapq.heapify(self.deadlines)
+
+    def pop_due(self, now: float) -> tuple[str, Address] | None:
+        """The next (kind, ip) whose live heap item is due, removing it; None when none is."""
+        while self.deadlines and self.deadlines[0][0] <= now:
+            t, _, kind, ip = heapq.heappop(self.deadlines)
+            if self.due.get((kind, ip)) == t:
+                del self.due[(kind, ip)]
+                return kind, ip
+        return None
+
+    def schedule_cache(self, ip: Address) -> None:
         e = self.cache.get(ip)
         t = self.cache_deadline(e) if e is not None else None
         if t is not None:
-            heapq.heappush(self.deadlines, (t, "cache", ip))
+            self.schedule("cache", ip, t)
 
-    def schedule_server(self, ip: IPv4Address) -> None:
+    def schedule_server(self, ip: Address) -> None:
         e = self.server_table.get(ip)
         if e is not None and not e.static:
-            heapq.heappush(self.deadlines, (e.validated + self.t.server_lifetime, "srv", ip))
+            self.schedule("srv", ip, e.validated + self.t.server_lifetime)
 
     @property
     def is_server(self) -> bool:
@@ -194,15 +224,15 @@ class HarpCore:
             lis.phase = phase
             self._events.append(PhaseChanged(lis.net, phase))
 
-    def lis_for(self, ip: IPv4Address) -> Lis | None:
+    def lis_for(self, ip: Address) -> Lis | None:
         for lis in self.lis:
             if ip in lis.net:
                 return lis
         return None
 
     # --- configuration from the host -----------------------------------------------
-    def set_port(self, ula: bytes | None, addresses: list[IPv4Address], now: float) -> None:
-        """The port's ULA and IPv4 addresses changed (link up/down, ip addr add/del)."""
+    def set_port(self, ula: bytes | None, addresses: list[Address], now: float) -> None:
+        """The port's ULA and IP addresses changed (link up/down, ip addr add/del)."""
         changed_ula = ula != self.ula
         self.ula = ula
         for lis in self.lis:
@@ -258,7 +288,7 @@ class HarpCore:
             return
         if lis.probes < lis.t.probe_count:
             lis.probes += 1
-            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, ULA_BROADCAST))
+            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, ULA_BROADCAST))
             lis.next_probe = now + lis.t.probe_interval
         else:
             self.counters["probe_not_echoed"] += 1
@@ -276,7 +306,7 @@ class HarpCore:
                     self.counters["server_silent_dropped"] += 1
                     self._server_down(lis, s, now)
             if now >= s.next_register:
-                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, s.address))
+                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, s.address))
                 s.awaiting_since = now
                 s.next_register = now + (lis.t.reregister if s.responsive else lis.t.registration_retry)
 
@@ -293,7 +323,7 @@ class HarpCore:
                 continue
             if p.attempts >= lis.t.resolve_attempts:
                 del lis.pending[ip]
-                lis.negative[ip] = now + lis.t.negative_cache
+                self._negative(lis, ip, now)
                 self.counters["resolve_timeout"] += 1
                 self._events.append(Unresolved(ip, "no answer"))
                 auth = lis.authority()
@@ -306,7 +336,7 @@ class HarpCore:
                 continue
             self._ask(lis, ip, p, now)
 
-    def _ask(self, lis: Lis, ip: IPv4Address, p: _Pending, now: float) -> None:
+    def _ask(self, lis: Lis, ip: Address, p: _Pending, now: float) -> None:
         auth = lis.authority()
         if auth is None:
             p.next_try = now + lis.t.resolve_retry
@@ -315,28 +345,46 @@ class HarpCore:
         p.next_try = now + lis.t.resolve_retry
         self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
 
+    def _negative(self, lis: Lis, ip: Address, now: float) -> None:
+        lis.negative[ip] = now + lis.t.negative_cache
+        lis.schedule("neg", ip, lis.negative[ip])
+
     def _cache_timer(self, lis: Lis, now: float) -> None:
-        while lis.deadlines and lis.deadlines[0][0] <= now:
-            _, kind, ip = heapq.heappop(lis.deadlines)
+        while (item := lis.pop_due(now)) is not None:
+            kind, ip = item
+            if kind == "neg":
+                until = lis.negative.get(ip)
+                if until is not None and until <= now:
+                    del lis.negative[ip]
+                elif until is not None:
+                    lis.schedule("neg", ip, until)
+                continue
             if kind == "srv":
                 e = lis.server_table.get(ip)
-                if e is not None and not e.static and now >= e.validated + lis.t.server_lifetime:
+                if e is None or e.static:
+                    continue
+                if now >= e.validated + lis.t.server_lifetime:
                     del lis.server_table[ip]
                     self.counters["server_entry_expired"] += 1
+                else:
+                    lis.schedule_server(ip)  # refreshed since: its deadline moved on
                 continue
             e = lis.cache.get(ip)
             due = lis.cache_deadline(e) if e is not None else None
-            if due is None or due > now:
-                continue  # stale heap item: the entry moved on
+            if due is None:
+                continue
+            if due > now:
+                lis.schedule_cache(ip)  # the entry moved on
+                continue
             self._cache_entry_due(lis, ip, e, now)
             lis.schedule_cache(ip)
 
-    def _cache_entry_due(self, lis: Lis, ip: IPv4Address, e: Entry, now: float) -> None:
+    def _cache_entry_due(self, lis: Lis, ip: Address, e: Entry, now: float) -> None:
         if now >= e.validated + lis.t.client_lifetime:
             self._forget(lis, ip, "expired")
         elif e.revalidating == 1:
             e.revalidating, e.asked_at = 2, now  # server silent: ask the host itself
-            self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, ZERO, self.ula, e.ula))
+            self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, e.ula))
         elif e.revalidating == 2:
             self._forget(lis, ip, "revalidation unanswered")
         elif not e.revalidating:
@@ -348,13 +396,13 @@ class HarpCore:
             if auth is not None:
                 self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
 
-    def _forget(self, lis: Lis, ip: IPv4Address, reason: str) -> None:
+    def _forget(self, lis: Lis, ip: Address, reason: str) -> None:
         del lis.cache[ip]
         self.counters[f"cache_removed_{reason.replace(' ', '_')}"] += 1
         self._events.append(Gone(ip, reason))
 
     # --- resolution requests from the host ---------------------------------------------
-    def resolve(self, ip: IPv4Address, now: float) -> None:
+    def resolve(self, ip: Address, now: float) -> None:
         """The kernel needs ``ip``: answer from the cache or ask the authority."""
         self.now = now
         lis = self.lis_for(ip)
@@ -377,7 +425,7 @@ class HarpCore:
         self._ask(lis, ip, p, now)
 
     # --- static entries ---------------------------------------------------------------
-    def set_static(self, ip: IPv4Address, ula: bytes) -> bool:
+    def set_static(self, ip: Address, ula: bytes) -> bool:
         lis = self.lis_for(ip)
         if lis is None:
             return False
@@ -387,7 +435,7 @@ class HarpCore:
         self._events.append(Resolved(ip, ula, True))
         return True
 
-    def delete(self, ip: IPv4Address) -> bool:
+    def delete(self, ip: Address) -> bool:
         lis = self.lis_for(ip)
         if lis is None:
             return False
@@ -446,7 +494,7 @@ class HarpCore:
             lis.serving.add(msg.tula)  # we are the HARP server behind this address
             self.counters["server_self_detected"] += 1
 
-    def _refresh_known(self, lis: Lis, ip: IPv4Address, ula: bytes, now: float) -> None:
+    def _refresh_known(self, lis: Lis, ip: Address, ula: bytes, now: float) -> None:
         e = lis.cache.get(ip)
         if e is not None and not e.static and e.ula == ula:
             e.validated = now
@@ -513,7 +561,7 @@ class HarpCore:
             return
         ip = msg.tpa
         if lis.pending.pop(ip, None) is not None:
-            lis.negative[ip] = now + lis.t.negative_cache
+            self._negative(lis, ip, now)
             self._events.append(Unresolved(ip, "NAK"))
         e = lis.cache.get(ip)
         if e is not None and not e.static:
@@ -521,7 +569,7 @@ class HarpCore:
 
     # --- server ---------------------------------------------------------------------------
     def _serve(self, lis: Lis, msg: Harp, src_ula: bytes, raw: bytes, now: float) -> None:
-        if msg.rpa not in lis.net or msg.rpa == ZERO:
+        if msg.rpa not in lis.net or msg.rpa == lis.zero:
             self.counters["server_requester_outside_lis"] += 1
             return
         if not self._register(lis, msg.rpa, msg.rula, now):
@@ -544,7 +592,7 @@ class HarpCore:
             self._send(msg.rula, nak(raw))
             self.counters["server_naks"] += 1
 
-    def _register(self, lis: Lis, ip: IPv4Address, ula: bytes, now: float) -> bool:
+    def _register(self, lis: Lis, ip: Address, ula: bytes, now: float) -> bool:
         """RFC 2835 §5.4 registration; an unexpired IP is never taken over by another ULA."""
         e = lis.server_table.get(ip)
         if e is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import os
 from functools import partial
-from ipaddress import IPv4Address
+from ipaddress import ip_address
 from pathlib import Path
 
 import structlog
@@ -21,6 +21,7 @@ from daemons.wire.errors import DecodeError
 from daemons.wire.ula import format_ula, parse_ula
 
 from .core import Gone, HarpCore, Phase, PhaseChanged, Resolved, Unresolved
+from .wire import Address
 from .kernel import Neighbours, open_neigh_listener, parse_neigh_requests, set_solicit
 from .options import Options
 from daemons.runtime.corerunner import CoreRunner
@@ -35,7 +36,7 @@ class StaticStore:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def load(self) -> list[tuple[str, IPv4Address, bytes]]:
+    def load(self) -> list[tuple[str, Address, bytes]]:
         try:
             lines = self.path.read_text().splitlines()
         except FileNotFoundError:
@@ -45,12 +46,12 @@ class StaticStore:
             w = line.split()
             if len(w) == 4 and w[0] == "static":
                 try:
-                    out.append((w[1], IPv4Address(w[2]), parse_ula(w[3])))
+                    out.append((w[1], ip_address(w[2]), parse_ula(w[3])))
                 except ValueError:
                     log.warning("state.bad_line", file=str(self.path), line=line)
         return out
 
-    def save(self, entries: list[tuple[str, IPv4Address, bytes]]) -> None:
+    def save(self, entries: list[tuple[str, Address, bytes]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(f"static {i} {ip} {format_ula(u)}\n" for i, ip, u in entries))
@@ -68,11 +69,11 @@ class Agent:
         self.kernel = Neighbours(ifname)
         self.ifindex: int | None = None
         self.ula: bytes | None = None
-        self.addresses: list[IPv4Address] = []
+        self.addresses: list[Address] = []
         self.client: AsyncUlpClient | None = None
         self._k_send, self._k_recv = trio.open_memory_channel(4096)
-        self.waiters: dict[IPv4Address, trio.Event] = {}
-        self.results: dict[IPv4Address, bytes | str] = {}
+        self.waiters: dict[Address, trio.Event] = {}
+        self.results: dict[Address, bytes | str] = {}
 
     # core -> world
     def _send(self, d_ula: bytes, payload: bytes) -> None:
@@ -86,7 +87,7 @@ class Agent:
             if isinstance(ev, PhaseChanged):
                 log.info("harp.phase", interface=self.ifname, lis=str(ev.lis), phase=ev.phase.value)
                 if ev.phase in (Phase.OPER_BCAST, Phase.REGISTER, Phase.OPER_SERVER):
-                    self._kernel_op("solicit", ev.phase is Phase.OPER_BCAST)
+                    self._kernel_op("solicit", ev.phase is Phase.OPER_BCAST, ev.lis.version)
             elif isinstance(ev, Resolved):
                 self._kernel_op("replace", ev.ip, ev.ula, ev.static)
                 self._answer(ev.ip, ev.ula)
@@ -97,7 +98,7 @@ class Agent:
                 log.info("harp.unresolved", interface=self.ifname, ip=str(ev.ip), reason=ev.reason)
                 self._answer(ev.ip, ev.reason)
 
-    def _answer(self, ip: IPv4Address, result: bytes | str) -> None:
+    def _answer(self, ip: Address, result: bytes | str) -> None:
         waiter = self.waiters.pop(ip, None)
         if waiter is not None:
             self.results[ip] = result
@@ -113,7 +114,7 @@ class Agent:
         self.core.set_port(self.ula, self.addresses, trio.current_time())
         self.runner.step()
 
-    async def resolve(self, ip: IPv4Address, timeout: float = 5.0) -> dict:
+    async def resolve(self, ip: Address, timeout: float = 5.0) -> dict:
         """Resolve for a local client (stpd): the answer, or why not."""
         waiter = self.waiters.setdefault(ip, trio.Event())
         self.core.resolve(ip, trio.current_time())
@@ -132,7 +133,7 @@ class Agent:
         async for op in self._k_recv:
             try:
                 if op[0] == "solicit":
-                    await trio.to_thread.run_sync(set_solicit, self.ifname, op[1])
+                    await trio.to_thread.run_sync(set_solicit, self.ifname, op[1], op[2])
                 elif op[0] == "replace":
                     await trio.to_thread.run_sync(self.kernel.replace, *op[1:])
                 elif op[0] == "delete":
@@ -209,41 +210,82 @@ class Harpd:
                             agent.core.resolve(ip, trio.current_time())
                             agent.runner.step()
 
+    def _address(self, req: dict) -> tuple[Address, str | None]:
+        """The request's "ip" (IPv4 or IPv6 literal, "%IFACE" scope allowed) and
+        "interface" (string or absent), checked by hand until the control schema lands."""
+        text, interface = req.get("ip"), req.get("interface")
+        if not isinstance(text, str):
+            raise ValueError("'ip' must be an IPv4 or IPv6 address string")
+        if interface is not None and not isinstance(interface, str):
+            raise ValueError("'interface' must be a string")
+        text, _, scope = text.partition("%")
+        if scope:
+            if interface not in (None, scope):
+                raise ValueError(f"{text}%{scope} is scoped to {scope}, not {interface}")
+            interface = scope
+        if interface is not None and interface not in self.agents:
+            raise ValueError(f"harpd serves no interface {interface!r} ({', '.join(self.agents)})")
+        try:
+            return ip_address(text), interface
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 or IPv6 address") from None
+
+    def _agent_for(self, ip: Address, interface: str | None) -> "Agent | None":
+        agents = [a for i, a in self.agents.items() if interface in (None, i)]
+        return next((a for a in agents if a.core.lis_for(ip) is not None), None)
+
+    async def _neighbours(self, interface: str | None) -> list[dict]:
+        rows = []
+        for i, a in self.agents.items():
+            if interface in (None, i):
+                try:
+                    found = await trio.to_thread.run_sync(a.kernel.neighbours)
+                except Exception as exc:  # the interface may be gone; pyroute2 raises its own types
+                    log.warning("kernel.neighbours_failed", interface=i, error=str(exc))
+                    continue
+                for r in found:
+                    lis = a.core.lis_for(ip_address(r["ip"]))
+                    rows.append(dict(r, interface=i, lis=str(lis.net) if lis else None))
+        return rows
+
     async def _control(self, req: dict) -> dict:
         cmd = req.get("cmd")
         now = trio.current_time()
         if cmd == "table":
             return {"ok": True, "table": [dict(r, interface=i) for i, a in self.agents.items()
                                           for r in a.core.table(now)]}
+        if cmd == "neighbours":
+            interface = req.get("interface")
+            if interface is not None and interface not in self.agents:
+                return {"ok": False, "error": f"harpd serves no interface {interface!r}", "code": 1}
+            return {"ok": True, "neighbours": await self._neighbours(interface)}
         if cmd == "status":
             return {"ok": True, "status": {i: {"ula": format_ula(a.ula) if a.ula else None, "lis": a.core.status(),
                                                "counters": dict(a.core.counters)} for i, a in self.agents.items()}}
-        if cmd == "resolve":
+        if cmd in ("resolve", "set", "delete"):
             try:
-                ip = IPv4Address(req.get("ip", ""))
+                ip, interface = self._address(req)
+                ula = None
+                if cmd == "set":
+                    if not isinstance(req.get("ula"), str):
+                        raise ValueError("'ula' must be a string like 02:47:53:00:07:00")
+                    ula = parse_ula(req["ula"])
             except ValueError as exc:
                 return {"ok": False, "error": str(exc)}
-            agent = next((a for a in self.agents.values() if a.core.lis_for(ip) is not None), None)
+            agent = self._agent_for(ip, interface)
             if agent is None:
-                return {"ok": False, "error": f"{ip} is in no LIS harpd serves", "code": 1}
-            return await agent.resolve(ip)
-        if cmd in ("set", "delete"):
-            try:
-                ip = IPv4Address(req.get("ip", ""))
-                ula = parse_ula(req["ula"]) if cmd == "set" else None
-            except (ValueError, KeyError) as exc:
-                return {"ok": False, "error": str(exc)}
-            agents = [a for i, a in self.agents.items() if req.get("interface") in (None, i)]
-            agent = next((a for a in agents if a.core.lis_for(ip) is not None), None)
-            if agent is None:
-                return {"ok": False, "error": f"{ip} is in no LIS harpd serves", "code": 1}
+                where = f" on {interface}" if interface else ""
+                return {"ok": False, "error": f"{ip} is in no LIS harpd serves{where}", "code": 1}
+            if cmd == "resolve":
+                return await agent.resolve(ip)
             if cmd == "set":
                 agent.core.set_static(ip, ula)
-                self.dynamic_statics = [e for e in self.dynamic_statics if e[1] != ip] + [(agent.ifname, ip, ula)]
+                self.dynamic_statics = [e for e in self.dynamic_statics if (e[0], e[1]) != (agent.ifname, ip)] + \
+                    [(agent.ifname, ip, ula)]
             else:
                 if not agent.core.delete(ip):
                     return {"ok": False, "error": f"{ip}: no such entry", "code": 1}
-                self.dynamic_statics = [e for e in self.dynamic_statics if e[1] != ip]
+                self.dynamic_statics = [e for e in self.dynamic_statics if (e[0], e[1]) != (agent.ifname, ip)]
             agent.runner.step()
             self.store.save(self.dynamic_statics)
             return {"ok": True}

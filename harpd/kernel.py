@@ -4,14 +4,16 @@ On a non-broadcast fabric harpd sets the interface's ``app_solicit`` (and turns
 off ARP's own solicitations), so the kernel asks userspace over rtnetlink
 (RTM_GETNEIGH to RTNLGRP_NEIGH) whenever it needs an IP->ULA mapping or wants to
 revalidate one.  harpd answers with ``ip neigh replace``.  On a broadcast fabric
-the kernel's own ARP does the work and harpd only restores the defaults.
+the kernel's own ARP does the work and harpd only restores the defaults.  IPv6's
+neighbour table works the same way (``/proc/sys/net/ipv6/neigh/IFACE``): with
+app_solicit set the kernel sends no neighbour solicitations and asks harpd.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from pyroute2 import IPRoute
 
@@ -26,8 +28,14 @@ _NDMSG = struct.Struct("=BxxxiHBB")
 _RTA = struct.Struct("=HH")
 
 
-def parse_neigh_requests(data: bytes) -> list[tuple[int, IPv4Address]]:
-    """(ifindex, IPv4 address) for each neighbour resolution request in a netlink datagram."""
+_FAMILY_LEN = {socket.AF_INET: 4, socket.AF_INET6: 16}
+_FAMILY_ADDR = {socket.AF_INET: IPv4Address, socket.AF_INET6: IPv6Address}
+NUD_NAMES = {0x01: "incomplete", 0x02: "reachable", 0x04: "stale", 0x08: "delay", 0x10: "probe",
+             0x20: "failed", 0x40: "noarp", 0x80: "permanent"}
+
+
+def parse_neigh_requests(data: bytes) -> list[tuple[int, IPv4Address | IPv6Address]]:
+    """(ifindex, IPv4 or IPv6 address) for each neighbour resolution request in a netlink datagram."""
     out = []
     off = 0
     while off + _NLMSG.size <= len(data):
@@ -40,12 +48,13 @@ def parse_neigh_requests(data: bytes) -> list[tuple[int, IPv4Address]]:
             family, ifindex, state, _f, _t = _NDMSG.unpack_from(data, body)
             is_request = kind == RTM_GETNEIGH or state & (NUD_INCOMPLETE | NUD_PROBE)
             a = body + _NDMSG.size
-            while family == socket.AF_INET and is_request and a + _RTA.size <= off + length:
+            n = _FAMILY_LEN.get(family)
+            while n and is_request and a + _RTA.size <= off + length:
                 alen, atype = _RTA.unpack_from(data, a)
                 if alen < _RTA.size:
                     raise DecodeError("rta_len", a, f"attribute length {alen}")
-                if atype == NDA_DST and alen == _RTA.size + 4:
-                    out.append((ifindex, IPv4Address(data[a + 4 : a + 8])))
+                if atype == NDA_DST and alen == _RTA.size + n and a + alen <= off + length:
+                    out.append((ifindex, _FAMILY_ADDR[family](bytes(data[a + 4 : a + 4 + n]))))
                 a += (alen + 3) & ~3
         off += (length + 3) & ~3
     return out
@@ -58,12 +67,13 @@ def open_neigh_listener() -> socket.socket:
     return s
 
 
-def set_solicit(ifname: str, broadcast: bool) -> None:
-    """Kernel ARP on broadcast fabrics; resolution by harpd (app_solicit) otherwise."""
+def set_solicit(ifname: str, broadcast: bool, version: int = 4) -> None:
+    """Kernel ARP (IPv6: neighbour discovery) on broadcast fabrics; resolution by
+    harpd (app_solicit) otherwise."""
     values = {"mcast_solicit": 3, "ucast_solicit": 3, "app_solicit": 0} if broadcast else \
         {"mcast_solicit": 0, "ucast_solicit": 0, "app_solicit": 3}
     for key, value in values.items():
-        with open(f"/proc/sys/net/ipv4/neigh/{ifname}/{key}", "w") as f:
+        with open(f"/proc/sys/net/ipv{version}/neigh/{ifname}/{key}", "w") as f:
             f.write(str(value))
 
 
@@ -78,21 +88,41 @@ class Neighbours:
             found = ipr.link_lookup(ifname=self.ifname)
             return found[0] if found else None
 
-    def addresses(self) -> list[IPv4Address]:
+    def addresses(self) -> list[IPv4Address | IPv6Address]:
+        """The interface's IPv4 and IPv6 addresses (link-local ones too), IPv4 first."""
         with IPRoute() as ipr:
             found = ipr.link_lookup(ifname=self.ifname)
             if not found:
                 return []
-            return [IPv4Address(a.get_attr("IFA_ADDRESS")) for a in ipr.get_addr(index=found[0],
-                                                                                family=socket.AF_INET)]
+            out = []
+            for family in (socket.AF_INET, socket.AF_INET6):
+                out += [ip_address(a.get_attr("IFA_ADDRESS")) for a in ipr.get_addr(index=found[0], family=family)]
+            return out
 
-    def replace(self, ip: IPv4Address, ula: bytes, permanent: bool) -> None:
+    def neighbours(self) -> list[dict]:
+        """The kernel's neighbour entries on the interface (IPv4 and IPv6) that have a
+        link-layer address: what the kernel learnt by itself on a broadcast fabric."""
+        with IPRoute() as ipr:
+            found = ipr.link_lookup(ifname=self.ifname)
+            if not found:
+                return []
+            rows = []
+            for n in ipr.get_neighbours(ifindex=found[0]):
+                dst, lladdr = n.get_attr("NDA_DST"), n.get_attr("NDA_LLADDR")
+                state = n["state"]
+                if dst is None or lladdr is None or ip_address(dst).is_multicast or state & 0x20:
+                    continue
+                names = [v for k, v in NUD_NAMES.items() if state & k]
+                rows.append({"ip": str(ip_address(dst)), "ula": lladdr.lower(), "state": "/".join(names) or "none"})
+            return rows
+
+    def replace(self, ip: IPv4Address | IPv6Address, ula: bytes, permanent: bool) -> None:
         with IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=self.ifname)[0]
             ipr.neigh("replace", dst=str(ip), lladdr=":".join(f"{b:02x}" for b in ula), ifindex=idx,
                       state=NUD_PERMANENT if permanent else NUD_REACHABLE)
 
-    def delete(self, ip: IPv4Address) -> None:
+    def delete(self, ip: IPv4Address | IPv6Address) -> None:
         with IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=self.ifname)[0]
             try:

@@ -1,6 +1,7 @@
 """harpd.options: IRIX-style configuration (spec §6.9 syntax, one directive a line).
 
     lis     gsn0  192.0.2.0/24           # an interface and a LIS (IP subnet) on it
+    lis     gsn0  2001:db8::/64          # IPv6 too (the interface also gets fe80::/64)
     role    gsn0  auto                   # auto | client | server   (auto: RFC self-detection)
     server  gsn0  00:10:3b:ff:ff:e0      # HRAL entries after FF:FF:FF:FF:FF:FF, priority order
     static  gsn0  192.0.2.30  02:47:53:00:07:00
@@ -8,18 +9,23 @@
     timer   server_lifetime 1200         # any harpd.core.Timers field, seconds (or a count)
 
 ``#`` starts a comment.  Without ``server`` lines a LIS uses the standard server
-address 00:10:3b:ff:ff:e0.  Errors name the file and line (exit 78).
+address 00:10:3b:ff:ff:e0.  An interface with an IPv6 LIS also resolves its
+link-local addresses: the LIS fe80::/64 is added to it unless written out (write
+just ``lis gsn0 fe80::/64`` for link-local IPv6 only).  Errors name the file and
+line (exit 78).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv6Network, ip_address, ip_network
 
 from daemons.runtime.config import ConfigError
 from daemons.wire.ula import parse_ula
 
+from .constants import LINK_LOCAL_LIS
 from .core import LisConfig, Timers
+from .wire import Address
 
 TIMER_NAMES = {f.name for f in fields(Timers)}
 
@@ -34,7 +40,7 @@ def parse(text: str, source: str, base: Options | None = None) -> Options:
     opts = base or Options()
     roles: dict[str, str] = {}
     servers: dict[str, list[bytes]] = {}
-    statics: list[tuple[str, IPv4Address, bytes, int]] = []
+    statics: list[tuple[str, Address, bytes, int]] = []
     timers = dict(opts.timers.__dict__)
     for n, raw in enumerate(text.splitlines(), 1):
         words = raw.split("#", 1)[0].split()
@@ -50,8 +56,11 @@ def parse(text: str, source: str, base: Options | None = None) -> Options:
         try:
             if kw == "lis":
                 need(2)
-                net = IPv4Network(args[1], strict=True)
-                opts.lises.setdefault(args[0], []).append(LisConfig(net))
+                net = ip_network(args[1], strict=True)
+                lises = opts.lises.setdefault(args[0], [])
+                if any(net.overlaps(x.network) for x in lises if x.network.version == net.version):
+                    raise ConfigError(f"{where}: LIS {net} overlaps another LIS of {args[0]}")
+                lises.append(LisConfig(net))
             elif kw == "role":
                 need(2)
                 if args[1] not in ("auto", "client", "server"):
@@ -62,7 +71,7 @@ def parse(text: str, source: str, base: Options | None = None) -> Options:
                 servers.setdefault(args[0], []).append(parse_ula(args[1]))
             elif kw == "static":
                 need(3)
-                statics.append((args[0], IPv4Address(args[1]), parse_ula(args[2]), n))
+                statics.append((args[0], ip_address(args[1]), parse_ula(args[2]), n))
             elif kw == "reregister":
                 need(1)
                 timers["reregister"] = _positive(args[0])
@@ -76,7 +85,11 @@ def parse(text: str, source: str, base: Options | None = None) -> Options:
                 raise ConfigError(f"{where}: unknown directive {kw!r} (lis, role, server, static, reregister, timer)")
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+    link_local = IPv6Network(LINK_LOCAL_LIS)
     for iface, lises in opts.lises.items():
+        if any(x.network.version == 6 for x in lises) and not any(x.network.overlaps(link_local)
+                                                                   for x in lises if x.network.version == 6):
+            lises.append(LisConfig(link_local))
         for lis in lises:
             if iface in roles:
                 lis.role = roles[iface]

@@ -1,11 +1,13 @@
 """HARP with real processes: 4 hosts on a non-broadcast switch; the kernel's
 neighbour requests on gsn0 are answered through harpd and the HARP server."""
 
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
-from daemons.netns import Fabric, poll
+from daemons.netns import BIN, Fabric, poll
 
 OPTIONS = "lis gsn0 192.0.2.0/24\nrole gsn0 auto\nserver gsn0 00:10:3b:ff:ff:e0\n"
 SCALE = "0.01"  # every HARP timer x0.01: reregistration 9 s, server expiry 12 s
@@ -16,7 +18,7 @@ def ping(fab, src, dst, count=1):
 
 
 def table(fab, i):
-    r = fab.gsnarp(i, "-a")
+    r = fab.gsnarp(i, "-a", "-n")
     assert r.returncode == 0, r.stderr
     return {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
 
@@ -83,3 +85,73 @@ def test_gsnarp_usage_errors(lis):
     assert lis.gsnarp(2, "-s", "10.9.9.9", "02:00:00:00:00:01").returncode == 1  # not in the LIS
     r = lis.gsnarp(2, "-s", "192.0.2.50", "zz")
     assert r.returncode == 1 and "ULA" in r.stderr
+
+
+OPTIONS6 = OPTIONS + "lis gsn0 2001:db8::/64\n"  # and, implicitly, fe80::/64
+
+
+def link_local(fab, i):
+    out = fab.ns_exec(i, "ip", "-6", "-o", "addr", "show", "dev", "gsn0", "scope", "link").stdout
+    return out.split("inet6 ", 1)[1].split("/", 1)[0]
+
+
+@pytest.fixture
+def lis6():
+    with Fabric(3, broadcast=False, static={"00:10:3b:ff:ff:e0": 1}) as fab:
+        fab.up(v6=True)
+        lls = {i: poll(lambda i=i: "inet6 fe80" in fab.ns_exec(i, "ip", "-6", "addr", "show", "dev", "gsn0").stdout
+                       and link_local(fab, i), 10, what=f"host {i} link-local") for i in (1, 2, 3)}
+        for i in (1, 2, 3):
+            fab.start_harpd(i, OPTIONS6, "--timer-scale", SCALE)
+        want = {"192.0.2.2", "2001:db8::2", "2001:db8::3", lls[2], lls[3]}
+        poll(lambda: want <= set(table(fab, 1)), 15, what="IPv4 and IPv6 registered with the HARP server")
+        fab.lls = lls
+        yield fab
+
+
+def test_ping6_on_a_non_broadcast_fabric(lis6):
+    """Issue 10 item 15: the kernel's IPv6 neighbour requests go to harpd (app_solicit),
+    which resolves global and link-local addresses through the HARP server."""
+    assert lis6.ns_exec(2, "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", "2001:db8::3",
+                        check=False).returncode == 0
+    neigh = lis6.ns_exec(2, "ip", "-6", "neigh", "show", "dev", "gsn0").stdout
+    assert f"2001:db8::3 lladdr {lis6.wait_ula(3)}" in neigh
+    assert lis6.ns_exec(3, "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", f"{lis6.lls[2]}%gsn0",
+                        check=False).returncode == 0
+    assert lis6.ns_exec(2, "ping", "-c", "1", "-W", "2", "192.0.2.3", check=False).returncode == 0  # IPv4 still
+    # an IPv6 address nobody registered: the server NAKs, the kernel gives up
+    assert lis6.ns_exec(2, "ping", "-6", "-c", "1", "-W", "2", "2001:db8::77", check=False).returncode != 0
+    row = table(lis6, 1)["2001:db8::3"]
+    assert row[1] == lis6.wait_ula(3) and row[2] == "2001:db8::/64" and row[3] == "dynamic"
+
+
+def test_gsnarp_on_a_broadcast_fabric_names_and_one_host():
+    """Issue 10 item 16: on a broadcast fabric the kernel resolves by itself and harpd's
+    table stays empty; gsnarp -a shows the kernel's neighbours on gsn0 instead of
+    nothing.  Names come from the host's resolver (here the namespace's /etc/hosts)."""
+    with Fabric(3) as fab:
+        ulas = fab.up(v6=False)
+        for i in (2, 3):
+            fab.start_harpd(i, OPTIONS, "--timer-scale", SCALE)
+        etc = Path("/etc/netns") / fab.host_ns[1]
+        etc.mkdir(parents=True)
+        try:
+            (etc / "hosts").write_text("127.0.0.1 localhost\n192.0.2.3 node3\n")
+            poll(lambda: ping(fab, 2, "192.0.2.3").returncode == 0, 15, what="ping over kernel ARP")
+            t = table(fab, 2)
+            assert t["192.0.2.3"][1] == ulas[2] and t["192.0.2.3"][3] == "kernel" and t["192.0.2.3"][-1] == "gsn0"
+            sock = str(fab.tmp / "h2" / "harpd" / "control.sock")
+
+            def gsnarp(*args):
+                return fab.ns_exec(2, str(BIN / "gsnarp"), "--socket", sock, *args, check=False)
+
+            r = gsnarp("node3")
+            assert r.returncode == 0 and r.stdout.splitlines()[1].startswith(f"node3 (192.0.2.3) {ulas[2]}")
+            r = gsnarp("-a")
+            assert "node3 (192.0.2.3)" in r.stdout
+            r = gsnarp("-n", "node3")
+            assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:2] == ["192.0.2.3", ulas[2]]
+            r = gsnarp("-n", "192.0.2.77")
+            assert r.returncode == 1 and r.stderr == "gsnarp: 192.0.2.77: no entry\n"
+        finally:
+            shutil.rmtree(etc, ignore_errors=True)

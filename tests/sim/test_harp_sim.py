@@ -1,24 +1,25 @@
 """HARP on trio's virtual clock: a server and 3 clients for two virtual hours on a
 non-broadcast fabric, and plain broadcast resolution on a broadcast fabric."""
 
-from ipaddress import IPv4Address as A, IPv4Network
+from ipaddress import IPv4Address as A, IPv4Network, IPv6Network, ip_address
 
 import trio
 
 from daemons.constants import ETHERTYPE_ARP, ULA_HARP_SERVER
 from daemons.link.link import Timers as LinkTimers
-from harpd.core import Gone, HarpCore, LisConfig, Phase, Resolved
+from harpd.core import Gone, HarpCore, LisConfig, Phase, Resolved, Unresolved
 from daemons.runtime.corerunner import CoreRunner
 from tests.sim.fabric import SimFabric
 
 NET = IPv4Network("192.0.2.0/24")
+NET6, LL = IPv6Network("2001:db8::/64"), IPv6Network("fe80::/64")
 MIN = 60.0
 SLOW_LINK = LinkTimers(keepalive=10.0, dead_interval=30.0)
 
 
 class Hosts:
-    def __init__(self, fab: SimFabric, nursery: trio.Nursery) -> None:
-        self.fab, self.nursery = fab, nursery
+    def __init__(self, fab: SimFabric, nursery: trio.Nursery, v6: bool = False) -> None:
+        self.fab, self.nursery, self.v6 = fab, nursery, v6
         self.cores: dict[int, HarpCore] = {}
         self.scopes: dict[int, trio.CancelScope] = {}
         self.events: dict[int, list] = {}
@@ -30,17 +31,20 @@ class Hosts:
             self.runners[i].step()
 
     def resolve(self, i: int, ip: str) -> None:
-        self.cores[i].resolve(A(ip), trio.current_time())
+        self.cores[i].resolve(ip_address(ip), trio.current_time())
         self.runners[i].step()
 
     def start(self, i: int) -> HarpCore:
         fab = self.fab
-        core = self.cores[i] = HarpCore([LisConfig(NET)], trio.current_time())
+        lises = [LisConfig(NET)] + ([LisConfig(NET6), LisConfig(LL)] if self.v6 else [])
+        addrs = [A(f"192.0.2.{i + 1}")] + ([ip_address(f"2001:db8::{i + 1}"), ip_address(f"fe80::{i + 1}")]
+                                         if self.v6 else [])
+        core = self.cores[i] = HarpCore(lises, trio.current_time())
         self.events[i] = []
         runner = self.runners[i] = CoreRunner(core, lambda item: fab.send(i, 1, item[0], ETHERTYPE_ARP, item[1]),
                                               self.events[i].extend)
         fab.handlers[i] = lambda m: self._deliver(i, m)
-        core.set_port(fab.endpoints[i].ula, [A(f"192.0.2.{i + 1}")], trio.current_time())
+        core.set_port(fab.endpoints[i].ula, addrs, trio.current_time())
         runner.step()
 
         async def _run(task_status=trio.TASK_STATUS_IGNORED):
@@ -151,4 +155,37 @@ async def test_broadcast_fabric(autojump_clock):
             [Resolved(A("192.0.2.3"), fab.endpoints[2].ula)]
         await trio.sleep(3600)  # no registration traffic on a broadcast fabric
         assert all(c.counters["server_registered"] == 0 for c in h.cores.values())
+        nursery.cancel_scope.cancel()
+
+
+async def test_ipv6_non_broadcast(autojump_clock):
+    """IPv6 (global and link-local) registered with and resolved through the server,
+    beside IPv4, on a non-broadcast fabric; entries expire as IPv4 ones do."""
+    fab = SimFabric(3, seed=5, broadcast=False, static={ULA_HARP_SERVER: 1}, timers=SLOW_LINK)
+    async with trio.open_nursery() as nursery:
+        await fab.run(nursery)
+        await fab.wait_ready(60)
+        h = Hosts(fab, nursery, v6=True)
+        for i in range(3):
+            h.start(i)
+        await trio.sleep(15)
+        server = h.cores[0]
+        assert all(lis.phase is Phase.OPER_SERVER for c in h.cores.values() for lis in c.lis)
+        assert [lis.is_server for lis in server.lis] == [True, True, True]
+        assert set(server.lis[1].server_table) == {ip_address(f"2001:db8::{k}") for k in (1, 2, 3)}
+        assert set(server.lis[2].server_table) == {ip_address(f"fe80::{k}") for k in (1, 2, 3)}
+        for ip in ("2001:db8::3", "fe80::3", "2001:db8::99", "192.0.2.3"):
+            h.resolve(1, ip)
+        await trio.sleep(1)
+        got = {e.ip: e.ula for e in h.events[1] if isinstance(e, Resolved)}
+        assert got[ip_address("2001:db8::3")] == fab.endpoints[2].ula
+        assert got[ip_address("fe80::3")] == fab.endpoints[2].ula
+        assert got[A("192.0.2.3")] == fab.endpoints[2].ula
+        assert ip_address("2001:db8::99") not in got and server.counters["server_naks"] == 1
+        assert any(isinstance(e, Unresolved) and e.ip == ip_address("2001:db8::99") and e.reason == "NAK"
+                   for e in h.events[1])
+        h.stop(2)
+        await trio.sleep(21 * MIN)
+        assert ip_address("2001:db8::3") not in server.lis[1].server_table
+        assert ip_address("2001:db8::2") in server.lis[1].server_table  # host 2 keeps reregistering
         nursery.cancel_scope.cancel()

@@ -1,6 +1,6 @@
 """HarpCore stepped by hand: bad input is dropped and counted, never raised."""
 
-from ipaddress import IPv4Address as A, IPv4Network
+from ipaddress import IPv4Address as A, IPv4Network, IPv6Address as A6, IPv6Network
 
 import pytest
 from hypothesis import given, strategies as st
@@ -8,9 +8,9 @@ from hypothesis import given, strategies as st
 from daemons.constants import ULA_HARP_SERVER
 from daemons.runtime.config import ConfigError
 from harpd.constants import Op
-from harpd.core import HarpCore, LisConfig, Resolved, Timers
+from harpd.core import HarpCore, LisConfig, Phase, Resolved, Timers
 from harpd.options import parse
-from harpd.wire import Harp, decode
+from harpd.wire import Harp, decode, nak
 
 NET = IPv4Network("192.0.2.0/24")
 SRV, C1, C2 = b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02", b"\x02\x00\x00\x00\x00\x03"
@@ -102,3 +102,118 @@ def test_options_full_example():
     a, b = opts.lises["gsn0"]
     assert a.role == "client" and len(a.servers) == 2 and a.statics == {A("192.0.2.30"): bytes.fromhex("024753000700")}
     assert b.network == IPv4Network("192.0.2.32/27") and opts.timers.reregister == 600 and opts.timers.probe_count == 5
+
+
+def _sizes(core):
+    lis = core.lis[0]
+    return (len(lis.deadlines), len(lis.server_table), len(lis.cache), len(lis.pending), len(lis.negative),
+            len(core._out), len(core._events))
+
+
+def test_reregistering_one_ip_does_not_stack_state():
+    """Issue 10 item 5: 100k re-registrations of one IP within its 20 minutes leave
+    the server core at constant size (no per-registration heap items)."""
+    import tracemalloc
+
+    core = server()
+    raw = Harp(Op.INHARP_REQUEST, A("192.0.2.2"), Z, C1, ULA_HARP_SERVER).encode()
+    now = 1.0
+
+    def burst(n):
+        nonlocal now
+        for _ in range(n):
+            now += 0.001  # 100k in 100 s of virtual time, well inside the 20-minute lifetime
+            core.receive(C1, raw, now)
+            core.outgoing()
+            core.events()
+            if now >= core.timer():
+                core.handle_timer(now)
+
+    burst(1000)
+    before = _sizes(core)
+    tracemalloc.start()
+    base = tracemalloc.take_snapshot()
+    burst(100_000)
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(base, "filename"))
+    tracemalloc.stop()
+    assert _sizes(core) == before
+    assert len(core.lis[0].deadlines) <= 4 and len(core.counters) < 16  # counter names, not per-IP keys
+    assert grown < 64 * 1024, f"{grown} bytes retained by 100k re-registrations"
+    assert core.counters["server_registrations"] == 101_000
+    # the entry still expires 20 minutes after its last refresh, and not before
+    core.handle_timer(now + Timers().server_lifetime - 1.0)
+    assert A("192.0.2.2") in core.lis[0].server_table
+    core.handle_timer(now + Timers().server_lifetime + 0.1)
+    assert A("192.0.2.2") not in core.lis[0].server_table
+    assert core.lis[0].deadlines == [] or all(t > now + Timers().server_lifetime for t, *_ in core.lis[0].deadlines)
+
+
+def test_ipv6_server_registers_resolves_and_naks():
+    core = HarpCore([LisConfig(NET, role="server"), LisConfig(IPv6Network("2001:db8::/64"), role="server")], 0.0)
+    core.set_port(SRV, [A("192.0.2.1"), A6("2001:db8::1")], 0.0)
+    core.outgoing()
+    core.receive(C1, Harp(Op.INHARP_REQUEST, A6("2001:db8::2"), A6(0), C1, ULA_HARP_SERVER).encode(), 1.0)
+    [(d, rep)] = [(d, decode(p)) for d, p in core.outgoing()]
+    assert d == C1 and rep == Harp(Op.INHARP_REPLY, A6("2001:db8::1"), A6("2001:db8::2"), ULA_HARP_SERVER, C1)
+    assert core.lis[1].server_table[A6("2001:db8::2")].ula == C1 and not core.lis[0].server_table
+    core.receive(C2, Harp(Op.HARP_REQUEST, A6("2001:db8::3"), A6("2001:db8::2"), C2, bytes(6)).encode(), 2.0)
+    [(d, rep)] = [(d, decode(p)) for d, p in core.outgoing()]
+    assert d == C2 and rep.op is Op.HARP_REPLY and rep.rpa == A6("2001:db8::2") and rep.rha == C1
+    # a v4 request for the v6 host's number is not answered from the v6 table
+    unknown = Harp(Op.HARP_REQUEST, A("192.0.2.3"), A("192.0.2.2"), C2, bytes(6)).encode()
+    core.receive(C2, unknown, 3.0)
+    assert core.outgoing() == [(C2, nak(unknown))]
+    # an IPv6 requester outside every IPv6 LIS is not registered
+    core.receive(C1, Harp(Op.INHARP_REQUEST, A6("2001:db9::2"), A6(0), C1, ULA_HARP_SERVER).encode(), 4.0)
+    assert core.outgoing() == [] and core.counters["rx_outside_lis"] == 1
+    assert {r["ip"] for r in core.table(5.0)} == {"192.0.2.3", "2001:db8::2", "2001:db8::3"}
+
+
+def test_options_ipv6_adds_link_local_lis():
+    opts = parse("lis gsn0 192.0.2.0/24\nlis gsn0 2001:db8::/64\nstatic gsn0 2001:db8::9 02:47:53:00:07:00\n"
+                 "lis gsn1 192.0.2.0/24\nlis gsn2 fe80::/64\n", "x")
+    assert [x.network for x in opts.lises["gsn0"]] == [NET, IPv6Network("2001:db8::/64"), IPv6Network("fe80::/64")]
+    assert opts.lises["gsn0"][1].statics == {A6("2001:db8::9"): bytes.fromhex("024753000700")}
+    assert [x.network for x in opts.lises["gsn1"]] == [NET]  # IPv4 only: no link-local LIS
+    assert [x.network for x in opts.lises["gsn2"]] == [IPv6Network("fe80::/64")]
+    with pytest.raises(ConfigError, match=":2: LIS 2001:db8::/48 overlaps"):
+        parse("lis gsn0 2001:db8::/64\nlis gsn0 2001:db8::/48\n", "x")
+
+
+def test_negative_cache_entries_are_dropped_when_they_expire():
+    """A NAK'd address is remembered for negative_cache seconds, then forgotten: a
+    kernel asking for many unknown addresses does not grow the core for good."""
+    core = HarpCore([LisConfig(NET, role="client")], 0.0)
+    core.set_port(C1, [A("192.0.2.2")], 0.0)
+    lis = core.lis[0]
+    for s in lis.servers:  # registered with the server
+        s.responsive, s.real_ula = True, SRV
+    core._phase(lis, Phase.OPER_SERVER, 0.0)
+    core.outgoing()
+    for k in range(1000):
+        core.resolve(A(f"192.0.2.{k % 250 + 3}"), 1.0)
+        for d, raw in core.outgoing():
+            core.receive(SRV, nak(raw), 1.0)
+    assert len(lis.negative) == 250 and not lis.pending
+    core.resolve(A("192.0.2.3"), 2.0)
+    assert core.outgoing() == []  # still negative-cached
+    core.handle_timer(1.0 + Timers().negative_cache + 0.1)
+    assert lis.negative == {} and len(lis.deadlines) < 300
+
+
+_V6_MSGS = [Harp(op, A6("2001:db8::2"), A6(t),
+                 C1, tha, hrd).encode()
+            for op, t, tha in ((Op.INHARP_REQUEST, 0, ULA_HARP_SERVER), (Op.HARP_REQUEST, "2001:db8::1", bytes(6)),
+                               (Op.HARP_REPLY, "2001:db8::1", SRV), (Op.HARP_NAK, "2001:db8::3", bytes(6)))
+            for hrd in (28, 1)]
+
+
+@given(st.sampled_from(_V6_MSGS), st.integers(0, 60), st.binary(min_size=1, max_size=3), st.integers(0, 60))
+def test_fuzz_ipv6_dual_stack_never_raises(raw, at, patch, cut):
+    core = HarpCore([LisConfig(NET, role="server"), LisConfig(IPv6Network("2001:db8::/64"), role="server"),
+                     LisConfig(IPv6Network("fe80::/64"))], 0.0)
+    core.set_port(SRV, [A("192.0.2.1"), A6("2001:db8::1"), A6("fe80::1")], 0.0)
+    core.receive(C1, (raw[:at] + patch + raw[at + len(patch):])[:cut], 1.0)
+    core.handle_timer(core.timer())
+    for _, out in core.outgoing():
+        decode(out)
