@@ -287,3 +287,32 @@ def test_second_harpd_is_refused_and_the_first_still_answers(tmp_path):
     finally:
         first.terminate()
         first.wait(10)
+
+
+def _soft_nofile(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no Max open files line")
+
+
+@pytest.mark.parametrize("daemon", ["gsnd", "harpd"])
+def test_daemons_raise_the_soft_descriptor_limit_to_the_hard_one(tmp_path, daemon):
+    def _limits():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 2048))
+
+    if daemon == "gsnd":
+        argv = [str(BIN / "gsnd"), "--no-tap", "--local", f"127.0.0.1:{_free_udp_port()}", "--peer",
+                f"127.0.0.1:{_free_udp_port()}", "--ula", "02:00:00:00:00:01", "--runtime-dir", str(tmp_path)]
+        ctl = tmp_path / "gsn0.ctl"
+    else:
+        argv = [str(BIN / "harpd"), "-f", str(Path(__file__).resolve().parents[2] / "etc" / "harpd.options"),
+                "--runtime-dir", str(tmp_path), "--state-dir", str(tmp_path), "--gsnd-runtime", str(tmp_path)]
+        ctl = tmp_path / "control.sock"
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_limits)
+    try:
+        _wait_for(ctl, proc)
+        assert _soft_nofile(proc.pid) == 2048
+    finally:
+        proc.terminate()
+        proc.wait(10)
