@@ -12,7 +12,7 @@ from .constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, RUNTIME_DIR
 from .wire.admin import ARGS_BYTES
 
 ADMIN_MAX_HOPS = 255  # HOP_COUNT is one byte (spec §4.3)
-from .runtime.cliutil import reach_daemon
+from .runtime.cliutil import reach_daemon, version_option
 from .runtime.control import request
 
 
@@ -40,6 +40,7 @@ def _print_link(link: dict, indent: str = "  ") -> None:
 @click.option("-s", "--socket", "sock", help="Control socket path (default RUNTIME/IFACE.ctl; a switch's "
               "is /run/gsn-switch/control.sock).")
 @click.option("--runtime-dir", default=RUNTIME_DIR, show_default=True)
+@version_option
 @click.pass_context
 def main(ctx, interface, sock, runtime_dir) -> None:
     """Inspect GSN daemons: link state, ULAs, credits and drop counters.

@@ -8,7 +8,7 @@ import click
 
 from daemons.runtime import daemon, log as logsetup
 from daemons.runtime.config import ConfigError, fail
-from daemons.runtime.cliutil import reach_daemon
+from daemons.runtime.cliutil import reach_daemon, version_option
 from daemons.runtime.control import request
 
 from . import options as hoptions
@@ -27,6 +27,7 @@ CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
               help="Multiply every HARP timer (e.g. 0.01 for a test fabric).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--check", is_flag=True, help="Validate harpd.options and exit.")
+@version_option
 def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, log_level, check) -> None:
     """HARP daemon (RFC 2835): address resolution for IP on GSN interfaces.
 
@@ -72,6 +73,7 @@ def _ask(sock: str, req: dict) -> dict:
               "'static IFACE IP ULA' per line, # comments.")
 @click.option("-i", "--interface", help="Limit -s/-d to this interface.")
 @click.option("--socket", "sock", default="/run/harpd/control.sock", show_default=True)
+@version_option
 def gsnarp_main(show_all, set_entry, delete_ip, file, interface, sock) -> None:
     """Inspect and edit the HARP table (like arp(8), for GSN).
 

@@ -16,6 +16,7 @@ import trio
 
 from daemons.io.udp import resolve
 from daemons.runtime import daemon
+from daemons.runtime.cliutil import version_option
 from daemons.runtime.config import ConfigError
 from daemons.runtime.control import serve_control
 from daemons.runtime.schema import Schema
@@ -118,6 +119,7 @@ class SanSwitchd:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--check", is_flag=True, help="Validate the options and exit.")
+@version_option
 def main(listen, ports, mtu, kind, control, log_level, check) -> None:
     """An emulated datagram SAN: one switch, numbered ports, source-routed.
 
