@@ -50,6 +50,13 @@ def main(ctx, interface, sock, runtime_dir) -> None:
     ctx.obj = sock or f"{runtime_dir}/{interface}.ctl"
 
 
+def _print_control(st: dict) -> None:
+    if st.get("control"):
+        click.echo("control socket:")
+        for k, v in sorted(st["control"].items()):
+            click.echo(f"    {k:<36} {v}")
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Raw JSON.")
 @click.pass_obj
@@ -68,6 +75,7 @@ def status(path, as_json) -> None:
                 click.echo(f"    {k:<36} {v}")
         for k, v in sorted({**st["cable"]["transport"], **st["ulp"]["counters"]}.items()):
             click.echo(f"    {k:<36} {v}")
+        _print_control(st)
     else:
         click.echo(f"gsn-switch {st['switch_id']}   broadcast {'on' if st['broadcast'] else 'off'}")
         for n, p in sorted(st["ports"].items(), key=lambda kv: int(kv[0])):
@@ -78,6 +86,7 @@ def status(path, as_json) -> None:
         click.echo("ULA table:")
         for e in st["table"]:
             click.echo(f"  {e['ula']}  port {e['port']:<3} {e['kind']}")
+        _print_control(st)
 
 
 @main.command()

@@ -249,6 +249,9 @@ def test_gsnd_survives_idle_flood_with_few_descriptors(tmp_path):
         assert c.get("timed_out", 0) >= 1
         assert c.get("refused_busy", 0) + c.get("refused_no_fds", 0) >= 1
         assert c.get("refused_busy", 0) + c.get("refused_no_fds", 0) + c.get("timed_out", 0) >= 80
+        shown = subprocess.run([str(BIN / "gsnctl"), "-s", str(ctl), "status"], capture_output=True, text=True,
+                               timeout=20)
+        assert "control socket:" in shown.stdout and "timed_out" in shown.stdout, shown
     finally:
         for s in clients:
             s.close()
