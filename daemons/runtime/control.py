@@ -61,8 +61,11 @@ def bind_unix(path: str, type: int = socket.SOCK_STREAM, mode: int = 0o660) -> s
         except (ConnectionRefusedError, FileNotFoundError):
             pass  # stale
         except OSError as exc:
-            if exc.errno in (errno.EPROTOTYPE, errno.ECONNREFUSED, errno.ENOENT):
-                pass  # a leftover of another kind, or gone
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                pass  # stale, or gone
+            elif exc.errno == errno.EPROTOTYPE:  # only a listening socket of another type says so
+                raise SocketInUse(errno.EADDRINUSE, "Address already in use (a live socket of another type)",
+                                  path) from None
             elif exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or isinstance(exc, TimeoutError):
                 raise SocketInUse(errno.EADDRINUSE, "Address already in use (a live daemon is on it, busy)",
                                   path) from None

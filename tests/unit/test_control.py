@@ -171,6 +171,8 @@ def test_bind_unix_seqpacket_live(tmp_path):
     live.listen(1)
     with pytest.raises(SocketInUse):
         bind_unix(path, socket.SOCK_SEQPACKET)
+    with pytest.raises(SocketInUse, match="another type"):
+        bind_unix(path, socket.SOCK_STREAM)  # e.g. a control path that is also the ULP path
     live.close()
 
 
@@ -289,6 +291,8 @@ def test_second_harpd_is_refused_and_the_first_still_answers(tmp_path):
         assert second.stderr == (f"error: Address already in use (another daemon is running on it) "
                                  f"({tmp_path}/control.sock)\n")
         assert request(str(tmp_path / "control.sock"), {"cmd": "table"}) == {"ok": True, "table": []}
+        status = request(str(tmp_path / "control.sock"), {"cmd": "status"})
+        assert status["control"]["requests"] >= 3 and "gsn0" in status["status"]
     finally:
         first.terminate()
         first.wait(10)
