@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import string
 import sys
 
 import click
 
-from .constants import RUNTIME_DIR
-from .runtime.cliutil import reach_daemon
+from .constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, RUNTIME_DIR
+from .wire.admin import ARGS_BYTES
+
+ADMIN_MAX_HOPS = 255  # HOP_COUNT is one byte (spec §4.3)
+from .runtime.cliutil import reach_daemon, version_option
 from .runtime.control import request
 
 
@@ -36,6 +40,7 @@ def _print_link(link: dict, indent: str = "  ") -> None:
 @click.option("-s", "--socket", "sock", help="Control socket path (default RUNTIME/IFACE.ctl; a switch's "
               "is /run/gsn-switch/control.sock).")
 @click.option("--runtime-dir", default=RUNTIME_DIR, show_default=True)
+@version_option
 @click.pass_context
 def main(ctx, interface, sock, runtime_dir) -> None:
     """Inspect GSN daemons: link state, ULAs, credits and drop counters.
@@ -43,6 +48,13 @@ def main(ctx, interface, sock, runtime_dir) -> None:
     Exit status: 0 ok, 1 the daemon refused or failed, 69 it is not running.
     """
     ctx.obj = sock or f"{runtime_dir}/{interface}.ctl"
+
+
+def _print_control(st: dict) -> None:
+    if st.get("control"):
+        click.echo("control socket:")
+        for k, v in sorted(st["control"].items()):
+            click.echo(f"    {k:<36} {v}")
 
 
 @main.command()
@@ -63,6 +75,7 @@ def status(path, as_json) -> None:
                 click.echo(f"    {k:<36} {v}")
         for k, v in sorted({**st["cable"]["transport"], **st["ulp"]["counters"]}.items()):
             click.echo(f"    {k:<36} {v}")
+        _print_control(st)
     else:
         click.echo(f"gsn-switch {st['switch_id']}   broadcast {'on' if st['broadcast'] else 'off'}")
         for n, p in sorted(st["ports"].items(), key=lambda kv: int(kv[0])):
@@ -73,6 +86,7 @@ def status(path, as_json) -> None:
         click.echo("ULA table:")
         for e in st["table"]:
             click.echo(f"  {e['ula']}  port {e['port']:<3} {e['kind']}")
+        _print_control(st)
 
 
 @main.command()
@@ -83,14 +97,63 @@ def ulas(path) -> None:
         click.echo(f"{e['ula']}  port {e['port']}")
 
 
+def _usage(msg: str) -> None:
+    click.echo(f"gsnctl admin: {msg}", err=True)
+    sys.exit(2)
+
+
+def _route(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        ports = [int(p, 0) for p in text.split(",")]
+    except ValueError:
+        _usage(f"--route {text!r}: expected port numbers separated by commas, e.g. 3,1")
+    if len(ports) > ADMIN_ROUTE_SLOTS:
+        _usage(f"--route: at most {ADMIN_ROUTE_SLOTS} ports (the ROUTE field's slots), got {len(ports)}")
+    bad = [p for p in ports if not 0 <= p < ADMIN_ROUTE_UNUSED]
+    if bad:
+        _usage(f"--route: port {bad[0]} is outside 0..{ADMIN_ROUTE_UNUSED - 1}")
+    return ports
+
+
 @main.command()
 @click.argument("command")
 @click.argument("args", default="")
-@click.option("--hops", default=1, show_default=True)
+@click.option("--hops", "hops_text", metavar="N", help="Hop count: 0 = this host's own adapter (gsnd answers), 1 = the element "
+              "across the cable, N = N-1 elements further.  [1, or one more than the --route ports]")
+@click.option("--route", "route_text", metavar="P1,P2,...", help="Output port at each multi-port switch the "
+              "request passes (at most 7), e.g. --route 3 asks what is on port 3 of the neighbouring switch.")
 @click.pass_obj
-def admin(path, command, args, hops) -> None:
-    """Send one Admin request (e.g. WHAT_ARE_YOU, GET_PORT <ula-hex>) and print the responses."""
-    for r in _ask(path, {"cmd": "admin", "command": command, "args": args, "hops": hops})["responses"]:
+def admin(path, command, args, hops_text, route_text) -> None:
+    """Send one Admin request (e.g. WHAT_ARE_YOU, GET_PORT <ula-hex>) and print the responses.
+
+    \b
+    gsnctl admin WHAT_ARE_YOU                  the element across the cable
+    gsnctl admin WHAT_ARE_YOU --route 3        the element on port 3 of that switch (hops 2)
+    gsnctl admin GET_PORT 02:47:53:01:03:00    which port of the switch reaches that ULA
+    """
+    route = _route(route_text)
+    if hops_text is None:
+        hops = len(route) + 1
+    else:
+        try:
+            hops = int(hops_text)
+        except ValueError:
+            _usage(f"--hops {hops_text!r}: expected a whole number 0..{ADMIN_MAX_HOPS}")
+    if not 0 <= hops <= ADMIN_MAX_HOPS:
+        _usage(f"--hops {hops}: outside 0..{ADMIN_MAX_HOPS} (0 = this host's adapter, 1 = the element across "
+               f"the cable)")
+    if len(route) > max(hops - 1, 0):
+        _usage(f"--route has {len(route)} ports but --hops {hops} passes {max(hops - 1, 0)} switches; "
+               f"use --hops {len(route) + 1} or leave it out")
+    hexargs = "".join(ch for ch in args if ch not in ": .-")
+    if len(hexargs) % 2 or any(ch not in string.hexdigits for ch in hexargs) or len(hexargs) > 2 * ARGS_BYTES:
+        _usage(f"ARGS {args!r}: expected up to {ARGS_BYTES} bytes of hex (':' between bytes allowed)")
+    req = {"cmd": "admin", "command": command, "args": hexargs, "hops": hops}
+    if route:
+        req["route"] = route
+    for r in _ask(path, req)["responses"]:
         click.echo(f"{r['command']} status={r['status']} args={r['args']}")
 
 

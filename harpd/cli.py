@@ -11,7 +11,7 @@ import click
 
 from daemons.runtime import daemon, log as logsetup
 from daemons.runtime.config import ConfigError, fail
-from daemons.runtime.cliutil import reach_daemon
+from daemons.runtime.cliutil import reach_daemon, version_option
 from daemons.runtime.control import request
 
 from . import options as hoptions
@@ -30,6 +30,7 @@ CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
               help="Multiply every HARP timer (e.g. 0.01 for a test fabric).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--check", is_flag=True, help="Validate harpd.options and exit.")
+@version_option
 def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, log_level, check) -> None:
     """HARP daemon (RFC 2835): address resolution for IP on GSN interfaces.
 
@@ -174,6 +175,7 @@ def _delete(sock: str, host: str, interface: str | None) -> None:
 @click.option("-i", "--interface", metavar="IFACE", help="Only this interface (gsn0, ...), for every option.")
 @click.option("--socket", "sock", metavar="PATH", default="/run/harpd/control.sock", show_default=True,
               help="harpd's control socket.")
+@version_option
 def gsnarp_main(host, show_all, numeric, set_entry, delete_host, file, interface, sock) -> None:
     """Show and edit the HARP table of harpd, like arp(8) for GSN interfaces.
 

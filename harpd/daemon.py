@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections import Counter
 from functools import partial
 from ipaddress import ip_address
 from pathlib import Path
@@ -14,6 +15,7 @@ import trio
 
 from daemons.constants import ETHERTYPE_ARP, VC_IP
 from daemons.runtime.control import serve_control
+from daemons.runtime.schema import Schema, Str
 from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
 from daemons.ulpclient import AsyncUlpClient, ulp_session
@@ -27,6 +29,20 @@ from .options import Options
 from daemons.runtime.corerunner import CoreRunner
 
 log = structlog.get_logger("harpd")
+
+# The control socket's requests (gsnarp; stpd asks "resolve").  The handler parses
+# the addresses (a wrong one gets its own one-line refusal); here: types and lengths.
+_IP = Str(64)  # IPv4 or IPv6, with an optional %IFACE scope
+_ULA = Str(64)
+_IFACE = Str(15, optional=True, nullable=True)  # IFNAMSIZ - 1; null = any
+CONTROL_SCHEMA = Schema({
+    "table": {},
+    "status": {},
+    "neighbours": {"interface": _IFACE},
+    "resolve": {"ip": _IP, "interface": _IFACE},
+    "set": {"ip": _IP, "ula": _ULA, "interface": _IFACE},
+    "delete": {"ip": _IP, "interface": _IFACE},
+})
 ADDRESS_POLL_S = 2.0
 
 
@@ -182,6 +198,7 @@ class Harpd:
         self.store = StaticStore(Path(state_dir) / "static.conf")
         self.agents = {i: Agent(i, opts, f"{gsnd_runtime}/{i}.ulp") for i in opts.lises}
         self.drops = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
         self.dynamic_statics = self.store.load()
         for iface, ip, ula in self.dynamic_statics:
             if iface in self.agents:
@@ -261,7 +278,8 @@ class Harpd:
             return {"ok": True, "neighbours": await self._neighbours(interface)}
         if cmd == "status":
             return {"ok": True, "status": {i: {"ula": format_ula(a.ula) if a.ula else None, "lis": a.core.status(),
-                                               "counters": dict(a.core.counters)} for i, a in self.agents.items()}}
+                                               "counters": dict(a.core.counters)} for i, a in self.agents.items()},
+                    "control": dict(self.control_counters)}
         if cmd in ("resolve", "set", "delete"):
             try:
                 ip, interface = self._address(req)
@@ -300,7 +318,8 @@ class Harpd:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.runtime_dir, exist_ok=True)
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_control, f"{self.runtime_dir}/control.sock", self._control)
+            await nursery.start(partial(serve_control, f"{self.runtime_dir}/control.sock", self._control, CONTROL_SCHEMA,
+                                        counters=self.control_counters))
             nursery.start_soon(self._netlink)
             nursery.start_soon(self._stats)
             for a in self.agents.values():

@@ -8,7 +8,7 @@ import sys
 import click
 
 from daemons.runtime import daemon
-from daemons.runtime.cliutil import reach_daemon
+from daemons.runtime.cliutil import reach_daemon, version_option
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 
@@ -19,6 +19,7 @@ CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("-c", "--config", "path", default="/etc/gsn/pktwayd.toml", show_default=True,
               help="Router config: [router] and two [[half]] tables (see etc/pktwayd.toml).")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+@version_option
 def pktwayd_main(path, check) -> None:
     """PacketWay router: two half-routers joining two GSN fabrics (EEP + RRP level D)."""
     from .config import load
@@ -46,6 +47,7 @@ def _int(text: str) -> int:
 
 
 @click.group(context_settings=CTX)
+@version_option
 def pktway_main() -> None:
     """PacketWay from a node: send, listen, plan routes, find nodes, read router tables.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from functools import partial
 
 import structlog
@@ -15,6 +16,7 @@ import trio
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
 from daemons.runtime.control import request, serve_control
+from daemons.runtime.schema import Schema
 from daemons.runtime.notify import sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.ula import format_ula, parse_ula
@@ -28,6 +30,9 @@ from .twinlink import TwinLink
 from .udpsan import AsyncSanPort, native
 
 log = structlog.get_logger("pktwayd")
+
+# The control socket's requests (pktway routes).
+CONTROL_SCHEMA = Schema({"routes": {}})
 VC = 1
 NOT_NODES = {ULA_BROADCAST, ULA_HARP_SERVER}  # switch-table entries that are no port's node
 
@@ -121,6 +126,7 @@ class Pktwayd:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.link: TwinLink | None = None
+        self.control_counters: Counter[str] = Counter()
         # ports on emulated SANs, bound now so that a taken address fails at start
         self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
         if cfg.twin is None:
@@ -159,9 +165,7 @@ class Pktwayd:
 
     # --- control socket ----------------------------------------------------------------------
     async def _control(self, req: dict) -> dict:
-        if req.get("cmd") != "routes":
-            return {"ok": False, "error": f"unknown command {req.get('cmd')!r}"}
-        out = []
+        out = []  # "routes", the only command CONTROL_SCHEMA lets through
         for h in self.halves:
             hr = h.engine.hr
             out.append({
@@ -177,7 +181,7 @@ class Pktwayd:
                 "lrt_ulas": {hex(n.addr): format_ula(n.sr[0].route) for n in hr.lrt_nodes
                              if len(n.sr) == 1 and len(n.sr[0].route) == 6},
             })
-        reply = {"ok": True, "router": self.cfg.name, "halves": out}
+        reply = {"ok": True, "router": self.cfg.name, "halves": out, "control": dict(self.control_counters)}
         if self.link is not None:
             reply["twin_link"] = self.link.status()
         return reply
@@ -185,7 +189,8 @@ class Pktwayd:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_control, self.cfg.control, self._control)
+            await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
+                                        counters=self.control_counters))
             if self.link is not None:
                 nursery.start_soon(self.link.run)
             for h in self.halves:

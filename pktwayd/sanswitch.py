@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 
 import click
 import structlog
@@ -14,14 +16,19 @@ import trio
 
 from daemons.io.udp import resolve
 from daemons.runtime import daemon
+from daemons.runtime.cliutil import version_option
 from daemons.runtime.config import ConfigError
 from daemons.runtime.control import serve_control
+from daemons.runtime.schema import Schema
 from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
 
 from .udpsan import MAX_DATAGRAM, SanSwitch
 
 log = structlog.get_logger("pktway-san")
+
+# The control socket's requests.
+CONTROL_SCHEMA = Schema({"status": {}})
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -63,21 +70,21 @@ class SanSwitchd:
         self.cfg = cfg
         self.core = SanSwitch(cfg.ports, cfg.mtu)
         self.drops = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
         self.sock = socket.socket(socket.AF_INET6 if ":" in cfg.listen[0] else socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(cfg.listen)
         self.sock.setblocking(False)
 
     async def _control(self, req: dict) -> dict:
-        if req.get("cmd") != "status":
-            return {"ok": False, "error": f"unknown command {req.get('cmd')!r}"}
         return {"ok": True, "kind": self.cfg.kind, "ports": {p: f"{a[0]}:{a[1]}" for p, a in self.cfg.ports.items()},
-                "counters": dict(self.core.counters)}
+                "counters": dict(self.core.counters), "control": dict(self.control_counters)}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             if self.cfg.control:
                 os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
-                await nursery.start(serve_control, self.cfg.control, self._control)
+                await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
+                                            counters=self.control_counters))
             log.info("pktway-san.started", kind=self.cfg.kind, listen=self.cfg.listen, ports=len(self.cfg.ports))
             sd_notify("READY=1")
             task_status.started()
@@ -112,6 +119,7 @@ class SanSwitchd:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--check", is_flag=True, help="Validate the options and exit.")
+@version_option
 def main(listen, ports, mtu, kind, control, log_level, check) -> None:
     """An emulated datagram SAN: one switch, numbered ports, source-routed.
 

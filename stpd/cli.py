@@ -11,7 +11,7 @@ from ipaddress import IPv4Address
 import click
 
 from daemons.runtime import daemon, log as logsetup
-from daemons.runtime.cliutil import reach_daemon
+from daemons.runtime.cliutil import reach_daemon, version_option
 from daemons.runtime.config import ConfigError, fail
 from daemons.wire.ula import parse_ula
 
@@ -31,6 +31,7 @@ DEFAULT_PORT = 5001
 @click.option("--data-vc", type=click.IntRange(1, 3), default=3, show_default=True, help="Default DATA VC.")
 @click.option("--timer-scale", type=float, default=1.0, show_default=True, help="Multiply every ST timer.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@version_option
 def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log_level) -> None:
     """Scheduled Transfer (ST) connection manager over GSN.
 
@@ -98,6 +99,7 @@ class Bar:
 
 @click.group(context_settings=CTX)
 @click.option("--socket", "sock", default=DEFAULT_SOCKET, show_default=True, help="stpd's API socket.")
+@version_option
 @click.pass_context
 def stp_main(ctx, sock) -> None:
     """Scheduled Transfer from the command line (talks to stpd).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..runtime import daemon, log as logsetup
+from ..runtime.cliutil import version_option
 from . import config as gconfig
 
 
@@ -21,6 +22,7 @@ from . import config as gconfig
 @click.option("--no-tap", is_flag=True, help="No TAP: ULP socket only.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+@version_option
 def main(config_path, interface, local, peer, cable_id, ula, runtime_dir, tap, no_tap, log_level, check) -> None:
     """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
 

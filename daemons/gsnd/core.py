@@ -129,7 +129,13 @@ class Endpoint:
         self.counters["tx_admin"] += 1
 
     def admin_request(self, command: int, args: bytes = b"", *, hops: int = 1, route=()) -> Admin:
-        """Originate a request; the response arrives as an AdminResponse event."""
+        """Originate a request (``hops`` >= 1: 1 = the element across the link; ``route``:
+        the output port at each multi-port switch); the response arrives as an
+        AdminResponse event."""
+        if not 1 <= hops <= 255:
+            raise ValueError(f"hop count {hops} outside 1..255 (hop 0 is answered by answer_local)")
+        if len(route) > C.ADMIN_ROUTE_SLOTS or any(not 0 <= p < C.ADMIN_ROUTE_UNUSED for p in route):
+            raise ValueError(f"route: at most {C.ADMIN_ROUTE_SLOTS} ports, each 0..{C.ADMIN_ROUTE_UNUSED - 1}")
         route = tuple(route) + (C.ADMIN_ROUTE_UNUSED,) * (C.ADMIN_ROUTE_SLOTS - len(route))
         # Leaving the host, the request passes its own adapter (hop 0 = own adapter).
         req = Admin(command, xid=self.rng.getrandbits(32), hop_count=hops - 1, init_hops=hops, route=route,
@@ -172,15 +178,24 @@ class Endpoint:
 
     def _admin_request_in(self, adm: Admin) -> None:
         self.counters["rx_admin_request"] += 1
+        self.send_admin(self._answer(adm), C.VC_ADMIN_RESPONSE)
+
+    def _answer(self, adm: Admin) -> Admin:
         ula = self.ula or C.ULA_NONE
         if adm.command == AdminCmd.WHAT_ARE_YOU:
-            resp = adm.response(AdminCmd.I_AM, i_am_args(ElementType.ENDPOINT, 1, ula))
-        elif adm.command == AdminCmd.ARE_YOU_THERE:
-            resp = adm.response(AdminCmd.I_AM_HERE)
-        else:
-            self.counters["admin_invalid"] += 1
-            resp = adm.invalid()
-        self.send_admin(resp, C.VC_ADMIN_RESPONSE)
+            return adm.response(AdminCmd.I_AM, i_am_args(ElementType.ENDPOINT, 1, ula))
+        if adm.command == AdminCmd.ARE_YOU_THERE:
+            return adm.response(AdminCmd.I_AM_HERE)
+        self.counters["admin_invalid"] += 1
+        return adm.invalid()
+
+    def answer_local(self, command: int, args: bytes = b"") -> Admin:
+        """A hop-0 request from this host: its own adapter (this element) answers,
+        nothing goes on the cable (spec §4.3 rule 1: hop 0 = own adapter)."""
+        if len(args) > 16:
+            raise ValueError("admin args are at most 16 bytes")
+        self.counters["admin_local_request"] += 1
+        return self._answer(Admin(command, xid=self.rng.getrandbits(32), args=bytes(args).ljust(16, b"\0")))
 
     def _admin_response(self, adm: Admin, now: float) -> None:
         acq = self._acquiring

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from functools import partial
 
 import structlog
 import trio
@@ -13,6 +14,7 @@ from ..io.runner import LinkRunner
 from ..io.udp import UdpTransport
 from ..io.ulp import UlpServer
 from ..runtime.control import serve_control
+from ..runtime.schema import Int, List, Schema, Str
 from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify
 from ..io.tap import Tap
@@ -23,10 +25,26 @@ from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
-from ..constants import AdminCmd
+from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, AdminCmd
+from ..wire.admin import ARGS_BYTES
 
 log = structlog.get_logger("gsnd")
 HIGH_WATER_MPS = 8192
+ADMIN_MAX_HOPS = 255  # HOP_COUNT / INIT_HOPS are one byte each (spec §4.3)
+
+# The control socket's requests (gsnctl; pktwayd and the pktway CLI ask "ulas").
+CONTROL_SCHEMA = Schema({
+    "status": {},
+    "ulas": {},
+    "admin": {
+        "command": Str(32),
+        "args": Str(2 * ARGS_BYTES, pattern="[0-9a-fA-F]*", optional=True),
+        # hop 0 = this host's own adapter (gsnd answers), 1 = the element across the cable
+        "hops": Int(0, ADMIN_MAX_HOPS, optional=True),
+        # output port at each multi-port switch on the way (ROUTE[0..6], 0xFF = unused)
+        "route": List(Int(0, ADMIN_ROUTE_UNUSED - 1), max_len=ADMIN_ROUTE_SLOTS, optional=True),
+    },
+})
 
 
 class Gsnd:
@@ -45,6 +63,7 @@ class Gsnd:
         self.drops = CounterLog(log)
         self.tap: Tap | None = None
         self.ip_counters: Counter[str] = Counter()
+        self.control_counters: Counter[str] = Counter()
 
     # --- core glue ---------------------------------------------------------------
     def _on_input(self, now: float) -> None:
@@ -145,22 +164,31 @@ class Gsnd:
                       "id": self.cfg.cable_id, "transport": dict(self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters)},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
-                          "counters": {**self.ip_counters, **(self.tap.counters if self.tap else {})}})
+                          "counters": {**self.ip_counters, **(self.tap.counters if self.tap else {})}},
+                      control=dict(self.control_counters))
             return {"ok": True, "status": st}
         if cmd == "ulas":
             return await self._list_ulas()
         if cmd == "admin":
             try:
-                command = AdminCmd[str(req.get("command", "")).upper()]
-                args = bytes.fromhex(req.get("args", ""))
-            except (KeyError, ValueError):
-                return {"ok": False, "error": "admin: unknown command or bad args hex"}
-            resps = await self._admin(command, args, hops=int(req.get("hops", 1)), route=req.get("route", []))
+                command = AdminCmd[req["command"].upper()]
+            except KeyError:
+                return {"ok": False, "error": f"admin: unknown command {req['command']!r}"}
+            args = req.get("args", "")
+            if len(args) % 2:
+                return {"ok": False, "error": "admin: args must be an even number of hex digits"}
+            hops, route = req.get("hops", 1), req.get("route", [])
+            if len(route) > max(hops - 1, 0):
+                return {"ok": False, "error": f"admin: a route of {len(route)} ports needs at least "
+                                              f"{len(route) + 1} hops (one per switch the request passes)"}
+            resps = await self._admin(command, bytes.fromhex(args), hops=hops, route=route)
             return {"ok": True, "responses": [{"command": AdminCmd(r.command).name if r.command in AdminCmd._value2member_map_ else r.command,
                                                "status": r.status, "args": r.args.hex()} for r in resps]}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
     async def _admin(self, command: int, args: bytes, hops: int = 1, route=(), expect_more=None) -> list:
+        if hops == 0:  # hop 0 is this host's own adapter: gsnd answers itself
+            return [self.ep.answer_local(command, args)]
         if not self.ep.link.up:
             return []
         req = self.ep.admin_request(command, args, hops=hops, route=route)
@@ -214,7 +242,8 @@ class Gsnd:
             await nursery.start(self.ulp.serve)
             if self.tap is not None:
                 nursery.start_soon(self._tap_reader)
-            await nursery.start(serve_control, self.cfg.control_path, self._control)
+            await nursery.start(partial(serve_control, self.cfg.control_path, self._control, CONTROL_SCHEMA,
+                                        counters=self.control_counters))
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
             log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap, local=f"{self.cfg.local[0]}:{self.cfg.local[1]}",

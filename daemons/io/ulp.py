@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from collections import Counter
 from typing import Callable
@@ -10,6 +9,7 @@ from typing import Callable
 import trio
 
 from ..constants import ULP_MAX_PAYLOAD
+from ..runtime.control import bind_unix
 from ..wire.errors import DecodeError
 from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
@@ -40,11 +40,7 @@ class UlpServer:
         self.counters: Counter[str] = Counter()
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        await sock.bind(self.path)
-        os.chmod(self.path, 0o660)
+        sock = trio.socket.from_stdlib_socket(bind_unix(self.path, socket.SOCK_SEQPACKET, 0o660))
         sock.listen(64)
         task_status.started()
         async with trio.open_nursery() as nursery:

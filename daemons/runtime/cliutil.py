@@ -1,4 +1,4 @@
-"""CLI helpers shared by gsnctl, gsnarp and stp."""
+"""CLI helpers shared by the daemons' and tools' command lines."""
 
 from __future__ import annotations
 
@@ -8,8 +8,32 @@ from typing import Callable, TypeVar
 import click
 
 T = TypeVar("T")
+DISTRIBUTION = "gsn-revival"
 EX_UNAVAILABLE = 69
 EX_NOPERM = 77
+
+
+def installed_version() -> str:
+    """The installed gsn-revival version (from its metadata), or "unknown" when run
+    from a tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def version_option(f):
+    """``--version``: print "PROG VERSION" and exit (every console script has it)."""
+
+    def _show(ctx: click.Context, _param, value: bool) -> None:
+        if value and not ctx.resilient_parsing:
+            click.echo(f"{ctx.find_root().info_name} {installed_version()}")
+            ctx.exit()
+
+    return click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show,
+                        help="Show the version and exit.")(f)
 
 
 def reach_daemon(prog: str, sock: str, daemon: str, fn: Callable[[], T]) -> T:

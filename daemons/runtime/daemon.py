@@ -15,8 +15,27 @@ from .config import ConfigError
 log = structlog.get_logger()
 
 
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (clients, cables and sockets
+    all need descriptors); returns the soft limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass  # e.g. a nr_open below the hard limit: keep what we have
+    return soft
+
+
 def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], None] | None = None) -> None:
-    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP calls ``reload``."""
+    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP calls ``reload``.  Every
+    daemon (gsnd, gsn-switch, pktwayd, pktway-san, harpd, stpd) starts here, so this is
+    where the descriptor limit is raised."""
+    raise_nofile_limit()
 
     async def _top() -> None:
         async with trio.open_nursery() as nursery:

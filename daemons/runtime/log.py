@@ -4,23 +4,77 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
+from typing import Callable
 
 import structlog
 
+RATE_LIMIT_EVENTS = 5  # warnings/errors with the same event name per interval ...
+RATE_LIMIT_INTERVAL_S = 10.0  # ... the rest are counted and reported with the next one let through
+RATE_LIMIT_KEYS = 1024  # event names remembered (oldest forgotten first)
+_LIMITED_LEVELS = frozenset({"warning", "error", "critical", "exception"})
 
-def setup(level: str = "info", json: bool | None = None) -> None:
+
+class RateLimiter:
+    """structlog processor: at most ``burst`` events of level warning or above with the
+    same (level, event) -- and counter, for CounterLog's "drop" -- per ``interval`` seconds.  The ones beyond are dropped and
+    counted; the first one let through afterwards carries ``suppressed=<count>``."""
+
+    def __init__(self, burst: int = RATE_LIMIT_EVENTS, interval: float = RATE_LIMIT_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = RATE_LIMIT_KEYS) -> None:
+        self.burst = burst
+        self.interval = interval
+        self.clock = clock
+        self.max_keys = max_keys
+        self.windows: OrderedDict[tuple, list] = OrderedDict()  # key -> [window start, sent, suppressed]
+        self.suppressed_total = 0
+
+    def __call__(self, logger, method_name: str, event_dict: dict) -> dict:
+        level = event_dict.get("level", method_name)
+        if level not in _LIMITED_LEVELS:
+            return event_dict
+        # CounterLog's "drop" events are already limited per counter: one key per counter
+        key = (level, str(event_dict.get("event")), str(event_dict.get("counter", "")))
+        now = self.clock()
+        w = self.windows.get(key)
+        if w is None:
+            w = self.windows[key] = [now, 0, 0]
+            if len(self.windows) > self.max_keys:
+                self.windows.popitem(last=False)
+        else:
+            self.windows.move_to_end(key)
+        if now - w[0] >= self.interval:
+            w[0], w[1] = now, 0
+        if w[1] >= self.burst:
+            w[2] += 1
+            self.suppressed_total += 1
+            raise structlog.DropEvent
+        w[1] += 1
+        if w[2]:
+            event_dict["suppressed"] = w[2]
+            w[2] = 0
+        return event_dict
+
+
+def setup(level: str = "info", json: bool | None = None, file=None,
+          rate_limiter: RateLimiter | None = None) -> None:
     if json is None:
         json = not sys.stderr.isatty()
-    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    file = sys.stderr if file is None else file
+    if json:  # exceptions as a "exception" string holding the traceback
+        tail = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    else:  # the console renderer prints exc_info's traceback itself
+        tail = [structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
+            rate_limiter or RateLimiter(),
             structlog.processors.TimeStamper(fmt="iso"),
-            renderer,
+            *tail,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=file),
         cache_logger_on_first_use=True,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..runtime import daemon
+from ..runtime.cliutil import version_option
 from . import config as sconfig
 
 
@@ -15,6 +16,7 @@ from . import config as sconfig
 @click.option("--runtime-dir", help="Where control.sock lives. [/run/gsn-switch]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+@version_option
 def main(config_path, broadcast, runtime_dir, log_level, check) -> None:
     """GSN switch: joins UDP cables (ports) into one HIPPI-6400 fabric.
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
+from functools import partial
 
 import structlog
 import trio
@@ -10,12 +12,16 @@ import trio
 from ..io.runner import LinkRunner
 from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
+from ..runtime.schema import Schema
 from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify
 from .config import SwitchConfig
 from .core import Switch
 
 log = structlog.get_logger("gsn-switch")
+
+# The control socket's requests (gsnctl -s .../control.sock status).
+CONTROL_SCHEMA = Schema({"status": {}})
 
 
 class SwitchDaemon:
@@ -32,6 +38,7 @@ class SwitchDaemon:
             for n in self.transports
         }
         self.drops = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
 
     def _input(self, n: int, now: float) -> None:
         link = self.core.ports[n].link
@@ -49,12 +56,11 @@ class SwitchDaemon:
             r.flush(now)
 
     async def _control(self, req: dict) -> dict:
-        if req.get("cmd") == "status":
-            st = self.core.status()
-            for n, t in self.transports.items():
-                st["ports"][str(n)]["cable"] = dict(t.counters)
-            return {"ok": True, "status": st}
-        return {"ok": False, "error": f"unknown command {req.get('cmd')!r}"}
+        st = self.core.status()  # "status", the only command CONTROL_SCHEMA lets through
+        for n, t in self.transports.items():
+            st["ports"][str(n)]["cable"] = dict(t.counters)
+        st["control"] = dict(self.control_counters)
+        return {"ok": True, "status": st}
 
     async def _stats(self) -> None:
         while True:
@@ -69,7 +75,8 @@ class SwitchDaemon:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.cfg.runtime_dir, exist_ok=True)
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_control, self.cfg.control_path, self._control)
+            await nursery.start(partial(serve_control, self.cfg.control_path, self._control, CONTROL_SCHEMA,
+                                        counters=self.control_counters))
             for r in self.runners.values():
                 nursery.start_soon(r.run)
             nursery.start_soon(self._stats)

@@ -25,7 +25,7 @@ KERNEL = {"gsn1": [{"ip": "127.0.0.1", "ula": "02:47:53:02:01:00", "state": "rea
 
 @pytest.fixture
 def harpd(tmp_path):
-    from harpd.daemon import Harpd
+    from harpd.daemon import CONTROL_SCHEMA, Harpd
 
     path = str(tmp_path / "control.sock")
     ready, box = threading.Event(), {}
@@ -43,7 +43,7 @@ def harpd(tmp_path):
         for name, agent in h.agents.items():
             agent.kernel.neighbours = lambda name=name: list(KERNEL.get(name, []))
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_control, path, h._control)
+            await nursery.start(serve_control, path, h._control, CONTROL_SCHEMA)
             box["cancel"], box["token"], box["harpd"] = nursery.cancel_scope.cancel, trio.lowlevel.current_trio_token(), h
             ready.set()
 
@@ -145,8 +145,9 @@ def test_help_teaches():
 
 def test_control_ops_validate_fields(harpd):
     path, _ = harpd
-    assert request(path, {"cmd": "resolve", "ip": 5}) == {"ok": False, "error": "'ip' must be an IPv4 or IPv6 address string"}
-    assert request(path, {"cmd": "set", "ip": "192.0.2.9", "ula": None})["error"].startswith("'ula' must be a string")
+    assert request(path, {"cmd": "resolve", "ip": 5}) == {
+        "ok": False, "error": "bad request: resolve.ip: expected a string, got an integer"}
+    assert request(path, {"cmd": "set", "ip": "192.0.2.9", "ula": None})["error"] == "bad request: set.ula: must not be null"
     assert request(path, {"cmd": "delete", "ip": "fe80::1%gsn0", "interface": "gsn1"})["error"] == \
         "fe80::1%gsn0 is scoped to gsn0, not gsn1"
     assert request(path, {"cmd": "neighbours", "interface": "gsn7"})["ok"] is False
