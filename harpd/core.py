@@ -141,6 +141,7 @@ class Lis:
         self._seq = itertools.count()
         for ip, ula in cfg.statics.items():
             self.cache[ip] = Entry(ula, True, 0.0)
+            self.server_table[ip] = Entry(ula, True, 0.0)  # served, and never taken over
 
     def cache_deadline(self, e: Entry) -> float | None:
         if e.static:
@@ -186,6 +187,11 @@ class Lis:
     @property
     def is_server(self) -> bool:
         return self.cfg.role == "server" or bool(self.serving)
+
+    def is_server_ula(self, ula: bytes) -> bool:
+        """``ula`` (a Message's S_ULA) is one of this LIS's HARP servers: a configured
+        HRAL address or the port that answered our registration there."""
+        return ula != ULA_BROADCAST and any(ula in (s.address, s.real_ula) for s in self.servers)
 
     def authority(self) -> tuple[bytes, _Server | None] | None:
         if self.phase is Phase.OPER_BCAST:
@@ -464,6 +470,11 @@ class HarpCore:
             self.counters["rx_outside_lis"] += 1
             return
         self.counters[f"rx_{msg.op.name.lower()}"] += 1
+        if msg.is_request and msg.rula != src_ula:
+            # the sender fields of a request are learnt (server table, self-detection,
+            # the reply's destination): only a port speaking for itself is heard
+            self.counters["rx_dropped_spoofed_sha"] += 1
+            return
         if msg.op is Op.INHARP_REQUEST and msg.rula == self.ula and msg.rpa == lis.ip:
             self._own_request_back(lis, msg, now)
             if not lis.is_server:
@@ -477,13 +488,14 @@ class HarpCore:
         elif msg.op is Op.INHARP_REQUEST:
             if msg.tula == self.ula:
                 self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.INHARP_REPLY))
-            self._refresh_known(lis, msg.rpa, msg.rula, now)
+            if lis.phase is Phase.OPER_BCAST:  # with a server, only the server validates entries
+                self._refresh_known(lis, msg.rpa, msg.rula, now)
         elif msg.op is Op.INHARP_REPLY:
             self._inharp_reply(lis, msg, src_ula, now)
         elif msg.op is Op.HARP_REPLY:
             self._harp_reply(lis, msg, src_ula, now)
         elif msg.op is Op.HARP_NAK:
-            self._harp_nak(lis, msg, now)
+            self._harp_nak(lis, msg, src_ula, now)
 
     def _own_request_back(self, lis: Lis, msg: Harp, now: float) -> None:
         if msg.tula == ULA_BROADCAST:
@@ -506,11 +518,17 @@ class HarpCore:
             self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.HARP_REPLY))
 
     def _inharp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
-        if msg.tula != self.ula:
+        if msg.tula != self.ula or msg.tpa != lis.ip:
             self.counters["rx_reply_not_for_us"] += 1
             return
         for s in lis.servers:
-            if s.address == msg.rula:  # answer to a registration
+            if s.address == msg.rula and s.awaiting_since is not None:  # answer to a registration
+                if s.real_ula is not None and src_ula != s.real_ula:
+                    # the port behind this server address is known: nobody else answers for it
+                    # (should the address move to another port, the silent registration drops
+                    # the server and the next one learns the new port)
+                    self.counters["rx_dropped_reply_not_from_server"] += 1
+                    return
                 s.awaiting_since = None
                 s.unanswered.clear()
                 s.real_ula = src_ula
@@ -521,29 +539,39 @@ class HarpCore:
                 if lis.phase in (Phase.REGISTER, Phase.PROBE):
                     self._phase(lis, Phase.OPER_SERVER, now)
                 return
-        e = lis.cache.get(msg.rpa)  # answer to a direct revalidation
-        if e is not None and e.revalidating and e.ula == msg.rula:
+        e = lis.cache.get(msg.rpa)  # answer to a direct revalidation, from the host asked
+        if e is not None and e.revalidating == 2 and e.ula == msg.rula == src_ula:
             e.validated, e.revalidating = now, 0
             lis.schedule_cache(msg.rpa)
             self._events.append(Resolved(msg.rpa, e.ula))
             return
-        self.counters["rx_reply_unsolicited"] += 1
+        self.counters["rx_dropped_reply_unsolicited"] += 1
 
-    def _from_authority(self, lis: Lis, src_ula: bytes) -> bool:
-        auth = lis.authority()
-        return auth is not None and auth[1] is not None and src_ula in (auth[1].real_ula, auth[1].address)
+    def _trusted_answer(self, lis: Lis, msg: Harp, src_ula: bytes) -> bool:
+        """A HARP_REPLY or HARP_NAK comes from whom we asked: one of our servers, or
+        (broadcast fabric, no server) the host answering for itself."""
+        if lis.is_server_ula(src_ula):
+            return True
+        return lis.phase is Phase.OPER_BCAST and msg.op is Op.HARP_REPLY and msg.rula == src_ula
+
+    def _outstanding(self, lis: Lis, ip: Address) -> bool:
+        """A HARP_REQUEST for ``ip`` is outstanding: a resolution or a revalidation."""
+        e = lis.cache.get(ip)
+        return ip in lis.pending or (e is not None and e.revalidating == 1)
 
     def _harp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
         if msg.tula != self.ula or msg.tpa != lis.ip:
             self.counters["rx_reply_not_for_us"] += 1
             return
         ip = msg.rpa
-        pending = lis.pending.pop(ip, None)
-        e = lis.cache.get(ip)
-        solicited = pending is not None or (e is not None and e.revalidating == 1)
-        if not solicited and not self._from_authority(lis, src_ula):
-            self.counters["rx_reply_spoofed"] += 1  # unsolicited, not from our server
+        if not self._trusted_answer(lis, msg, src_ula):
+            self.counters["rx_dropped_reply_not_from_server"] += 1
             return
+        if not self._outstanding(lis, ip):
+            self.counters["rx_dropped_reply_unsolicited"] += 1
+            return
+        lis.pending.pop(ip, None)
+        e = lis.cache.get(ip)
         if e is not None and e.static:
             return
         auth = lis.authority()
@@ -555,11 +583,26 @@ class HarpCore:
         lis.negative.pop(ip, None)
         self._events.append(Resolved(ip, msg.rula))
 
-    def _harp_nak(self, lis: Lis, msg: Harp, now: float) -> None:
-        if msg.rula != self.ula:
+    def _harp_nak(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
+        if msg.rula != self.ula or msg.rpa != lis.ip:
             self.counters["rx_nak_not_for_us"] += 1
             return
         ip = msg.tpa
+        if ip == lis.zero:  # our registration echoed back refused (a static entry, a live one)
+            s = next((s for s in lis.servers if s.address == msg.tula and s.awaiting_since is not None), None)
+            if s is None:
+                self.counters["rx_dropped_nak_unsolicited"] += 1
+            elif s.real_ula not in (None, src_ula):
+                self.counters["rx_dropped_nak_not_from_server"] += 1
+            else:
+                self.counters["registration_refused"] += 1  # retried; the operator has to look
+            return
+        if not self._trusted_answer(lis, msg, src_ula):
+            self.counters["rx_dropped_nak_not_from_server"] += 1
+            return
+        if not self._outstanding(lis, ip):
+            self.counters["rx_dropped_nak_unsolicited"] += 1
+            return
         if lis.pending.pop(ip, None) is not None:
             self._negative(lis, ip, now)
             self._events.append(Unresolved(ip, "NAK"))
@@ -573,8 +616,7 @@ class HarpCore:
             self.counters["server_requester_outside_lis"] += 1
             return
         if not self._register(lis, msg.rpa, msg.rula, now):
-            if msg.op is Op.HARP_REQUEST:
-                self._send(msg.rula, nak(raw))
+            self._send(msg.rula, nak(raw))  # to the sender itself (ar$sha = S_ULA)
             return
         if msg.op is Op.INHARP_REQUEST:
             self.counters["server_registrations"] += 1
@@ -593,7 +635,8 @@ class HarpCore:
             self.counters["server_naks"] += 1
 
     def _register(self, lis: Lis, ip: Address, ula: bytes, now: float) -> bool:
-        """RFC 2835 §5.4 registration; an unexpired IP is never taken over by another ULA."""
+        """RFC 2835 §5.4 registration; an unexpired IP is never taken over by another ULA,
+        a static one never (harpd.options or gsnarp -s: the answer to squatting)."""
         e = lis.server_table.get(ip)
         if e is None:
             lis.server_table[ip] = Entry(ula, False, now)  # cases 4 and 5
@@ -604,7 +647,10 @@ class HarpCore:
                 e.validated = now  # case 1
                 lis.schedule_server(ip)
             return True
-        self.counters["server_takeover_refused"] += 1  # cases 2 and 3 while the entry lives
+        if e.static:
+            self.counters["server_static_conflict"] += 1
+        else:
+            self.counters["server_takeover_refused"] += 1  # cases 2 and 3 while the entry lives
         return False
 
     # --- status -------------------------------------------------------------------------------

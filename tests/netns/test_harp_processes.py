@@ -1,13 +1,21 @@
 """HARP with real processes: 4 hosts on a non-broadcast switch; the kernel's
 neighbour requests on gsn0 are answered through harpd and the HARP server."""
 
+import json
 import shutil
 import signal
+import socket
+from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
 
+from daemons.constants import ETHERTYPE_ARP, VC_IP
 from daemons.netns import BIN, Fabric, poll
+from daemons.ulpclient import UlpClient
+from daemons.wire.ula import parse_ula
+from harpd.constants import Op
+from harpd.wire import Harp
 
 OPTIONS = "lis gsn0 192.0.2.0/24\nrole gsn0 auto\nserver gsn0 00:10:3b:ff:ff:e0\n"
 SCALE = "0.01"  # every HARP timer x0.01: reregistration 9 s, server expiry 12 s
@@ -32,6 +40,47 @@ def lis():
         poll(lambda: {"192.0.2.1", "192.0.2.2", "192.0.2.3"} <= set(table(fab, 1)), 15,
              what="hosts 1-3 registered with the HARP server on host 1")
         yield fab
+
+
+def harpd_counters(fab, i):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(str(fab.tmp / f"h{i}" / "harpd" / "control.sock"))
+        s.sendall(b'{"cmd": "status"}\n')
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            assert chunk, "harpd closed the control socket"
+            buf += chunk
+    return json.loads(buf)["status"]["gsn0"]["counters"]
+
+
+def test_rogue_host_cannot_poison_harp(lis):
+    """Issue 12 item 3: host 4 (no harpd) sends HARP through its own gsnd, which stamps
+    its own S_ULA: a NAK in the server's words to host 2 removes nothing, a reply
+    redirecting 192.0.2.3 is ignored, a registration of 192.0.2.3 in host 3's name is
+    refused by the server.  Each is counted."""
+    assert ping(lis, 2, "192.0.2.3").returncode == 0
+    ula2, ula3, ula4 = (lis.wait_ula(i) for i in (2, 3, 4))
+    assert f"192.0.2.3 lladdr {ula3}" in lis.ns_exec(2, "ip", "neigh", "show", "dev", "gsn0").stdout
+    ip2, ip3 = IPv4Address("192.0.2.2"), IPv4Address("192.0.2.3")
+    with UlpClient(lis.ulp_path(4)) as rogue:
+        rogue.bind(ETHERTYPE_ARP)
+        for d_ula, msg in (
+                (ula2, Harp(Op.HARP_NAK, ip2, ip3, parse_ula(ula2), bytes(6))),  # "192.0.2.3 is unknown"
+                (ula2, Harp(Op.HARP_REPLY, ip3, ip2, parse_ula(ula4), parse_ula(ula2))),  # "... is at host 4"
+                ("00:10:3b:ff:ff:e0", Harp(Op.INHARP_REQUEST, ip3, IPv4Address(0), parse_ula(ula3),
+                                           parse_ula("00:10:3b:ff:ff:e0")))):  # registered "by host 3"
+            rogue.send(parse_ula(d_ula), msg.encode(), vc=VC_IP, ethertype=ETHERTYPE_ARP)
+    poll(lambda: harpd_counters(lis, 2).get("rx_harp_nak", 0) >= 1
+         and harpd_counters(lis, 2).get("rx_harp_reply", 0) >= 1, 10, what="host 2 got the rogue's NAK and reply")
+    assert f"192.0.2.3 lladdr {ula3}" in lis.ns_exec(2, "ip", "neigh", "show", "dev", "gsn0").stdout
+    assert table(lis, 2)["192.0.2.3"][1] == ula3
+    c = harpd_counters(lis, 2)
+    assert c["rx_dropped_nak_not_from_server"] >= 1 and c["rx_dropped_reply_not_from_server"] >= 1
+    poll(lambda: harpd_counters(lis, 1).get("rx_dropped_spoofed_sha", 0) >= 1, 10, what="server drops the spoof")
+    assert table(lis, 1)["192.0.2.3"][1] == ula3
+    assert ping(lis, 2, "192.0.2.3").returncode == 0
 
 
 def test_kernel_resolves_through_harp_server(lis):

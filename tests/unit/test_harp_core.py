@@ -46,7 +46,8 @@ def test_server_registers_replies_and_naks():
 def test_takeover_refused_until_expiry():
     core = server()
     register(core, "192.0.2.2", C1, now=1.0)
-    assert register(core, "192.0.2.2", C2, now=2.0) == []
+    [(d, refused)] = register(core, "192.0.2.2", C2, now=2.0)
+    assert d == C2 and refused.op is Op.HARP_NAK  # the registration echoed, refused
     assert core.counters["server_takeover_refused"] == 1
     core.handle_timer(1.0 + Timers().server_lifetime + 0.1)
     core.outgoing()  # the server's own probes/registrations meanwhile
@@ -69,7 +70,7 @@ def test_spoofed_reply_dropped():
     core.set_port(C1, [A("192.0.2.2")], 0.0)
     spoof = Harp(Op.HARP_REPLY, A("192.0.2.9"), A("192.0.2.2"), C2, C1)
     core.receive(C2, spoof.encode(), 1.0)
-    assert core.counters["rx_reply_spoofed"] == 1
+    assert core.counters["rx_dropped_reply_not_from_server"] == 1
     assert not [e for e in core.events() if isinstance(e, Resolved) and e.ip == A("192.0.2.9")]
 
 
