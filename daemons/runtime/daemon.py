@@ -11,6 +11,7 @@ import trio
 
 from ..constants import EX_CONFIG
 from .config import ConfigError
+from .notify import watchdog
 
 log = structlog.get_logger()
 
@@ -40,6 +41,7 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
     async def _top() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_signals, nursery.cancel_scope)
+            nursery.start_soon(watchdog)  # WATCHDOG=1 from this loop while systemd asks for it
             await main(nursery)
 
     async def _signals(scope: trio.CancelScope) -> None:

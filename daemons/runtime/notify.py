@@ -1,9 +1,11 @@
-"""sd_notify without a dependency: one datagram to $NOTIFY_SOCKET."""
+"""sd_notify without a dependency: one datagram to $NOTIFY_SOCKET; the service watchdog."""
 
 from __future__ import annotations
 
 import os
 import socket
+
+import trio
 
 
 def sd_notify(state: str) -> bool:
@@ -19,3 +21,31 @@ def sd_notify(state: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def watchdog_interval() -> float | None:
+    """Seconds between WATCHDOG=1 pings (half of $WATCHDOG_USEC), or None when systemd
+    does not watch this process: no or a bad $WATCHDOG_USEC, or $WATCHDOG_PID naming
+    another process (the variables leaked to a child)."""
+    try:
+        usec = int(os.environ.get("WATCHDOG_USEC", ""))
+    except ValueError:
+        return None
+    pid = os.environ.get("WATCHDOG_PID")
+    if usec <= 0 or (pid and pid.strip() != str(os.getpid())):
+        return None
+    return usec / 2e6
+
+
+async def watchdog() -> None:
+    """Ping systemd's watchdog from the daemon's trio loop until cancelled.
+
+    Started beside the daemon in its top nursery: when the loop wedges (a blocking
+    call, a busy task that never yields) the pings stop and systemd restarts the
+    service (WatchdogSec= with Restart=on-failure)."""
+    interval = watchdog_interval()
+    if interval is None:
+        return
+    while True:
+        sd_notify("WATCHDOG=1")
+        await trio.sleep(interval)
