@@ -110,3 +110,5 @@ API_ACCEPT_BACKOFF = 0.1  # seconds to pause accept() after EMFILE/ENFILE/ENOMEM
 MAX_EXPOSED_PER_VC = 16  # exposures waiting for the peer's RMR, per VC
 MAX_SHARED_OBJECTS = 256  # distinct memory objects (memfd/shm) exposed at once, daemon-wide
 MAX_READ_REQUESTS = 8  # the peer's RTRs waiting for a local `serve`, per VC (oldest dropped)
+STP_PORT = 5001  # `stp send`/`stp recv` meet on this ULP port
+STP_SERVE_PORT = 5002  # `stp serve`/`stp read` (RTR reads) meet on this one

@@ -208,3 +208,66 @@ def test_release_gives_the_region_back(pair):
         a.release(vc, rid)
     time.sleep(0.2)
     assert b.status()["vcs"][0]["regions"] == 0  # END reached B
+
+
+def stp(p, i, *args, timeout=60):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run([str(Path(sys.executable).parent / "stp"), "--socket", p.paths[i], *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_serve_and_read_a_file(pair, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = tmp_path / "served.bin"
+    data = os.urandom((2 << 20) + 123)
+    src.write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "stp"), "--socket", pair.paths[1], "serve",
+                               str(src)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 10
+    while 5002 not in StClient(pair.paths[1]).status()["listeners"] and time.monotonic() < end:
+        time.sleep(0.05)
+    r = stp(pair, 0, "read", "192.0.2.2", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"read served.bin ({len(data)} bytes)" in r.stdout
+    assert (out / "served.bin").read_bytes() == data
+    sout, serr = server.communicate(timeout=20)
+    assert server.returncode == 0 and f"served served.bin ({len(data)} bytes)" in sout, serr
+
+
+def test_cli_abort_and_release(pair):
+    import json
+
+    a, vc, b, bvc = connected(pair)
+    t, box = in_thread(a.send_bytes, vc, b"waits for a receive")
+    end = time.monotonic() + 5
+    while not (xfers := json.loads(stp(pair, 0, "status", "--json").stdout)["vcs"][0]["transfers"]):
+        assert time.monotonic() < end
+        time.sleep(0.05)
+    assert f"vc {vc} transfer {xfers[0]['xid']} tx" in stp(pair, 0, "status").stdout
+    r = stp(pair, 0, "abort", str(vc), str(xfers[0]["xid"]))
+    assert r.returncode == 0 and "ended transfer" in r.stdout, r.stderr
+    t.join(10)
+    assert "ended locally" in str(box["error"])
+    r = stp(pair, 0, "abort", str(vc), str(xfers[0]["xid"]))
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "no transfer" in r.stderr
+    f = memfd(bytes(64))
+    b.expose(bvc, f.fileno(), 64)
+    rid = a.region(vc, 64)["rid"]
+    r = stp(pair, 0, "release", str(vc), str(rid))
+    assert r.returncode == 0 and f"released region {rid}" in r.stdout, r.stderr
+    with pytest.raises(StError, match="unknown region"):
+        a.get(vc, rid, 0, 8)
+    r = stp(pair, 0, "release", str(vc), str(rid))
+    assert r.returncode == 1 and "no region" in r.stderr
+    assert stp(pair, 0, "abort", "0", "1").returncode == 2  # usage: ids start at 1
+    for cmd in ("read", "serve", "abort", "release"):
+        h = stp(pair, 0, cmd, "--help")
+        assert h.returncode == 0 and "Usage: stp " + cmd in h.stdout
