@@ -5,6 +5,7 @@ import json
 import os
 import resource
 import socket
+import threading
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from stpd import api
 from stpd import constants as K
-from stpd.client import StClient, StError
+from stpd.client import StClient
 from tests.sim.stpd_pair import PairThread
 
 REPORTED = [  # issue 10, item 3
@@ -202,7 +203,6 @@ def test_idle_timeout_spares_a_client_waiting_on_its_request(tmp_path):
                 with StClient(p.paths[0]) as a2:
                     a2.send_bytes(vc, b"x" * 1000)
 
-            import threading
             t = threading.Thread(target=late_sender)
             t.start()
             bvc = p.inside(lambda ds: next(iter(ds[1].core.vcs)))
