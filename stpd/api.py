@@ -39,7 +39,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 import socket
 from dataclasses import dataclass
 
@@ -88,7 +87,7 @@ SCHEMA: dict[str, dict[str, object]] = {
     "abort": {"vc": ID, "xid": ID},
     "expose": {"vc": ID, "size": Int(1, K.API_MAX_BYTES)},
     "region": {"vc": ID, "size": Int(1, K.API_MAX_BYTES)},
-    "put": {"vc": ID, "rid": ID, "offset": NBYTES, "data": B64(1 << K.MAX_STU)},
+    "put": {"vc": ID, "rid": ID, "offset": NBYTES, "data": B64()},
     "get": {"vc": ID, "rid": ID, "offset": NBYTES, "length": Int(1, K.GET_MAX)},
     "fetchop": {"vc": ID, "rid": ID, "offset": NBYTES, "function": Str(5, ("inc", "dec", "clear"), False)},
     "release": {"vc": ID, "rid": ID},
@@ -96,7 +95,7 @@ SCHEMA: dict[str, dict[str, object]] = {
     "close": {"vc": ID},
 }
 
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+BACKSLASH = 0x5C
 
 
 def _short(value) -> str:
@@ -116,6 +115,33 @@ def _parse_int(text: str) -> int:
 
 def _parse_float(text: str):
     raise RequestError(f"{_short(text)}: no fractions or exponents, integers only")
+
+
+def brackets(data: bytes, limit: int = K.API_MAX_BRACKETS) -> int:
+    """How many '{' and '[' ``data`` has outside JSON strings (counting stops past
+    ``limit``).  Linear: one find() per quote, backslash runs looked at once."""
+    total = data.count(b"{") + data.count(b"[")
+    if total <= limit:  # the usual case: nothing to tell apart
+        return total
+    count, pos, n = 0, 0, len(data)
+    while True:
+        q = data.find(b'"', pos)
+        end = q if q >= 0 else n
+        count += data.count(b"{", pos, end) + data.count(b"[", pos, end)
+        if count > limit or q < 0:
+            return count
+        j = q + 1
+        while True:  # the closing quote: one not escaped by an odd run of backslashes
+            j = data.find(b'"', j)
+            if j < 0:
+                return count  # unterminated: json.loads refuses it
+            k = j - 1
+            while k > q and data[k] == BACKSLASH:
+                k -= 1
+            if (j - 1 - k) % 2 == 0:
+                break
+            j += 1
+        pos = j + 1
 
 
 def validate(msg) -> dict:
@@ -171,8 +197,7 @@ def decode(data: bytes) -> dict:
     NaN/Infinity never reach int()/float()."""
     if len(data) > MAX_MSG:
         raise RequestError(f"request larger than {MAX_MSG} bytes")
-    outside = _STRINGS.sub(b"", data)
-    if outside.count(b"{") + outside.count(b"[") > K.API_MAX_BRACKETS:
+    if brackets(data) > K.API_MAX_BRACKETS:
         raise RequestError("nested too deeply (requests are flat JSON objects)")
     try:
         msg = json.loads(data.decode(), parse_constant=_no_constant, parse_int=_parse_int,

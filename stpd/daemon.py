@@ -287,6 +287,9 @@ class Stpd:
             self.runner.step()
 
     async def _reply(self, conn: socket.socket, msg: dict) -> bool:
+        if len(api.encode(msg)) > api.MAX_MSG:  # e.g. the status of very many connections
+            self.api_counters["answer_too_large"] += 1
+            msg = {"ok": False, "error": f"answer larger than {api.MAX_MSG} bytes; ask for less (status VC)"}
         with trio.move_on_after(REPLY_TIMEOUT):
             while True:
                 try:

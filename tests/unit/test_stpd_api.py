@@ -232,3 +232,23 @@ def test_accept_emfile_is_counted_and_survived(tmp_path):
             c.send(b'{"op":"status"}')
             assert json.loads(c.recv(K.API_MAX_MSG))["ok"]
             c.close()
+
+
+@pytest.mark.parametrize("data", [
+    b'"' + b'\\"' * 60_000,  # an unterminated string of escaped quotes (was quadratic: minutes)
+    b'["' + b'\\"[' * 40_000,
+    b'"[" ' * 30_000,
+    b'"' + b"\\" * 120_000 + b'"',
+    b'{"a":' * 20_000,
+])
+def test_edge_checks_are_linear(data):
+    t = time.perf_counter()
+    with pytest.raises(api.RequestError):
+        api.decode(data)
+    assert time.perf_counter() - t < 0.5
+
+
+def test_bracket_scan_skips_strings_and_escapes():
+    assert api.brackets(b'{"a":"[[[[[[\\"[[[["}') == 1
+    assert api.brackets(b'{"a":"\\\\","b":[[[[[[]]]]]]}') == 7
+    assert api.brackets(b'{"op":"status"}') == 1
