@@ -29,7 +29,7 @@ from . import constants as K
 from .constants import ETHERTYPE_ST, NO_ID, Function
 from .core import (Accepted, Closed, Connected, OpDone, Params, ReadRequested, RegionReady, StatusReply, StCore,
                    Timers, TransferDone)
-from .membuf import FdHandle, FileBuffer
+from .membuf import BufferGone, FdHandle, FileBuffer
 
 log = structlog.get_logger("stpd")
 FUNCTIONS = {"inc": Function.INCREMENT, "dec": Function.DECREMENT, "clear": Function.CLEAR}
@@ -336,8 +336,8 @@ class Stpd:
             except api.RequestError as exc:
                 self.api_counters["refused_bad_request"] += 1
                 reply = {"ok": False, "error": f"bad request: {exc}"}
-            except ApiError as exc:
-                reply = {"ok": False, "error": str(exc)}
+            except (ApiError, BufferGone) as exc:
+                reply = {"ok": False, "error": f"{op}: {exc}" if isinstance(exc, BufferGone) else str(exc)}
             except OSError as exc:  # e.g. a descriptor that cannot be read, written or resized
                 reply = {"ok": False, "error": f"{op}: {exc.strerror or exc} (the file must be open read/write "
                                                f"for recv/read/expose, readable for send/serve)"}
@@ -537,11 +537,14 @@ class Stpd:
             raise ApiError(f"{msg['op']}: a file descriptor or inline data, not both")
         if fds:
             handle = self._take(fds)
-            size = handle.size()
-            length = msg.get("length", size)
-            if size < length:
+            try:
+                size = handle.size()
+                length = msg.get("length", size)
+                if size < length:
+                    raise ApiError(f"{msg['op']}: the file has {size} bytes, fewer than length {length}")
+            except BaseException:
                 handle.close()
-                raise ApiError(f"{msg['op']}: the file has {size} bytes, fewer than length {length}")
+                raise
             return FileBuffer(handle, length), handle
         if "data" in msg:
             return msg["data"], None
