@@ -437,8 +437,9 @@ class Stpd:
         if op == "status":
             if "vc" in msg:
                 vid = self._vc(msg)
+                if not core.status(vid, now):
+                    raise ApiError(f"connection {vid} is not open")
                 self._expect(("status", vid))
-                core.status(vid, now)
                 self.runner.step()
                 st = await self._wait(("status", vid), timeout=5.0)
                 return {"slots": st.slots}
@@ -470,6 +471,8 @@ class Stpd:
         if op == "region":
             vid = self._vc(msg)
             gid = core.request_region(vid, msg["size"], now)
+            if gid is None:
+                raise ApiError(f"connection {vid} is not open")
             self._expect(("op", vid, gid))
             self.runner.step()
             r = await self._wait(("op", vid, gid), timeout=30.0)
@@ -602,7 +605,6 @@ class Stpd:
             else:
                 buf = bytearray(size)
             key = self._buf_key(vid, buf)
-            self._expect(key)
             now = trio.current_time()
             if reading:
                 xid = self.core.read(vid, buf, size, now)
@@ -612,6 +614,7 @@ class Stpd:
                 xid = None
                 if not self.core.post_receive(vid, buf, now):
                     raise ApiError("cannot receive now (connection not open)")
+            self._expect(key)  # nothing reaches the driver before runner.step()
             self.runner.step()
             vc = self.core.vcs[vid]
 

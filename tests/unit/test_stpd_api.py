@@ -164,9 +164,14 @@ def test_fuzz_api_handler_never_fails_internally(pair, data):
     assert pair.inside(lambda ds: ds[0].api_counters.get("internal_error", 0)) == 0
 
 
-def test_fuzz_left_stpd_serving(pair):
+def test_fuzz_left_stpd_serving_with_nothing_pending(pair):
     with StClient(pair.paths[0]) as a:
         assert "vcs" in a.status()
+    time.sleep(0.5)  # abandoned requests finish their clean-up
+    assert pair.inside(lambda ds: (len(ds[0].pending), len(ds[0].results), ds[0].api_clients)) == (0, 0, 0)
+    # receives of abandoned requests were withdrawn, their transfers ended
+    assert pair.inside(lambda ds: [(len(v.posted), len(v.rx), len(v.tx)) for v in ds[0].core.vcs.values()
+                                   if (len(v.posted), len(v.rx), len(v.tx)) != (0, 0, 0)]) == []
 
 
 def test_many_idle_clients_are_capped_and_timed_out(tmp_path):
