@@ -151,7 +151,7 @@ def recv(sock, directory, port, count, progress) -> None:
                 name = os.path.basename(str(meta["name"])) or "unnamed"
                 size = int(meta["size"])
                 bar = Bar(size, name, sys.stderr.isatty() if progress is None else progress)
-                with open(os.path.join(directory, name), "w+b") as f:  # stpd maps it: read/write
+                with open(os.path.join(directory, name), "w+b") as f:  # stpd writes it through the fd: read/write
                     n = st.recv(vc, f, size, progress=bar)
                 dt = bar.finish(n)
             except (StError, ValueError, KeyError) as exc:

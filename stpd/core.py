@@ -3,7 +3,7 @@ slots, RTS/CTS/DATA writes, RTR reads, persistent regions (RMR/MRA, PUT, GET,
 FETCHOP/FOC), RS/RSR, END/END_ACK, RD/DA/DC, every timeout.
 
 Peers are GSN ULAs (the driver resolves IP addresses).  Transfers and regions are
-buffer objects handed in by the driver (mmap'd files, shared memory, bytearrays):
+buffer objects handed in by the driver (bytearrays, or stpd.membuf.FileBuffer for files and shared memory):
 the core reads and writes them directly and never touches a socket or a clock.
 ``outgoing()`` yields ``(ula, vc, header_bytes, payload)`` with payload a
 memoryview (or bytes) that follows the header in one GSN Message.
