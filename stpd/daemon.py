@@ -37,6 +37,7 @@ PROGRESS_EVERY = 0.25
 INLINE_MAX = K.INLINE_MAX
 REPLY_TIMEOUT = 10.0  # a client that does not read its answer for this long is dropped
 ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+UNBOUNDED_OPS = frozenset({"accept", "connect", "send", "recv", "read", "serve"})  # may wait for the peer for long
 
 
 @dataclass
@@ -287,16 +288,25 @@ class Stpd:
             self.runner.step()
 
     async def _reply(self, conn: socket.socket, msg: dict) -> bool:
-        if len(api.encode(msg)) > api.MAX_MSG:  # e.g. the status of very many connections
+        data = api.encode(msg)
+        if len(data) > api.MAX_MSG:  # e.g. the status of very many connections
             self.api_counters["answer_too_large"] += 1
-            msg = {"ok": False, "error": f"answer larger than {api.MAX_MSG} bytes; ask for less (status VC)"}
-        with trio.move_on_after(REPLY_TIMEOUT):
+            data = api.encode({"ok": False, "error": f"answer larger than {api.MAX_MSG} bytes; ask for less"})
+        try:
+            conn.send(data)
+            return True
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        with trio.move_on_after(REPLY_TIMEOUT):  # a client slow to read its answers
             while True:
+                await trio.lowlevel.wait_writable(conn)
                 try:
-                    api.send_msg(conn, msg)
+                    conn.send(data)
                     return True
                 except BlockingIOError:
-                    await trio.lowlevel.wait_writable(conn)
+                    continue
                 except OSError:
                     return False
         self.api_counters["dropped_not_reading"] += 1
@@ -331,7 +341,10 @@ class Stpd:
                 op = msg["op"]
                 if op in ("listen", "accept"):
                     mine.add(msg["uport"])
-                reply = await self._guarded(msg, fds, conn)
+                if op in UNBOUNDED_OPS:
+                    reply = await self._guarded(msg, fds, conn)
+                else:  # bounded by a core or API timeout: no hang-up watch needed
+                    reply = await self._api(msg, fds, conn)
                 reply["ok"] = True
             except api.RequestError as exc:
                 self.api_counters["refused_bad_request"] += 1

@@ -269,3 +269,27 @@ def test_cli_abort_and_release(pair):
     for cmd in ("read", "serve", "abort", "release"):
         h = stp(pair, 0, cmd, "--help")
         assert h.returncode == 0 and "Usage: stp " + cmd in h.stdout
+
+
+def test_a_client_hanging_up_mid_request_withdraws_it(pair):
+    import json
+    import socket
+
+    a, vc, b, bvc = connected(pair)
+    before = fd_count()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(pair.paths[1])
+    f = memfd(b"")
+    socket.send_fds(s, [json.dumps({"op": "recv", "vc": bvc, "max": 1 << 20}).encode()], [f.fileno()])
+    time.sleep(0.3)
+    assert pair.inside(lambda ds: len(ds[1].core.vcs[bvc].posted)) == 1
+    s.close()
+    f.close()
+    time.sleep(0.3)
+    assert pair.inside(lambda ds: len(ds[1].core.vcs[bvc].posted)) == 0
+    assert fd_count() <= before  # stpd closed its copy of the descriptor
+    assert pair.inside(lambda ds: ds[1].api_counters["cancelled_client_gone"]) == 1
+    # a write now waits for a new receive instead of landing in a dead one
+    t, box = in_thread(a.send_bytes, vc, b"for the next receive")
+    assert b.recv_bytes(bvc) == b"for the next receive"
+    t.join(10)
