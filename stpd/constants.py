@@ -112,3 +112,5 @@ MAX_SHARED_OBJECTS = 256  # distinct memory objects (memfd/shm) exposed at once,
 MAX_READ_REQUESTS = 8  # the peer's RTRs waiting for a local `serve`, per VC (oldest dropped)
 STP_PORT = 5001  # `stp send`/`stp recv` meet on this ULP port
 STP_SERVE_PORT = 5002  # `stp serve`/`stp read` (RTR reads) meet on this one
+MAX_LISTENERS = 1024  # ULP ports listened on at once (API listen/accept), daemon-wide
+MAX_CONNECT_VCS = 4096  # an API connect is refused while this many VCs exist

@@ -340,6 +340,9 @@ class Stpd:
                 msg = api.decode(data)
                 op = msg["op"]
                 if op in ("listen", "accept"):
+                    if msg["uport"] not in self.core.listeners and len(self.core.listeners) >= K.MAX_LISTENERS:
+                        self.api_counters["refused_listeners"] += 1
+                        raise ApiError(f"{op}: {K.MAX_LISTENERS} ports are listened on already")
                     mine.add(msg["uport"])
                 if op in UNBOUNDED_OPS:
                     reply = await self._guarded(msg, fds, conn)
@@ -435,6 +438,9 @@ class Stpd:
             vid, peer = self.accepted[uport].popleft()
             return {"vc": vid, "peer": format_ula(peer)}
         if op == "connect":
+            if len(core.vcs) >= K.MAX_CONNECT_VCS:
+                self.api_counters["refused_connect_vcs"] += 1
+                raise ApiError(f"connect: {K.MAX_CONNECT_VCS} connections exist already")
             ula = await self.resolve(msg["host"])
             vid = core.connect(ula, msg["uport"], trio.current_time())
             self._expect(("conn", vid))

@@ -293,3 +293,23 @@ def test_a_client_hanging_up_mid_request_withdraws_it(pair):
     t, box = in_thread(a.send_bytes, vc, b"for the next receive")
     assert b.recv_bytes(bvc) == b"for the next receive"
     t.join(10)
+
+
+def test_listeners_and_connections_are_bounded(pair, monkeypatch):
+    from stpd import constants as K
+
+    monkeypatch.setattr(K, "MAX_LISTENERS", 3)
+    monkeypatch.setattr(K, "MAX_CONNECT_VCS", 2)
+    with StClient(pair.paths[0]) as a:
+        a.listen(1)
+        a.listen(2)
+        a.listen(3)
+        with pytest.raises(StError, match="3 ports are listened on already"):
+            a.listen(4)
+        a.listen(3)  # already listened: fine
+        a.connect("192.0.2.2", 9)
+        a.connect("192.0.2.2", 9)
+        with pytest.raises(StError, match="2 connections exist already"):
+            a.connect("192.0.2.2", 9)
+        api = a.status()["api"]
+    assert api["refused_listeners"] == 1 and api["refused_connect_vcs"] == 1
