@@ -16,10 +16,12 @@ from daemons.runtime.config import ConfigError, fail
 from daemons.wire.ula import parse_ula
 
 from .client import DEFAULT_SOCKET, StClient, StError
+from .constants import STP_PORT, STP_SERVE_PORT
 from .core import Params, Timers
 
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-DEFAULT_PORT = 5001
+DEFAULT_PORT = STP_PORT
+META_MAX = 4096  # the small JSON {"name", "size"} that precedes a file
 
 
 @click.command(context_settings=CTX)
@@ -62,11 +64,11 @@ def _client(sock: str) -> StClient:
     return reach_daemon("stp", sock, "stpd", lambda: StClient(sock))
 
 
-def _target(spec: str) -> tuple[str, int]:
+def _target(spec: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
     host, _, port = spec.partition(":")
     try:
         IPv4Address(host)
-        return host, int(port) if port else DEFAULT_PORT
+        return host, int(port) if port else default_port
     except ValueError:
         raise click.BadParameter(f"{spec!r} is not HOST[:PORT] with an IPv4 HOST") from None
 
@@ -151,7 +153,7 @@ def recv(sock, directory, port, count, progress) -> None:
                 name = os.path.basename(str(meta["name"])) or "unnamed"
                 size = int(meta["size"])
                 bar = Bar(size, name, sys.stderr.isatty() if progress is None else progress)
-                with open(os.path.join(directory, name), "w+b") as f:  # stpd maps it: read/write
+                with open(os.path.join(directory, name), "w+b") as f:  # stpd writes it through the fd: read/write
                     n = st.recv(vc, f, size, progress=bar)
                 dt = bar.finish(n)
             except (StError, ValueError, KeyError) as exc:
@@ -201,5 +203,99 @@ def status(sock, as_json) -> None:
     for v in r["vcs"]:
         click.echo(f"{v['vc']:>4} {v['peer']:<18} {v['state']:<10} {v['uport']:>6} {v['peer_slots']:>6} "
                    f"{v['sending']:>3} {v['receiving']:>3} {v['regions']:>7}")
+    for v in r["vcs"]:
+        for x in v.get("transfers", []):
+            click.echo(f"  vc {v['vc']} transfer {x['xid']} {x['dir']} {x['done']}/{x['t_len']} bytes")
+        for rid in v.get("region_ids", []):
+            click.echo(f"  vc {v['vc']} peer region {rid}")
     for k, v in sorted({**r["counters"], **r["api"]}.items()):
         click.echo(f"  {k:<32} {v}")
+
+
+@stp_main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option("--port", default=STP_SERVE_PORT, show_default=True, help="ULP port to accept readers on.")
+@click.option("--count", default=1, show_default=True, help="How many readers to serve (0: for ever).")
+@click.pass_obj
+def serve(sock, file, port, count) -> None:
+    """Let `stp read` fetch FILE with RTR reads.
+
+    Each reader connects, reads a small header (name and size), then the file; stpd
+    answers both RTRs from FILE through its descriptor.
+    """
+    size = os.path.getsize(file)
+    meta = json.dumps({"name": os.path.basename(file), "size": size}).encode()
+    with _client(sock) as st:
+        k = 0
+        while count == 0 or k < count:
+            try:
+                vc, peer = st.accept(port)
+                st.serve_bytes(vc, meta)
+                with open(file, "rb") as f:
+                    n = st.serve(vc, f, size)
+            except StError as exc:
+                click.echo(f"stp: serve: {exc}", err=True)
+                sys.exit(1)
+            click.echo(f"served {os.path.basename(file)} ({n} bytes) to {peer}")
+            k += 1
+
+
+@stp_main.command()
+@click.argument("target")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, writable=True))
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+@click.pass_obj
+def read(sock, target, directory, progress) -> None:
+    """Fetch the file that `stp serve` offers at HOST[:PORT] (default port 5002) into
+    DIRECTORY, with RTR reads (the data still flows as RTS/CTS/DATA from the server)."""
+    host, port = _target(target, STP_SERVE_PORT)
+    with _client(sock) as st:
+        try:
+            vc = st.connect(host, port)
+            meta = json.loads(st.read_bytes(vc, META_MAX))
+            name = os.path.basename(str(meta["name"])) or "unnamed"
+            size = int(meta["size"])
+            bar = Bar(size, name, sys.stderr.isatty() if progress is None else progress)
+            with open(os.path.join(directory, name), "w+b") as f:  # stpd writes it: read/write
+                n = st.read(vc, f, size, progress=bar)
+            dt = bar.finish(n)
+            st.close(vc)
+        except (StError, ValueError, KeyError, TypeError) as exc:
+            click.echo(f"stp: read from {target}: {exc}", err=True)
+            sys.exit(1)
+    if n != size:
+        click.echo(f"stp: {name}: got {n} of {size} bytes", err=True)
+        sys.exit(1)
+    click.echo(f"read {name} ({n} bytes) from {host}:{port} in {dt:.2f} s")
+
+
+@stp_main.command()
+@click.argument("vc", type=click.IntRange(1, 0xFFFFFFFE))
+@click.argument("xid", type=click.IntRange(1, 0xFFFFFFFE))
+@click.pass_obj
+def abort(sock, vc, xid) -> None:
+    """End transfer XID on connection VC (END): it fails at both ends, the
+    connection stays.  The ids are in `stp status`."""
+    with _client(sock) as st:
+        try:
+            st.abort(vc, xid)
+        except StError as exc:
+            click.echo(f"stp: abort: {exc}", err=True)
+            sys.exit(1)
+    click.echo(f"ended transfer {xid} on connection {vc}")
+
+
+@stp_main.command()
+@click.argument("vc", type=click.IntRange(1, 0xFFFFFFFE))
+@click.argument("rid", type=click.IntRange(1, 0xFFFFFFFE))
+@click.pass_obj
+def release(sock, vc, rid) -> None:
+    """Give the peer's region RID on connection VC back (END); later PUT/GET/FETCHOP
+    on it fail.  The ids are in `stp status`."""
+    with _client(sock) as st:
+        try:
+            st.release(vc, rid)
+        except StError as exc:
+            click.echo(f"stp: release: {exc}", err=True)
+            sys.exit(1)
+    click.echo(f"released region {rid} on connection {vc}")

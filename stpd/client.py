@@ -4,9 +4,14 @@
     with StClient() as st:
         vc = st.connect("192.0.2.2", 5001)
         with open("big.bin", "rb") as f:
-            st.send(vc, f, progress=print)          # zero-copy: stpd maps the file
+            st.send(vc, f, progress=print)          # stpd reads the file through the passed fd
         rid = st.region(vc, 4096)["rid"]
         old = st.fetchop(vc, rid, 0, "inc")         # atomic fetch-and-increment
+        st.release(vc, rid)                         # END: the peer may reuse the memory
+
+Reads (RTR): one side calls ``serve(vc, f)`` (answers the peer's next RTR from
+``f``), the other ``read(vc, f, n)``.  ``abort(vc, xid)`` ends a running transfer
+(its id is in ``status()`` and in every progress message) from another client.
 """
 
 from __future__ import annotations
@@ -73,6 +78,32 @@ class StClient:
 
     def recv_bytes(self, vc: int, max_bytes: int = 65536) -> bytes:
         return base64.b64decode(self.call({"op": "recv", "vc": vc, "max": max_bytes})["data"])
+
+    def read(self, vc: int, f, length: int, progress=None) -> int:
+        """RTR: ask the peer (which calls ``serve``) for up to ``length`` bytes into ``f``."""
+        return self.call({"op": "read", "vc": vc, "length": length}, [f.fileno()], progress)["bytes"]
+
+    def read_bytes(self, vc: int, length: int = 65536) -> bytes:
+        return base64.b64decode(self.call({"op": "read", "vc": vc, "length": length})["data"])
+
+    def serve(self, vc: int, f, length: int | None = None, progress=None) -> int:
+        """Answer the peer's next read (RTR) from ``f`` (its first ``length`` bytes, at most
+        what the reader asked for); returns the bytes sent."""
+        msg = {"op": "serve", "vc": vc}
+        if length is not None:
+            msg["length"] = length
+        return self.call(msg, [f.fileno()], progress)["bytes"]
+
+    def serve_bytes(self, vc: int, data: bytes) -> int:
+        return self.call({"op": "serve", "vc": vc, "data": base64.b64encode(data).decode()})["bytes"]
+
+    def abort(self, vc: int, xid: int) -> None:
+        """END a running transfer: it fails at both ends, the connection stays."""
+        self.call({"op": "abort", "vc": vc, "xid": xid})
+
+    def release(self, vc: int, rid: int) -> None:
+        """END a region obtained with ``region``: the peer frees it."""
+        self.call({"op": "release", "vc": vc, "rid": rid})
 
     def expose(self, vc: int, fd: int, size: int) -> None:
         self.call({"op": "expose", "vc": vc, "size": size}, [fd])

@@ -91,3 +91,26 @@ END_RETRY, END_TRIES = 5.0, 3
 
 # GSN VC size limits for one ST operation (ST payload after the 40-byte header)
 VC_MAX_ST_PAYLOAD = (2144, 131168, 131168, 4294967264)
+
+# --- stpd's local API socket [PC] -------------------------------------------------------------------
+API_MAX_MSG = 131072  # one request/answer datagram (inline data: 64 KiB, base64 in JSON)
+API_MAX_FDS = 4  # descriptors taken from one request (more are closed by the kernel)
+API_MAX_BRACKETS = 4  # '{' + '[' outside strings: requests are flat objects
+API_MAX_INT_DIGITS = 20  # an integer literal longer than this is refused before int() sees it
+API_MAX_STR = 64  # host names, functions: short strings
+INLINE_MAX = 65536  # inline data (send/recv/read/serve/put without a descriptor)
+API_MAX_BYTES = (1 << 48) - 1  # largest transfer, region, offset over the API (fits off_t and T_len)
+U32_ID = (1, 0xFFFFFFFE)  # VC, transfer and region ids (0 and 0xFFFFFFFF are never ids)
+ULP_PORT_MAX = 0xFFFFFFFF  # a ULP port rides in the 32-bit D_id/S_id of RC/CA
+GET_MAX = 0xFFFF  # GET's T_len is the 16-bit Param
+API_MAX_CLIENTS = 64  # concurrent API connections; more are refused (counted)
+API_FIRST_REQUEST_TIMEOUT = 10.0  # seconds a new client may stay silent
+API_IDLE_TIMEOUT = 600.0  # seconds between requests (never while a request is being served)
+API_ACCEPT_BACKOFF = 0.1  # seconds to pause accept() after EMFILE/ENFILE/ENOMEM
+MAX_EXPOSED_PER_VC = 16  # exposures waiting for the peer's RMR, per VC
+MAX_SHARED_OBJECTS = 256  # distinct memory objects (memfd/shm) exposed at once, daemon-wide
+MAX_READ_REQUESTS = 8  # the peer's RTRs waiting for a local `serve`, per VC (oldest dropped)
+STP_PORT = 5001  # `stp send`/`stp recv` meet on this ULP port
+STP_SERVE_PORT = 5002  # `stp serve`/`stp read` (RTR reads) meet on this one
+MAX_LISTENERS = 1024  # ULP ports listened on at once (API listen/accept), daemon-wide
+MAX_CONNECT_VCS = 4096  # an API connect is refused while this many VCs exist

@@ -3,7 +3,7 @@ slots, RTS/CTS/DATA writes, RTR reads, persistent regions (RMR/MRA, PUT, GET,
 FETCHOP/FOC), RS/RSR, END/END_ACK, RD/DA/DC, every timeout.
 
 Peers are GSN ULAs (the driver resolves IP addresses).  Transfers and regions are
-buffer objects handed in by the driver (mmap'd files, shared memory, bytearrays):
+buffer objects handed in by the driver (bytearrays, or stpd.membuf.FileBuffer for files and shared memory):
 the core reads and writes them directly and never touches a socket or a clock.
 ``outgoing()`` yields ``(ula, vc, header_bytes, payload)`` with payload a
 memoryview (or bytes) that follows the header in one GSN Message.
@@ -22,6 +22,7 @@ from daemons.wire.errors import DecodeError
 
 from . import constants as K
 from .constants import NO_ID, Flag, Function, Op, Reason
+from .membuf import BufferGone, FileBuffer
 from .wire import Header, decode, decode_options, encode_options, error_code_option, reason_of
 
 
@@ -51,6 +52,13 @@ class Timers:
 
 
 SLOT_RS_EVERY = 1.0  # [PC] slot wait: RS type 1 each second
+
+
+def _view(buf):
+    """A plain buffer as a byte memoryview; a FileBuffer (read and written through its
+    descriptor, see stpd.membuf) as it is.  Every access to a FileBuffer may raise
+    BufferGone, which fails that one transfer or op."""
+    return buf if isinstance(buf, FileBuffer) else memoryview(buf).cast("B")
 
 
 class State(enum.Enum):
@@ -103,6 +111,7 @@ class TransferDone:
     nbytes: int
     reason: str = ""
     incoming: bool = False
+    buf: object = field(default=None, compare=False, repr=False)  # the transfer's buffer (the driver's key)
 
 
 @dataclass(frozen=True)
@@ -495,7 +504,7 @@ class StCore:
         vc = self.vcs.get(vid)
         if vc is None or vc.state is not State.CONNECTED or len(vc.tx) >= K.MAX_TRANSFERS:
             return None
-        mv = memoryview(buf).cast("B")
+        mv = _view(buf)
         x = Transfer(self._id(), vc, mv, len(mv), deadline=now + self.t.tx)
         vc.tx[x.xid] = x
         rts = self._hdr(vc, Op.RTS, flags=Flag.INTERRUPT | Flag.SEND_STATE, param=self.p.cts_req,
@@ -509,10 +518,21 @@ class StCore:
         vc = self.vcs.get(vid)
         if vc is None or vc.state is not State.CONNECTED:
             return False
-        vc.posted.append(memoryview(buf).cast("B"))
+        vc.posted.append(_view(buf))
         if vc.paused:
             self._accept_rts(vc, vc.paused.popleft())
         return True
+
+    def unpost(self, vid: int, buf) -> bool:
+        """Withdraw a receive buffer that no RTS has taken yet (its owner went away)."""
+        vc = self.vcs.get(vid)
+        if vc is None:
+            return False
+        for b in list(vc.posted):
+            if b is buf or (isinstance(b, memoryview) and b.obj is buf):
+                vc.posted.remove(b)
+                return True
+        return False
 
     def _on_rts(self, vc: Vc, h: Header, rest: bytes) -> None:
         if h.d_id != NO_ID and h.d_id in vc.rx:  # answer to our RTR
@@ -532,7 +552,10 @@ class StCore:
     def _accept_rts(self, vc: Vc, h: Header) -> None:
         buf = vc.posted.popleft()
         if h.t_len > len(buf) or len(vc.rx) >= K.MAX_TRANSFERS:
-            self._ra(vc, h, True, Reason.TOO_LONG if h.t_len > len(buf) else Reason.NO_RESOURCES)
+            reason = Reason.TOO_LONG if h.t_len > len(buf) else Reason.NO_RESOURCES
+            self._ra(vc, h, True, reason)
+            # the posted buffer was this RTS's: its owner learns the write was refused
+            self._events.append(TransferDone(vc.vid, 0, False, 0, reason.name.lower(), True, buf))
             return
         x = Transfer(self._id(), vc, buf, h.t_len, sending=False)
         vc.rx[x.xid] = x
@@ -587,13 +610,19 @@ class StCore:
             boundary = ((pos >> vc.peer_bufsize) + 1) << vc.peer_bufsize  # never cross a buffer
             stop = min(end, pos + stu, boundary)
             last = stop >= end
+            try:
+                payload = x.buf[pos:stop]
+            except BufferGone as exc:
+                self.counters["tx_buffer_gone"] += 1
+                self._finish(x, False, f"source {exc}")
+                return
             x.done_bytes += stop - pos
             final = last and x.done_bytes >= x.t_len
             flags = Flag.INTERRUPT | (Flag.LAST if last else 0) | (Flag.SEND_STATE if final and x.send_state else 0)
             d = self._hdr(vc, Op.DATA, flags=flags, param=n, mx=0, bufx=pos >> vc.peer_bufsize,
                           offset=pos & ((1 << vc.peer_bufsize) - 1), sync=vc.sync, b_num=h.b_num,
                           d_id=x.peer_id, s_id=x.xid)
-            self._emit(vc, Header(**{**d.__dict__, "dc": dc}), x.buf[pos:stop], dc=dc)
+            self._emit(vc, Header(**{**d.__dict__, "dc": dc}), payload, dc=dc)
             n += 1
             pos = stop
             if last:
@@ -618,7 +647,12 @@ class StCore:
         if not (b0 <= pos and pos + len(rest) <= min(b1, x.t_len)):
             self.counters["rx_drop_DATA_out_of_block"] += 1
             return
-        x.buf[pos : pos + len(rest)] = rest
+        try:
+            x.buf[pos : pos + len(rest)] = rest
+        except BufferGone as exc:
+            self.counters["rx_buffer_gone"] += 1
+            self._finish(x, False, f"destination {exc}")
+            return
         x.done_bytes += len(rest)
         x.deadline = self.now + self.t.rx
         got = x.block_bytes.get(h.b_num, 0) + len(rest)
@@ -644,7 +678,7 @@ class StCore:
             d_id, s_id = (x.peer_id, x.xid)
             vc.ends[(d_id, s_id)] = (self.now + self.t.end, 1)
             self._emit(vc, self._hdr(vc, Op.END, d_id=d_id, s_id=s_id))
-        self._events.append(TransferDone(vc.vid, x.xid, ok, x.done_bytes if ok else 0, reason, not x.sending))
+        self._events.append(TransferDone(vc.vid, x.xid, ok, x.done_bytes if ok else 0, reason, not x.sending, x.buf))
 
     def _ra(self, vc: Vc, h: Header, reject: bool, reason: Reason | None = None) -> None:
         flags = Flag.INTERRUPT | (Flag.REJECT if reject else 0)
@@ -677,7 +711,7 @@ class StCore:
         vc = self.vcs.get(vid)
         if vc is None or vc.state is not State.CONNECTED or t_len > len(buf):
             return None
-        x = Transfer(self._id(), vc, memoryview(buf).cast("B"), t_len, sending=False, deadline=now + self.t.rx)
+        x = Transfer(self._id(), vc, _view(buf), t_len, sending=False, deadline=now + self.t.rx)
         vc.rx[x.xid] = x
         self._emit(vc, self._hdr(vc, Op.RTR, s_id=x.xid).with_t_len(t_len))
         return x.xid
@@ -692,7 +726,7 @@ class StCore:
         vc = self.vcs.get(vid)
         if vc is None:
             return False
-        vc.exposed.append(memoryview(buf).cast("B"))
+        vc.exposed.append(_view(buf))
         return True
 
     def request_region(self, vid: int, size: int, now: float) -> int | None:
@@ -748,7 +782,13 @@ class StCore:
         if off + len(rest) > len(reg.buf):
             self.counters["rx_drop_PUT_out_of_bounds"] += 1
             return
-        reg.buf[off : off + len(rest)] = rest
+        try:
+            reg.buf[off : off + len(rest)] = rest
+        except BufferGone:
+            self.counters["rx_PUT_region_gone"] += 1
+            if h.flags & Flag.SEND_STATE:
+                self._ra(vc, h, True, Reason.OUT_OF_BOUNDS)
+            return
         if h.flags & Flag.SEND_STATE:
             self._emit(vc, self._hdr(vc, Op.RSR, param=0, offset=NO_ID, sync=h.sync, b_num=NO_ID, d_id=h.s_id,
                                      s_id=h.d_id), slot=False)
@@ -785,7 +825,13 @@ class StCore:
             self._ra(vc, h, True, Reason.OUT_OF_BOUNDS)
             return
         if h.function == Function.GET:
-            self._data_to(vc, h.s_id, bytes(reg.buf[off : off + h.param]))
+            try:
+                data = bytes(reg.buf[off : off + h.param])
+            except BufferGone:
+                self.counters["rx_GET_region_gone"] += 1
+                self._ra(vc, h, True, Reason.OUT_OF_BOUNDS)
+                return
+            self._data_to(vc, h.s_id, data)
             return
         word = reg.word(off)
         held = self.locks.get(word)
@@ -796,18 +842,24 @@ class StCore:
             return
         self._fetchop_start(vc, reg, off, h)
 
-    def _fetchop_start(self, vc: Vc, reg: Region, off: int, h: Header) -> None:
-        value = bytes(reg.buf[off : off + 8])
+    def _fetchop_start(self, vc: Vc, reg: Region, off: int, h: Header) -> bool:
+        try:
+            value = bytes(reg.buf[off : off + 8])
+        except BufferGone:
+            self.counters["rx_FETCHOP_region_gone"] += 1
+            self._ra(vc, h, True, Reason.OUT_OF_BOUNDS)
+            return False
         self.locks[reg.word(off)] = Lock(vc, reg, off, h.s_id, h.function, self.now + self.t.foc, 1, value)
         self._data_to(vc, h.s_id, value)
+        return True
 
     def _unlock(self, word: tuple[int, int]) -> None:
         del self.locks[word]
         q = self.lock_waiting.get(word)
         while q:
             vc, reg, h = q.popleft()
-            if vc.vid in self.vcs and reg.rid in vc.regions:
-                self._fetchop_start(vc, reg, (h.bufx << 32) | h.offset, h)
+            if vc.vid in self.vcs and reg.rid in vc.regions and \
+                    self._fetchop_start(vc, reg, (h.bufx << 32) | h.offset, h):
                 break
         if q is not None and not q:
             del self.lock_waiting[word]
@@ -818,10 +870,13 @@ class StCore:
         if lock is None or lock.vc is not vc or lock.gid != h.s_id:
             self.counters["rx_FOC_stale"] += 1
             return
-        (value,) = struct.unpack(">Q", reg.buf[off : off + 8])
-        value = {Function.INCREMENT: value + 1, Function.DECREMENT: value - 1,
-                 Function.CLEAR: 0}[lock.function] % (1 << 64)
-        reg.buf[off : off + 8] = struct.pack(">Q", value)
+        try:
+            (value,) = struct.unpack(">Q", reg.buf[off : off + 8])
+            value = {Function.INCREMENT: value + 1, Function.DECREMENT: value - 1,
+                     Function.CLEAR: 0}[lock.function] % (1 << 64)
+            reg.buf[off : off + 8] = struct.pack(">Q", value)
+        except BufferGone:
+            self.counters["rx_FOC_region_gone"] += 1  # the word stays as it was
         self._unlock(word)
 
     def _data_to(self, vc: Vc, gid: int, data: bytes) -> None:
@@ -956,5 +1011,8 @@ class StCore:
         return [{"vc": vc.vid, "peer": format_ula(vc.peer), "state": vc.state.value, "uport": vc.uport,
                  "local_port": vc.local_port, "peer_port": vc.peer_port, "peer_slots": vc.peer_slots,
                  "our_slots_left": vc.our_slots_left, "sending": len(vc.tx), "receiving": len(vc.rx),
-                 "regions": len(vc.regions), "remote_regions": len(vc.remote_regions), "pending_ops": len(vc.ops)}
+                 "regions": len(vc.regions), "remote_regions": len(vc.remote_regions), "pending_ops": len(vc.ops),
+                 "region_ids": sorted(vc.remote_regions),
+                 "transfers": [{"xid": x.xid, "dir": "tx" if x.sending else "rx", "t_len": x.t_len,
+                                "done": x.done_bytes} for x in itertools.chain(vc.tx.values(), vc.rx.values())]}
                 for vc in self.vcs.values()]

@@ -4,13 +4,15 @@ resolution (static table, then harpd)."""
 from __future__ import annotations
 
 import base64
-import mmap
+import errno
 import os
 import socket
+import stat
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from functools import partial
 from ipaddress import IPv4Address
+from itertools import chain
 
 import structlog
 import trio
@@ -23,14 +25,19 @@ from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.ula import format_ula
 
 from . import api
-from .constants import ETHERTYPE_ST, Function
-from .core import (Accepted, Closed, Connected, OpDone, Params, RegionReady, StatusReply, StCore, Timers,
-                   TransferDone)
+from . import constants as K
+from .constants import ETHERTYPE_ST, NO_ID, Function
+from .core import (Accepted, Closed, Connected, OpDone, Params, ReadRequested, RegionReady, StatusReply, StCore,
+                   Timers, TransferDone)
+from .membuf import BufferGone, FdHandle, FileBuffer
 
 log = structlog.get_logger("stpd")
 FUNCTIONS = {"inc": Function.INCREMENT, "dec": Function.DECREMENT, "clear": Function.CLEAR}
 PROGRESS_EVERY = 0.25
-INLINE_MAX = 65536
+INLINE_MAX = K.INLINE_MAX
+REPLY_TIMEOUT = 10.0  # a client that does not read its answer for this long is dropped
+ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+UNBOUNDED_OPS = frozenset({"accept", "connect", "send", "recv", "read", "serve"})  # may wait for the peer for long
 
 
 @dataclass
@@ -41,10 +48,50 @@ class StpdConfig:
     peers: dict[IPv4Address, bytes] = field(default_factory=dict)
     params: Params = field(default_factory=Params)
     timers: Timers = field(default_factory=Timers)
+    api_max_clients: int = K.API_MAX_CLIENTS
+    api_first_request_timeout: float = K.API_FIRST_REQUEST_TIMEOUT
+    api_idle_timeout: float = K.API_IDLE_TIMEOUT
 
 
 class ApiError(Exception):
     pass
+
+
+def claim_api_path(path: str) -> socket.socket:
+    """Bind the API socket at ``path``.  A socket file there is removed only when no
+    daemon answers on it (stale); a live one means another stpd: refuse."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise OSError(errno.EEXIST, f"{path} exists and is not a socket (not removing it)")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)  # stale: nobody listens
+        except BlockingIOError:  # a full backlog: a live daemon all the same
+            raise OSError(errno.EADDRINUSE, f"{path}: address in use: stpd is already running there") from None
+        except OSError as exc:  # e.g. a socket of another type: somebody else's, leave it
+            raise OSError(errno.EADDRINUSE, f"{path}: address in use ({exc.strerror})") from None
+        else:
+            raise OSError(errno.EADDRINUSE, f"{path}: address in use: stpd is already running there")
+        finally:
+            probe.close()
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        lsock.bind(path)
+        os.chmod(path, 0o660)
+        lsock.listen(64)
+    except OSError:
+        lsock.close()
+        raise
+    lsock.setblocking(False)
+    return lsock
 
 
 class Stpd:
@@ -54,13 +101,15 @@ class Stpd:
         self.runner = CoreRunner(self.core, self._out, self._events)
         self.client: AsyncUlpClient | None = None
         self.ula: bytes | None = None
+        self.pending: dict[tuple, trio.Event] = {}  # keys somebody waits for
         self.results: dict[tuple, object] = {}
-        self.waiting: dict[tuple, trio.Event] = {}
         self.accepted: dict[int, deque] = defaultdict(deque)
-        self.accept_wake: dict[int, trio.Event] = defaultdict(trio.Event)
-        self.recv_waiters: dict[int, deque] = defaultdict(deque)  # vc -> keys of posted receives
+        self.accept_wake: dict[int, trio.Event] = {}
+        self.read_requests: dict[int, deque] = {}  # vc -> the peer's RTRs waiting for a `serve`
+        self.vc_wake: dict[int, trio.Event] = {}  # vc -> set when an RTR arrives or the VC closes
         self.api_counters: dict[str, int] = defaultdict(int)
-        self.shared: dict[tuple[int, int], mmap.mmap] = {}  # exposed memory by (device, inode)
+        self.api_clients = 0
+        self.shared: dict[tuple[int, int], FdHandle] = {}  # exposed memory by (device, inode)
         self.drops = CounterLog(log)
 
     # --- core glue ---------------------------------------------------------------------------
@@ -71,9 +120,24 @@ class Stpd:
             return
         self.client.send_nowait(ula, hdr, payload, vc=vc, ethertype=ETHERTYPE_ST)
 
+    def _expect(self, key: tuple) -> None:
+        self.pending[key] = trio.Event()
+
     def _signal(self, key: tuple, value) -> None:
-        self.results[key] = value
-        ev = self.waiting.pop(key, None)
+        ev = self.pending.get(key)
+        if ev is not None and not ev.is_set():  # nobody waits: dropped, never stored
+            self.results[key] = value
+            ev.set()
+
+    @staticmethod
+    def _owner(buf):
+        return buf.obj if isinstance(buf, memoryview) else buf
+
+    def _buf_key(self, vid: int, buf) -> tuple:
+        return ("buf", vid, id(self._owner(buf)))
+
+    def _wake_vc(self, vid: int) -> None:
+        ev = self.vc_wake.pop(vid, None)
         if ev is not None:
             ev.set()
 
@@ -84,18 +148,32 @@ class Stpd:
             elif isinstance(ev, Closed):
                 self._signal(("conn", ev.vc), ev.reason)
                 log.info("st.closed", vc=ev.vc, reason=ev.reason)
+                self.read_requests.pop(ev.vc, None)
+                self._wake_vc(ev.vc)
+                for key in [k for k in self.pending if k[0] in ("buf", "op", "xfer", "status") and k[1] == ev.vc]:
+                    self._signal(key, Closed(ev.vc, ev.reason))
+                self._sweep_shared()
             elif isinstance(ev, Accepted):
                 self.accepted[ev.uport].append((ev.vc, ev.peer))
-                self.accept_wake[ev.uport].set()
+                wake = self.accept_wake.pop(ev.uport, None)
+                if wake is not None:
+                    wake.set()
             elif isinstance(ev, TransferDone):
-                if ev.incoming and self.recv_waiters[ev.vc]:
-                    self._signal(self.recv_waiters[ev.vc].popleft(), ev)
+                if ev.incoming and ev.buf is not None:
+                    self._signal(self._buf_key(ev.vc, ev.buf), ev)
                 else:
                     self._signal(("xfer", ev.vc, ev.xid), ev)
             elif isinstance(ev, (OpDone, RegionReady)):
                 self._signal(("op", ev.vc, ev.gid), ev)
             elif isinstance(ev, StatusReply):
                 self._signal(("status", ev.vc), ev)
+            elif isinstance(ev, ReadRequested):
+                q = self.read_requests.setdefault(ev.vc, deque())
+                if len(q) >= K.MAX_READ_REQUESTS:
+                    q.popleft()  # the oldest reader times out
+                    self.api_counters["read_requests_dropped"] += 1
+                q.append(ev)
+                self._wake_vc(ev.vc)
 
     def _frame(self, frame, now: float) -> None:
         self.core.receive(frame.ula, frame.payload, now)
@@ -108,19 +186,34 @@ class Stpd:
         self.ula = ula
 
     async def _wait(self, key: tuple, timeout: float | None = None, progress=None):
-        """Wait for the core's answer for ``key``; ``progress()`` is called now and then."""
-        if key not in self.results:
-            ev = self.waiting.setdefault(key, trio.Event())
+        """Wait for the core's answer for ``key`` (registered with ``_expect`` before the
+        core call); ``progress()`` is called now and then."""
+        ev = self.pending.setdefault(key, trio.Event())
+        try:
             with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
                 while not ev.is_set():
                     with trio.move_on_after(PROGRESS_EVERY):
                         await ev.wait()
                     if progress is not None and not ev.is_set():
-                        await progress()
+                        progress()
             if scope.cancelled_caught:
-                self.waiting.pop(key, None)
                 raise ApiError("timed out")
-        return self.results.pop(key)
+            value = self.results.pop(key)
+        finally:
+            self.pending.pop(key, None)
+            self.results.pop(key, None)
+        if isinstance(value, Closed):
+            raise ApiError(f"connection {value.vc} closed: {value.reason}")
+        return value
+
+    def _sweep_shared(self) -> None:
+        """Close the descriptor of every exposed memory object no VC uses any more."""
+        live = {id(b.obj) for vc in self.core.vcs.values()
+                for b in chain(vc.exposed, (r.buf for r in vc.regions.values())) if isinstance(b, FileBuffer)}
+        for key, handle in list(self.shared.items()):
+            if id(handle) not in live:
+                handle.close()
+                del self.shared[key]
 
     # --- resolution --------------------------------------------------------------------------
     async def resolve(self, host: str) -> bytes:
@@ -135,101 +228,222 @@ class Stpd:
                                                   {"cmd": "resolve", "ip": str(ip)}, 8.0)
         except OSError:
             raise ApiError(f"{ip}: not in the static peer table and harpd is not reachable") from None
-        if not reply.get("ok"):
-            raise ApiError(reply.get("error", f"{ip}: unresolved"))
-        return bytes.fromhex(reply["ula"].replace(":", ""))
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            raise ApiError(str(reply.get("error", f"{ip}: unresolved"))[:200] if isinstance(reply, dict)
+                           else f"{ip}: unresolved")
+        try:
+            return bytes.fromhex(str(reply["ula"]).replace(":", ""))
+        except (KeyError, ValueError):
+            raise ApiError(f"{ip}: harpd answered no usable ULA") from None
 
-    # --- API ---------------------------------------------------------------------------------------
+    # --- API socket ----------------------------------------------------------------------------
     async def serve_api(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        path = self.cfg.api_path
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if os.path.exists(path):
-            os.unlink(path)
-        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        lsock.bind(path)
-        os.chmod(path, 0o660)
-        lsock.listen(64)
-        lsock.setblocking(False)
+        lsock = claim_api_path(self.cfg.api_path)
         task_status.started()
-        async with trio.open_nursery() as nursery:
-            while True:
-                await trio.lowlevel.wait_readable(lsock)
-                try:
-                    conn, _ = lsock.accept()
-                except BlockingIOError:
-                    continue
-                conn.setblocking(False)
-                nursery.start_soon(self._api_conn, conn)
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    await trio.lowlevel.wait_readable(lsock)
+                    try:
+                        conn, _ = lsock.accept()
+                    except BlockingIOError:
+                        continue
+                    except OSError as exc:
+                        name = errno.errorcode.get(exc.errno, "error").lower()
+                        self.api_counters[f"accept_failed_{name}"] += 1
+                        if exc.errno in ACCEPT_ERRNOS:  # out of descriptors/memory: back off, never exit
+                            await trio.sleep(K.API_ACCEPT_BACKOFF)
+                        continue
+                    if self.api_clients >= self.cfg.api_max_clients:
+                        self.api_counters["refused_too_many_clients"] += 1
+                        try:
+                            conn.setblocking(False)
+                            api.send_msg(conn, {"ok": False, "error": f"too many API clients "
+                                                                      f"({self.cfg.api_max_clients}); try later"})
+                        except OSError:
+                            pass
+                        conn.close()
+                        continue
+                    conn.setblocking(False)
+                    self.api_clients += 1
+                    nursery.start_soon(self._api_conn, conn)
+        finally:
+            lsock.close()
 
     async def _api_conn(self, conn: socket.socket) -> None:
         mine: set[int] = set()  # ULP ports this client listens on
         try:
             await self._api_loop(conn, mine)
+        except Exception as exc:  # no client may end stpd: one line, counted
+            self.api_counters["internal_error"] += 1
+            log.error("api.internal_error", error=f"{type(exc).__name__}: {exc}"[:200])
         finally:
+            self.api_clients -= 1
             conn.close()
             for uport in mine:  # nobody will accept these any more
                 self.core.unlisten(uport)
                 while self.accepted[uport]:
                     self.core.close(self.accepted[uport].popleft()[0], trio.current_time())
+                self.accepted.pop(uport, None)
             self.runner.step()
 
+    async def _reply(self, conn: socket.socket, msg: dict) -> bool:
+        data = api.encode(msg)
+        if len(data) > api.MAX_MSG:  # e.g. the status of very many connections
+            self.api_counters["answer_too_large"] += 1
+            data = api.encode({"ok": False, "error": f"answer larger than {api.MAX_MSG} bytes; ask for less"})
+        try:
+            conn.send(data)
+            return True
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        with trio.move_on_after(REPLY_TIMEOUT):  # a client slow to read its answers
+            while True:
+                await trio.lowlevel.wait_writable(conn)
+                try:
+                    conn.send(data)
+                    return True
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return False
+        self.api_counters["dropped_not_reading"] += 1
+        return False
+
     async def _api_loop(self, conn: socket.socket, mine: set[int]) -> None:
+        first = True
         while True:
-            try:
+            timeout = self.cfg.api_first_request_timeout if first else self.cfg.api_idle_timeout
+            with trio.move_on_after(timeout) as idle:
                 await trio.lowlevel.wait_readable(conn)
-                msg, fds = api.recv_msg(conn)
+            if idle.cancelled_caught:
+                self.api_counters["closed_silent" if first else "closed_idle"] += 1
+                await self._reply(conn, {"ok": False, "error": f"no request for {timeout:g} s: closing"})
+                return
+            try:
+                data, fds, flags = api.recv_raw(conn)
             except BlockingIOError:
                 continue
-            except (EOFError, OSError):
-                return
-            except ValueError as exc:
-                api.send_msg(conn, {"ok": False, "error": f"bad request: {exc}"})
-                continue
-            try:
-                if msg.get("op") in ("listen", "accept"):
-                    mine.add(int(msg["uport"]))
-                reply = await self._api(msg, fds, conn)
-                reply["ok"] = True
-            except ApiError as exc:
-                reply = {"ok": False, "error": str(exc)}
-            except (KeyError, TypeError, ValueError) as exc:
-                reply = {"ok": False, "error": f"bad request: {type(exc).__name__}: {exc}"}
-            except OSError as exc:  # e.g. a descriptor that cannot be mapped
-                reply = {"ok": False, "error": f"{exc.strerror or exc} (the file must be open read/write "
-                                               f"for recv/expose, readable for send)"}
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            self.api_counters[f"{msg.get('op')}_{'ok' if reply['ok'] else 'failed'}"] += 1
-            try:
-                api.send_msg(conn, reply)
             except OSError:
                 return
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                return
+            first = False
+            op = "?"
+            try:
+                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                    raise api.RequestError(f"request larger than {api.MAX_MSG} bytes or {api.MAX_FDS} descriptors")
+                msg = api.decode(data)
+                op = msg["op"]
+                if op in ("listen", "accept"):
+                    if msg["uport"] not in self.core.listeners and len(self.core.listeners) >= K.MAX_LISTENERS:
+                        self.api_counters["refused_listeners"] += 1
+                        raise ApiError(f"{op}: {K.MAX_LISTENERS} ports are listened on already")
+                    mine.add(msg["uport"])
+                if op in UNBOUNDED_OPS:
+                    reply = await self._guarded(msg, fds, conn)
+                else:  # bounded by a core or API timeout: no hang-up watch needed
+                    reply = await self._api(msg, fds, conn)
+                reply["ok"] = True
+            except api.RequestError as exc:
+                self.api_counters["refused_bad_request"] += 1
+                reply = {"ok": False, "error": f"bad request: {exc}"}
+            except (ApiError, BufferGone) as exc:
+                reply = {"ok": False, "error": f"{op}: {exc}" if isinstance(exc, BufferGone) else str(exc)}
+            except OSError as exc:  # e.g. a descriptor that cannot be read, written or resized
+                reply = {"ok": False, "error": f"{op}: {exc.strerror or exc} (the file must be open read/write "
+                                               f"for recv/read/expose, readable for send/serve)"}
+            except Exception as exc:  # a bug: this request fails, stpd and the client carry on
+                self.api_counters["internal_error"] += 1
+                log.error("api.internal_error", op=op, error=f"{type(exc).__name__}: {exc}"[:200])
+                reply = {"ok": False, "error": f"internal error ({type(exc).__name__})"}
+            finally:
+                for fd in fds:  # whatever a handler did not take over
+                    os.close(fd)
+            self.api_counters[f"{op}_{'ok' if reply['ok'] else 'failed'}"] += 1
+            if not await self._reply(conn, reply):
+                return
+
+    async def _guarded(self, msg: dict, fds: list[int], conn: socket.socket) -> dict:
+        """Run one request; if the client hangs up meanwhile, the request is cancelled
+        (its transfer ended, its buffers released)."""
+        result: dict = {}
+
+        async def watch(scope: trio.CancelScope) -> None:
+            await trio.lowlevel.wait_readable(conn)
+            try:
+                peek = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                peek = b""
+            if not peek:
+                scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            async def run() -> None:
+                try:
+                    result["reply"] = await self._api(msg, fds, conn)
+                except Exception as exc:  # re-raised below, not as an exception group
+                    result["error"] = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch, nursery.cancel_scope)
+            nursery.start_soon(run)
+        if "error" in result:
+            raise result["error"]
+        if "reply" not in result:
+            self.api_counters["cancelled_client_gone"] += 1
+            raise ApiError("client went away")
+        return result["reply"]
+
+    def _progress(self, conn: socket.socket, xid: int, count) -> callable:
+        def progress() -> None:
+            try:
+                api.send_msg(conn, {"progress": count(), "xid": xid})
+            except OSError:  # a client that does not read its progress just misses some
+                pass
+        return progress
 
     def _vc(self, msg: dict) -> int:
-        vid = int(msg["vc"])
+        vid = msg["vc"]
         if vid not in self.core.vcs:
             raise ApiError(f"no connection {vid}")
         return vid
 
+    @staticmethod
+    def _take(fds: list[int]) -> FdHandle:
+        """Take ownership of the request's first descriptor (the others are closed)."""
+        return FdHandle(fds.pop(0))
+
     async def _api(self, msg: dict, fds: list[int], conn) -> dict:
-        op = msg.get("op")
+        op = msg["op"]
         now = trio.current_time()
         core = self.core
+        if fds and op not in ("send", "recv", "read", "serve", "expose"):
+            raise ApiError(f"{op} takes no file descriptor")
         if op == "listen":
-            core.listen(int(msg["uport"]))
+            core.listen(msg["uport"])
             return {}
         if op == "accept":
-            uport = int(msg["uport"])
+            uport = msg["uport"]
             core.listen(uport)
             while not self.accepted[uport]:
-                self.accept_wake[uport] = trio.Event()
-                await self.accept_wake[uport].wait()
+                await self.accept_wake.setdefault(uport, trio.Event()).wait()
             vid, peer = self.accepted[uport].popleft()
             return {"vc": vid, "peer": format_ula(peer)}
         if op == "connect":
+            if len(core.vcs) >= K.MAX_CONNECT_VCS:
+                self.api_counters["refused_connect_vcs"] += 1
+                raise ApiError(f"connect: {K.MAX_CONNECT_VCS} connections exist already")
             ula = await self.resolve(msg["host"])
-            vid = core.connect(ula, int(msg["uport"]), now)
+            vid = core.connect(ula, msg["uport"], trio.current_time())
+            self._expect(("conn", vid))
             self.runner.step()
             reason = await self._wait(("conn", vid))
             if reason is not None:
@@ -242,31 +456,43 @@ class Stpd:
         if op == "status":
             if "vc" in msg:
                 vid = self._vc(msg)
-                core.status(vid, now)
+                if not core.status(vid, now):
+                    raise ApiError(f"connection {vid} is not open")
+                self._expect(("status", vid))
                 self.runner.step()
                 st = await self._wait(("status", vid), timeout=5.0)
                 return {"slots": st.slots}
             return {"vcs": core.status_table(), "listeners": sorted(core.listeners),
                     "counters": dict(core.counters), "api": dict(self.api_counters),
+                    "api_clients": self.api_clients, "exposed_objects": len(self.shared),
                     "ula": format_ula(self.ula) if self.ula else None}
-        if op == "send":
+        if op in ("send", "serve"):
             return await self._send(msg, fds, conn)
-        if op == "recv":
+        if op in ("recv", "read"):
             return await self._recv(msg, fds, conn)
-        if op == "expose":
+        if op == "abort":
             vid = self._vc(msg)
-            if not fds:
-                raise ApiError("expose needs a file descriptor (memfd or shared memory)")
-            st = os.fstat(fds[0])
-            size = int(msg["size"])
-            mm = self.shared.get((st.st_dev, st.st_ino))
-            if mm is None or len(mm) < size:  # one mapping per memory object: FETCHOP locks are per word
-                mm = self.shared[(st.st_dev, st.st_ino)] = mmap.mmap(fds[0], size)
-            core.expose(vid, memoryview(mm)[:size])
+            vc = core.vcs[vid]
+            if msg["xid"] not in vc.tx and msg["xid"] not in vc.rx:
+                raise ApiError(f"no transfer {msg['xid']} on connection {vid}")
+            core.end(vid, msg["xid"], now)
+            self.runner.step()
             return {}
+        if op == "release":
+            vid = self._vc(msg)
+            if msg["rid"] not in core.vcs[vid].remote_regions:
+                raise ApiError(f"no region {msg['rid']} of the peer on connection {vid}")
+            core.end(vid, msg["rid"], now)
+            self.runner.step()
+            return {}
+        if op == "expose":
+            return self._expose(msg, fds)
         if op == "region":
             vid = self._vc(msg)
-            gid = core.request_region(vid, int(msg["size"]), now)
+            gid = core.request_region(vid, msg["size"], now)
+            if gid is None:
+                raise ApiError(f"connection {vid} is not open")
+            self._expect(("op", vid, gid))
             self.runner.step()
             r = await self._wait(("op", vid, gid), timeout=30.0)
             if not r.ok:
@@ -274,86 +500,168 @@ class Stpd:
             return {"rid": r.rid, "size": r.size}
         if op in ("put", "get", "fetchop"):
             vid = self._vc(msg)
-            rid, off = int(msg["rid"]), int(msg["offset"])
+            rid, off = msg["rid"], msg["offset"]
             if op == "put":
-                gid = core.put(vid, rid, off, base64.b64decode(msg["data"]), now)
+                gid = core.put(vid, rid, off, msg["data"], now)
             elif op == "get":
-                gid = core.get(vid, rid, off, int(msg["length"]), now)
+                gid = core.get(vid, rid, off, msg["length"], now)
             else:
-                fn = FUNCTIONS.get(msg.get("function", "inc"))
-                if fn is None:
-                    raise ApiError("function must be inc, dec or clear")
-                gid = core.fetchop(vid, rid, off, fn, now)
+                gid = core.fetchop(vid, rid, off, FUNCTIONS[msg.get("function", "inc")], now)
             if gid is None:
                 raise ApiError(f"{op}: unknown region or out of bounds")
+            self._expect(("op", vid, gid))
             self.runner.step()
             r = await self._wait(("op", vid, gid), timeout=30.0)
             if not r.ok:
                 raise ApiError(f"{op} failed: {r.reason}")
             return {"value": r.value} if op == "fetchop" else (
                 {"data": base64.b64encode(r.data).decode()} if op == "get" else {})
-        raise ApiError(f"unknown op {op!r}")
+        raise ApiError(f"unknown op {op!r}")  # unreachable: the schema knows every op
+
+    def _expose(self, msg: dict, fds: list[int]) -> dict:
+        vid = self._vc(msg)
+        if not fds:
+            raise ApiError("expose needs a file descriptor (memfd or shared memory)")
+        size = msg["size"]
+        st = os.fstat(fds[0])
+        if st.st_size < size:
+            raise ApiError(f"expose: the memory object has {st.st_size} bytes, fewer than size {size}")
+        if len(self.core.vcs[vid].exposed) >= K.MAX_EXPOSED_PER_VC:
+            self.api_counters["refused_expose_per_vc"] += 1
+            raise ApiError(f"expose: {K.MAX_EXPOSED_PER_VC} exposures already wait for the peer's RMR")
+        key = (st.st_dev, st.st_ino)
+        handle = self.shared.get(key)
+        if handle is None:  # one handle per memory object: FETCHOP locks are per word
+            if len(self.shared) >= K.MAX_SHARED_OBJECTS:
+                self._sweep_shared()
+            if len(self.shared) >= K.MAX_SHARED_OBJECTS:
+                self.api_counters["refused_expose_objects"] += 1
+                raise ApiError(f"expose: {K.MAX_SHARED_OBJECTS} memory objects exposed already")
+            handle = self.shared[key] = FdHandle(fds.pop(0), key)
+        self.core.expose(vid, FileBuffer(handle, size))
+        return {}
+
+    def _abandon(self, vid: int, buf) -> None:
+        """The request that owns ``buf`` is over: withdraw it from the core (a transfer
+        still running is ended, an unused receive unposted)."""
+        vc = self.core.vcs.get(vid)
+        if vc is None:
+            return
+        self.core.unpost(vid, self._owner(buf))
+        for x in list(chain(vc.tx.values(), vc.rx.values())):
+            if self._owner(x.buf) is self._owner(buf):
+                self.core.end(vid, x.xid, trio.current_time())
+        self.runner.step()
+
+    def _source(self, msg: dict, fds: list[int]) -> tuple[object, FdHandle | None]:
+        """What a send/serve sends: the passed file's first ``length`` bytes, or inline data."""
+        if fds and "data" in msg:
+            raise ApiError(f"{msg['op']}: a file descriptor or inline data, not both")
+        if fds:
+            handle = self._take(fds)
+            try:
+                size = handle.size()
+                length = msg.get("length", size)
+                if size < length:
+                    raise ApiError(f"{msg['op']}: the file has {size} bytes, fewer than length {length}")
+            except BaseException:
+                handle.close()
+                raise
+            return FileBuffer(handle, length), handle
+        if "data" in msg:
+            return msg["data"], None
+        raise ApiError(f"{msg['op']} needs a file descriptor or inline data")
 
     async def _send(self, msg: dict, fds: list[int], conn) -> dict:
         vid = self._vc(msg)
-        if fds:
-            length = int(msg["length"])
-            buf = mmap.mmap(fds[0], length, prot=mmap.PROT_READ) if length else b""
-        elif "data" in msg:
-            buf = base64.b64decode(msg["data"])
-        else:
-            raise ApiError("send needs a file descriptor or inline data")
-        xid = self.core.send(vid, buf, trio.current_time(), dc=msg.get("dc"))
-        if xid is None:
-            raise ApiError("cannot send now (connection not open or too many transfers)")
-        self.runner.step()
-        vc = self.core.vcs[vid]
-
-        async def progress():
-            x = vc.tx.get(xid)
-            if x is not None:
-                api.send_msg(conn, {"progress": x.done_bytes})
-
-        done = await self._wait(("xfer", vid, xid), progress=progress)
-        if not done.ok:
-            raise ApiError(f"transfer failed: {done.reason}")
-        return {"bytes": done.nbytes}
+        buf, handle = self._source(msg, fds)
+        try:
+            reply_to, asked = NO_ID, None
+            if msg["op"] == "serve":  # wait for the peer's RTR, answer it with (at most) its length
+                while not self.read_requests.get(vid):
+                    if vid not in self.core.vcs:
+                        raise ApiError(f"connection {vid} closed")
+                    await self.vc_wake.setdefault(vid, trio.Event()).wait()
+                req = self.read_requests[vid].popleft()
+                reply_to, asked = req.rid, req.t_len
+                n = min(asked, len(buf))
+                buf = FileBuffer(handle, n) if handle is not None else memoryview(buf)[:n]
+            xid = self.core.send(vid, buf, trio.current_time(), dc=msg.get("dc"), reply_to=reply_to)
+            if xid is None:
+                raise ApiError("cannot send now (connection not open or too many transfers)")
+            key = ("xfer", vid, xid)
+            self._expect(key)
+            self.runner.step()
+            vc = self.core.vcs[vid]
+            try:
+                done = await self._wait(key, progress=self._progress(
+                    conn, xid, lambda: x.done_bytes if (x := vc.tx.get(xid)) is not None else 0))
+            finally:
+                self._abandon(vid, buf)
+            if not done.ok:
+                raise ApiError(f"transfer failed: {done.reason}")
+            reply = {"bytes": done.nbytes, "xid": xid}
+            if asked is not None:
+                reply["asked"] = asked
+            return reply
+        finally:
+            if handle is not None:
+                handle.close()
 
     async def _recv(self, msg: dict, fds: list[int], conn) -> dict:
         vid = self._vc(msg)
-        size = int(msg["max"])
+        reading = msg["op"] == "read"
+        size = msg["length"] if reading else msg["max"]
+        handle = None
         if fds:
-            os.ftruncate(fds[0], size)
-            buf = mmap.mmap(fds[0], size) if size else bytearray()
-        elif size <= INLINE_MAX:
-            buf = bytearray(size)
-        else:
-            raise ApiError(f"inline receives are at most {INLINE_MAX} bytes; pass a file descriptor")
-        key = ("recv", vid, id(buf))
-        self.recv_waiters[vid].append(key)
-        self.core.post_receive(vid, buf, trio.current_time())
-        self.runner.step()
-        vc = self.core.vcs[vid]
+            handle = self._take(fds)
+        elif size > INLINE_MAX:
+            raise ApiError(f"inline {msg['op']} is at most {INLINE_MAX} bytes; pass a file descriptor")
+        try:
+            if handle is not None:
+                os.ftruncate(handle.fd, size)
+                buf = FileBuffer(handle, size)
+            else:
+                buf = bytearray(size)
+            key = self._buf_key(vid, buf)
+            now = trio.current_time()
+            if reading:
+                xid = self.core.read(vid, buf, size, now)
+                if xid is None:
+                    raise ApiError("cannot read now (connection not open)")
+            else:
+                xid = None
+                if not self.core.post_receive(vid, buf, now):
+                    raise ApiError("cannot receive now (connection not open)")
+            self._expect(key)  # nothing reaches the driver before runner.step()
+            self.runner.step()
+            vc = self.core.vcs[vid]
 
-        async def progress():
-            got = sum(x.done_bytes for x in vc.rx.values())
-            api.send_msg(conn, {"progress": got})
+            def count() -> int:
+                return sum(x.done_bytes for x in vc.rx.values() if self._owner(x.buf) is buf)
 
-        done = await self._wait(key, progress=progress)
-        if not done.ok:
-            raise ApiError(f"transfer failed: {done.reason}")
-        if fds:
-            if isinstance(buf, mmap.mmap):
-                buf.close()
-            os.ftruncate(fds[0], done.nbytes)
-            return {"bytes": done.nbytes}
-        return {"bytes": done.nbytes, "data": base64.b64encode(bytes(buf[: done.nbytes])).decode()}
+            try:
+                done = await self._wait(key, progress=self._progress(conn, xid or 0, count))
+            finally:
+                self.pending.pop(key, None)
+                self._abandon(vid, buf)
+            if not done.ok:
+                raise ApiError(f"transfer failed: {done.reason}")
+            if handle is not None:
+                os.ftruncate(handle.fd, done.nbytes)
+                return {"bytes": done.nbytes, "xid": done.xid}
+            return {"bytes": done.nbytes, "xid": done.xid,
+                    "data": base64.b64encode(bytes(buf[: done.nbytes])).decode()}
+        finally:
+            if handle is not None:
+                handle.close()
 
     # --- run ---------------------------------------------------------------------------------
     async def _stats(self) -> None:
         while True:
             await trio.sleep(1.0)
             self.drops.update("st", self.core.counters, trio.current_time())
+            self._sweep_shared()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

@@ -162,3 +162,57 @@ def test_peer_vanishes_mid_transfer_error_to_application(pair):
     assert tx.returncode == 1 and "transfer failed" in err
     st = StClient(pair.apis[0]).status()
     assert all(v["sending"] == 0 for v in st["vcs"])
+
+
+def test_stp_read_serve_abort_release(pair):
+    """RTR reads between real stpd processes (`stp serve` / `stp read`), then END from
+    the CLI: `stp abort` on a waiting write, `stp release` on a region."""
+    src, out = pair.tmp / "served.bin", pair.tmp / "read-in"
+    out.mkdir()
+    with open(src, "wb") as f:
+        f.write(os.urandom(16 << 20))
+    server = subprocess.Popen([str(BIN / "stp"), "--socket", pair.apis[1], "serve", str(src)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_listener(pair, 5002)
+    r = subprocess.run([str(BIN / "stp"), "--socket", pair.apis[0], "read", "192.0.2.2", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sout, serr = server.communicate(timeout=30)
+    assert server.returncode == 0, serr
+    assert sha(src) == sha(out / "served.bin")
+
+    fd = os.memfd_create("region")
+    os.ftruncate(fd, 4096)
+    with StClient(pair.apis[1]) as b, StClient(pair.apis[0]) as a:
+        b.listen(8000)
+        vc = a.connect("192.0.2.2", 8000)
+        bvc = poll(lambda: [v["vc"] for v in b.status()["vcs"] if v["uport"] == 8000], 10, what="accepted")[0]
+        b.expose(bvc, fd, 4096)
+        rid = a.region(vc, 4096)["rid"]
+        a.put(vc, rid, 0, b"hello")
+        assert os.pread(fd, 5, 0) == b"hello"
+        r = subprocess.run([str(BIN / "stp"), "--socket", pair.apis[0], "release", str(vc), str(rid)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        with pytest.raises(StError, match="unknown region"):
+            a.put(vc, rid, 0, b"x")
+        poll(lambda: b.status()["vcs"][0]["regions"] == 0, 10, what="END at the peer")
+
+        errors = []
+
+        def waiting_send():
+            try:
+                with StClient(pair.apis[0]) as a2:
+                    a2.send_bytes(vc, b"nobody receives this")
+            except StError as exc:
+                errors.append(str(exc))
+
+        t = threading.Thread(target=waiting_send)
+        t.start()
+        xid = poll(lambda: [x["xid"] for v in a.status()["vcs"] for x in v["transfers"]], 10, what="a transfer")[0]
+        r = subprocess.run([str(BIN / "stp"), "--socket", pair.apis[0], "abort", str(vc), str(xid)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        t.join(30)
+        assert errors and "ended locally" in errors[0]
+    os.close(fd)

@@ -252,3 +252,48 @@ def test_status_rs_rsr():
     p.a.status(a_vc, p.now)
     p.pump()
     assert any(isinstance(e, StatusReply) for e in p.ev[A])
+
+
+def test_refused_write_tells_the_receiver_whose_buffer_it_was():
+    p = Pair()
+    a_vc, b_vc = p.connect()
+    small = bytearray(10)
+    p.b.post_receive(b_vc, small, p.now)
+    p.a.send(a_vc, bytes(100), p.now)
+    p.pump()
+    done = [e for e in p.ev[B] if isinstance(e, TransferDone)]
+    assert len(done) == 1 and not done[0].ok and done[0].incoming and done[0].reason == "too_long"
+    assert done[0].buf.obj is small
+
+
+def test_unpost_withdraws_an_unused_receive():
+    p = Pair()
+    a_vc, b_vc = p.connect()
+    buf = bytearray(100)
+    p.b.post_receive(b_vc, buf, p.now)
+    assert p.b.unpost(b_vc, buf) and not p.b.unpost(b_vc, buf)
+    p.a.send(a_vc, bytes(50), p.now)
+    p.pump()
+    assert buf == bytearray(100) and p.b.vcs[b_vc].paused  # the write waits for a new receive
+
+
+def test_file_buffers_truncated_fail_the_transfer_not_the_core(tmp_path):
+    import os
+
+    from stpd.membuf import FdHandle, FileBuffer
+
+    p = Pair(Params(bufsize=12, max_stu=12, max_block=14))
+    a_vc, b_vc = p.connect()
+    fd = os.memfd_create("src")
+    os.write(fd, os.urandom(1 << 16))
+    src = FileBuffer(FdHandle(fd), 1 << 16)
+    p.b.post_receive(b_vc, bytearray(1 << 16), p.now)
+    xid = p.a.send(a_vc, src, p.now)
+    os.ftruncate(fd, 100)
+    p.pump(1000)
+    done = [e for e in p.ev[A] if isinstance(e, TransferDone) and e.xid == xid][0]
+    assert not done.ok and done.reason.startswith("source file truncated")
+    assert p.a.counters["tx_buffer_gone"] == 1 and p.b.counters["rx_END"] == 1
+    src.handle.close()
+    with pytest.raises(Exception, match="released"):
+        src[0:1]

@@ -1,0 +1,96 @@
+"""Buffers backed by a file descriptor (a file, a memfd, shared memory) that stpd
+reads and writes with pread/pwrite instead of mapping them.
+
+A mapping of a file that someone truncates kills the process with SIGBUS on the
+next access; pread/pwrite through the descriptor cannot: a short file is a short
+read, which ``FileBuffer`` turns into ``BufferGone`` for the one transfer or region
+that uses it.  Writes check the size first, so stpd never grows a file that its
+owner shrank.  The page cache is shared with every mapping of the same file, so a
+program that maps its memfd sees what stpd writes, as before.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class BufferGone(Exception):
+    """The file behind a buffer shrank, or the buffer was released."""
+
+
+class FdHandle:
+    """Owns one descriptor; ``close()`` is idempotent and every later access fails
+    (never touching a descriptor number that may have been reused)."""
+
+    __slots__ = ("fd", "key", "__weakref__")
+
+    def __init__(self, fd: int, key=None) -> None:
+        self.fd = fd
+        self.key = key
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def size(self) -> int:
+        if self.fd < 0:
+            raise BufferGone("buffer released")
+        try:
+            return os.fstat(self.fd).st_size
+        except OSError as exc:
+            raise BufferGone(f"file unusable: {exc.strerror}") from None
+
+
+class FileBuffer:
+    """The first ``length`` bytes of the file behind ``handle``, sliceable like a
+    memoryview of bytes: ``buf[a:b]`` reads (bytes), ``buf[a:b] = data`` writes."""
+
+    __slots__ = ("handle", "length")
+
+    def __init__(self, handle: FdHandle, length: int) -> None:
+        self.handle = handle
+        self.length = length
+
+    @property
+    def obj(self) -> FdHandle:
+        """The memory object (same role as memoryview.obj: FETCHOP word identity)."""
+        return self.handle
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _range(self, s) -> tuple[int, int]:
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise TypeError("FileBuffer supports contiguous slices only")
+        start, stop, _ = s.indices(self.length)
+        return start, max(start, stop)
+
+    def __getitem__(self, s) -> bytes:
+        start, stop = self._range(s)
+        fd = self.handle.fd
+        if fd < 0:
+            raise BufferGone("buffer released")
+        try:
+            data = os.pread(fd, stop - start, start)
+        except OSError as exc:
+            raise BufferGone(f"file unreadable: {exc.strerror}") from None
+        if len(data) < stop - start:
+            raise BufferGone(f"file truncated (needed bytes {start}..{stop}, it has {start + len(data)})")
+        return data
+
+    def __setitem__(self, s, data) -> None:
+        start, stop = self._range(s)
+        data = memoryview(data).cast("B")
+        if len(data) != stop - start:
+            raise ValueError("FileBuffer slices cannot change size")
+        size = self.handle.size()
+        if size < stop:
+            raise BufferGone(f"file truncated (needed bytes {start}..{stop}, it has {size})")
+        fd = self.handle.fd
+        try:
+            while len(data):
+                n = os.pwrite(fd, data, start)
+                data, start = data[n:], start + n
+        except OSError as exc:
+            raise BufferGone(f"file unwritable: {exc.strerror}") from None

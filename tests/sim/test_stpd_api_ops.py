@@ -1,0 +1,315 @@
+"""stpd end to end through its API (two real daemons joined back to back, real API
+sockets, StClient): truncated files never kill stpd, exposed memory does not leak
+descriptors, and the read/serve, abort and release operations."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from stpd.client import StClient, StError
+from tests.sim.stpd_pair import PairThread
+
+
+@pytest.fixture
+def pair(tmp_path):
+    with PairThread(tmp_path) as p:
+        with StClient(p.paths[1]) as lb:  # B listens on 9 while the test runs
+            lb.listen(9)
+            yield p
+
+
+def connected(p):
+    """(a, vc on A, b, vc on B): a fresh connection A -> B."""
+    a, b = StClient(p.paths[0]), StClient(p.paths[1])
+    vc = a.connect("192.0.2.2", 9)
+    bvc = p.inside(lambda ds: max(ds[1].core.vcs))
+    return a, vc, b, bvc
+
+
+def in_thread(fn, *args):
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except Exception as exc:  # checked by the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, box
+
+
+def memfd(data: bytes):
+    fd = os.memfd_create("t")
+    os.write(fd, data)
+    return os.fdopen(fd, "r+b")
+
+
+def test_send_of_a_memfd_truncated_before_the_transfer_is_refused(pair):
+    a, vc, b, bvc = connected(pair)
+    f = memfd(b"x" * 4096)
+    os.ftruncate(f.fileno(), 100)
+    with pytest.raises(StError, match="the file has 100 bytes, fewer than length 4096"):
+        a.send(vc, f, 4096)
+    assert a.status()["vcs"]
+
+
+def test_send_of_a_memfd_truncated_during_the_transfer_fails_that_transfer_only(pair):
+    """The old stpd mapped the file: the next access after ftruncate was SIGBUS."""
+    a, vc, b, bvc = connected(pair)
+    f = memfd(os.urandom(1 << 20))
+    t, box = in_thread(a.send, vc, f, 1 << 20)  # RTS: B has no receive posted, the write waits
+    time.sleep(0.3)
+    os.ftruncate(f.fileno(), 0)
+    sink = memfd(b"")
+    with pytest.raises(StError, match="transfer failed"):
+        b.recv(bvc, sink, 1 << 20)
+    t.join(10)
+    assert "source file truncated" in str(box["error"]) and "\n" not in str(box["error"])
+    # the connection and both daemons carry on
+    t, box = in_thread(a.send_bytes, vc, b"still here")
+    assert b.recv_bytes(bvc) == b"still here"
+    t.join(10)
+    assert pair.inside(lambda ds: ds[0].core.counters["tx_buffer_gone"]) == 1
+
+
+def test_exposed_memfd_truncated_then_the_peer_gets_puts_and_fetchops(pair):
+    a, vc, b, bvc = connected(pair)
+    f = memfd(bytes(4096))
+    b.expose(bvc, f.fileno(), 4096)
+    rid = a.region(vc, 4096)["rid"]
+    a.put(vc, rid, 0, b"abcd")
+    assert a.get(vc, rid, 0, 4) == b"abcd" and os.pread(f.fileno(), 4, 0) == b"abcd"
+    os.ftruncate(f.fileno(), 0)
+    for op in (lambda: a.get(vc, rid, 0, 4), lambda: a.put(vc, rid, 0, b"x"), lambda: a.fetchop(vc, rid, 8)):
+        with pytest.raises(StError, match="out_of_bounds"):
+            op()
+    os.ftruncate(f.fileno(), 4096)  # grown again: usable again
+    assert a.fetchop(vc, rid, 8) == 0 and a.fetchop(vc, rid, 8) == 1
+    assert a.status()["vcs"] and b.status()["vcs"]
+
+
+def test_recv_into_a_file_truncated_during_the_transfer(pair):
+    a, vc, b, bvc = connected(pair)
+    dst = memfd(b"")
+    t, box = in_thread(b.recv, bvc, dst, 8 << 20)
+    time.sleep(0.2)
+    src = memfd(os.urandom(8 << 20))
+
+    def shrink():
+        while pair.inside(lambda ds: ds[1].core.counters["rx_DATA"]) < 2:
+            time.sleep(0.001)
+        os.ftruncate(dst.fileno(), 0)
+
+    s = threading.Thread(target=shrink)
+    s.start()
+    with pytest.raises(StError, match="transfer failed"):
+        a.send(vc, src, 8 << 20)
+    s.join(10)
+    t.join(10)
+    assert "transfer failed" in str(box.get("error")), box
+
+
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_two_thousand_exposed_memfds_do_not_leak_descriptors(pair):
+    """The old stpd kept every exposed memfd mapped (and so open) for ever: EMFILE after ~1,011."""
+    a, vc, b, bvc = connected(pair)
+    before = fd_count()
+    peak = 0
+    for i in range(2000):
+        fd = os.memfd_create(f"r{i}")
+        os.ftruncate(fd, 64)
+        b.expose(bvc, fd, 64)
+        os.close(fd)
+        rid = a.region(vc, 64)["rid"]
+        a.put(vc, rid, 0, b"z")
+        a.release(vc, rid)
+        peak = max(peak, fd_count() - before)
+    assert peak <= 256 + 2  # bounded by MAX_SHARED_OBJECTS while releases are swept
+    time.sleep(1.5)  # the once-a-second sweep
+    assert fd_count() <= before + 1
+    assert pair.inside(lambda ds: len(ds[1].shared)) == 0
+    a.close(vc)
+
+
+def test_closing_the_connection_closes_exposed_descriptors(pair):
+    a, vc, b, bvc = connected(pair)
+    before = fd_count()
+    for i in range(16):
+        fd = os.memfd_create(f"e{i}")
+        os.ftruncate(fd, 64)
+        b.expose(bvc, fd, 64)
+        os.close(fd)
+    fd = os.memfd_create("one too many")
+    os.ftruncate(fd, 64)
+    with pytest.raises(StError, match="16 exposures already wait"):
+        b.expose(bvc, fd, 64)
+    os.close(fd)
+    assert fd_count() == before + 16
+    a.close(vc)
+    time.sleep(0.3)
+    assert fd_count() <= before
+
+
+def test_read_served_inline_and_from_a_file(pair):
+    a, vc, b, bvc = connected(pair)
+    t, box = in_thread(b.serve_bytes, bvc, b"answer to an RTR")
+    assert a.read_bytes(vc, 100) == b"answer to an RTR"
+    t.join(10)
+    assert box["value"] == 16
+    data = os.urandom(3 << 20)
+    src, dst = memfd(data), memfd(b"")
+    t, box = in_thread(b.serve, bvc, src)
+    assert a.read(vc, dst, len(data)) == len(data)
+    t.join(10)
+    assert os.pread(dst.fileno(), len(data) + 1, 0) == data
+    # a reader asking for less gets what it asked for
+    t, box = in_thread(b.serve_bytes, bvc, b"0123456789")
+    assert a.read_bytes(vc, 4) == b"0123"
+    t.join(10)
+    assert box["value"] == 4
+
+
+def test_abort_ends_a_running_transfer_at_both_ends(pair):
+    a, vc, b, bvc = connected(pair)
+    t, box = in_thread(a.send_bytes, vc, b"never received")  # waits: B posts no receive
+    with StClient(pair.paths[0]) as other:
+        poll = time.monotonic() + 5
+        while not (xfers := [x for v in other.status()["vcs"] for x in v["transfers"]]) and time.monotonic() < poll:
+            time.sleep(0.02)
+        assert xfers and xfers[0]["dir"] == "tx"
+        other.abort(vc, xfers[0]["xid"])
+        with pytest.raises(StError, match="no transfer"):
+            other.abort(vc, xfers[0]["xid"])
+        t.join(10)
+        assert "ended locally" in str(box["error"])
+        assert other.status()["vcs"][0]["state"] == "connected"
+    assert pair.inside(lambda ds: ds[1].core.counters["rx_END"]) == 1
+
+
+def test_release_gives_the_region_back(pair):
+    a, vc, b, bvc = connected(pair)
+    f = memfd(bytes(128))
+    b.expose(bvc, f.fileno(), 128)
+    rid = a.region(vc, 128)["rid"]
+    assert a.status()["vcs"][0]["region_ids"] == [rid]
+    a.release(vc, rid)
+    with pytest.raises(StError, match="unknown region"):
+        a.put(vc, rid, 0, b"x")
+    with pytest.raises(StError, match=f"no region {rid}"):
+        a.release(vc, rid)
+    time.sleep(0.2)
+    assert b.status()["vcs"][0]["regions"] == 0  # END reached B
+
+
+def stp(p, i, *args, timeout=60):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run([str(Path(sys.executable).parent / "stp"), "--socket", p.paths[i], *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_serve_and_read_a_file(pair, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = tmp_path / "served.bin"
+    data = os.urandom((2 << 20) + 123)
+    src.write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "stp"), "--socket", pair.paths[1], "serve",
+                               str(src)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 10
+    while 5002 not in StClient(pair.paths[1]).status()["listeners"] and time.monotonic() < end:
+        time.sleep(0.05)
+    r = stp(pair, 0, "read", "192.0.2.2", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"read served.bin ({len(data)} bytes)" in r.stdout
+    assert (out / "served.bin").read_bytes() == data
+    sout, serr = server.communicate(timeout=20)
+    assert server.returncode == 0 and f"served served.bin ({len(data)} bytes)" in sout, serr
+
+
+def test_cli_abort_and_release(pair):
+    import json
+
+    a, vc, b, bvc = connected(pair)
+    t, box = in_thread(a.send_bytes, vc, b"waits for a receive")
+    end = time.monotonic() + 5
+    while not (xfers := json.loads(stp(pair, 0, "status", "--json").stdout)["vcs"][0]["transfers"]):
+        assert time.monotonic() < end
+        time.sleep(0.05)
+    assert f"vc {vc} transfer {xfers[0]['xid']} tx" in stp(pair, 0, "status").stdout
+    r = stp(pair, 0, "abort", str(vc), str(xfers[0]["xid"]))
+    assert r.returncode == 0 and "ended transfer" in r.stdout, r.stderr
+    t.join(10)
+    assert "ended locally" in str(box["error"])
+    r = stp(pair, 0, "abort", str(vc), str(xfers[0]["xid"]))
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "no transfer" in r.stderr
+    f = memfd(bytes(64))
+    b.expose(bvc, f.fileno(), 64)
+    rid = a.region(vc, 64)["rid"]
+    r = stp(pair, 0, "release", str(vc), str(rid))
+    assert r.returncode == 0 and f"released region {rid}" in r.stdout, r.stderr
+    with pytest.raises(StError, match="unknown region"):
+        a.get(vc, rid, 0, 8)
+    r = stp(pair, 0, "release", str(vc), str(rid))
+    assert r.returncode == 1 and "no region" in r.stderr
+    assert stp(pair, 0, "abort", "0", "1").returncode == 2  # usage: ids start at 1
+    for cmd in ("read", "serve", "abort", "release"):
+        h = stp(pair, 0, cmd, "--help")
+        assert h.returncode == 0 and "Usage: stp " + cmd in h.stdout
+
+
+def test_a_client_hanging_up_mid_request_withdraws_it(pair):
+    import json
+    import socket
+
+    a, vc, b, bvc = connected(pair)
+    before = fd_count()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(pair.paths[1])
+    f = memfd(b"")
+    socket.send_fds(s, [json.dumps({"op": "recv", "vc": bvc, "max": 1 << 20}).encode()], [f.fileno()])
+    time.sleep(0.3)
+    assert pair.inside(lambda ds: len(ds[1].core.vcs[bvc].posted)) == 1
+    s.close()
+    f.close()
+    time.sleep(0.3)
+    assert pair.inside(lambda ds: len(ds[1].core.vcs[bvc].posted)) == 0
+    assert fd_count() <= before  # stpd closed its copy of the descriptor
+    assert pair.inside(lambda ds: ds[1].api_counters["cancelled_client_gone"]) == 1
+    # a write now waits for a new receive instead of landing in a dead one
+    t, box = in_thread(a.send_bytes, vc, b"for the next receive")
+    assert b.recv_bytes(bvc) == b"for the next receive"
+    t.join(10)
+
+
+def test_listeners_and_connections_are_bounded(pair, monkeypatch):
+    from stpd import constants as K
+
+    monkeypatch.setattr(K, "MAX_LISTENERS", 3)
+    monkeypatch.setattr(K, "MAX_CONNECT_VCS", 2)
+    with StClient(pair.paths[0]) as a:
+        a.listen(1)
+        a.listen(2)
+        a.listen(3)
+        with pytest.raises(StError, match="3 ports are listened on already"):
+            a.listen(4)
+        a.listen(3)  # already listened: fine
+        a.connect("192.0.2.2", 9)
+        a.connect("192.0.2.2", 9)
+        with pytest.raises(StError, match="2 connections exist already"):
+            a.connect("192.0.2.2", 9)
+        api = a.status()["api"]
+    assert api["refused_listeners"] == 1 and api["refused_connect_vcs"] == 1
