@@ -7,7 +7,6 @@ import base64
 import errno
 import os
 import socket
-import stat
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -17,7 +16,7 @@ from itertools import chain
 import structlog
 import trio
 
-from daemons.runtime.control import request as control_request
+from daemons.runtime.control import bind_unix, request as control_request
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
@@ -58,34 +57,11 @@ class ApiError(Exception):
 
 
 def claim_api_path(path: str) -> socket.socket:
-    """Bind the API socket at ``path``.  A socket file there is removed only when no
-    daemon answers on it (stale); a live one means another stpd: refuse."""
+    """Bind and listen on the API socket at ``path``; a live stpd there is refused
+    (``bind_unix``: only a stale socket is removed, never a file that is not one)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    lsock = bind_unix(path, socket.SOCK_SEQPACKET, 0o660)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
-        if not stat.S_ISSOCK(st.st_mode):
-            raise OSError(errno.EEXIST, f"{path} exists and is not a socket (not removing it)")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        probe.setblocking(False)
-        try:
-            probe.connect(path)
-        except (ConnectionRefusedError, FileNotFoundError):
-            os.unlink(path)  # stale: nobody listens
-        except BlockingIOError:  # a full backlog: a live daemon all the same
-            raise OSError(errno.EADDRINUSE, f"{path}: address in use: stpd is already running there") from None
-        except OSError as exc:  # e.g. a socket of another type: somebody else's, leave it
-            raise OSError(errno.EADDRINUSE, f"{path}: address in use ({exc.strerror})") from None
-        else:
-            raise OSError(errno.EADDRINUSE, f"{path}: address in use: stpd is already running there")
-        finally:
-            probe.close()
-    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        lsock.bind(path)
-        os.chmod(path, 0o660)
         lsock.listen(64)
     except OSError:
         lsock.close()

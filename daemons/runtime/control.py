@@ -72,7 +72,7 @@ def bind_unix(path: str, type: int = socket.SOCK_STREAM, mode: int = 0o660) -> s
             else:
                 raise
         else:
-            raise SocketInUse(errno.EADDRINUSE, "Address already in use (another daemon is running on it)", path)
+            raise SocketInUse(errno.EADDRINUSE, "Address already in use (a daemon is already running on it)", path)
         finally:
             probe.close()
         try:

@@ -154,7 +154,7 @@ def test_bind_unix_refuses_a_live_socket_and_replaces_a_stale_one(tmp_path):
     with pytest.raises(SocketInUse) as exc:
         bind_unix(path)
     assert exc.value.errno == errno.EADDRINUSE
-    assert "another daemon is running" in exc.value.strerror
+    assert "already running" in exc.value.strerror
     live.close()  # the file stays: a crashed daemon's leftover
     assert os.path.exists(path)
     again = bind_unix(path)
@@ -275,7 +275,7 @@ def test_second_gsnd_on_the_same_sockets_is_refused(tmp_path):
         out, err = second.communicate(timeout=20)
         assert second.returncode == 71
         assert err.count("\n") == 1 and "Traceback" not in err
-        assert "another daemon is running" in err and str(tmp_path) in err
+        assert "already running" in err and str(tmp_path) in err
         assert request(str(tmp_path / "gsn0.ctl"), {"cmd": "status"})["ok"]
     finally:
         first.terminate()
@@ -292,7 +292,7 @@ def test_second_harpd_is_refused_and_the_first_still_answers(tmp_path):
         _wait_for(tmp_path / "control.sock", first)
         second = subprocess.run(argv, capture_output=True, text=True, timeout=20)
         assert second.returncode == 71
-        assert second.stderr == (f"error: Address already in use (another daemon is running on it) "
+        assert second.stderr == (f"error: Address already in use (a daemon is already running on it) "
                                  f"({tmp_path}/control.sock)\n")
         assert request(str(tmp_path / "control.sock"), {"cmd": "table"}) == {"ok": True, "table": []}
         status = request(str(tmp_path / "control.sock"), {"cmd": "status"})
