@@ -147,7 +147,9 @@ SOCKET_BUFFER_BYTES = 8 << 20
 NO_ACK = (1 << 64) - 1
 
 # --- ULP socket (PROJECT CHOICE) -----------------------------------------------
-ULP_MAX_PAYLOAD = 4 << 20  # largest message through the ULP socket
+# Largest Message payload (bytes after LLC/SNAP) a client may SEND; the receiving
+# gsnd reassembles and delivers exactly up to this size (M_len = payload + 8).
+ULP_MAX_PAYLOAD = 4 << 20
 RUNTIME_DIR = "/run/gsnd"
 SWITCH_RUNTIME_DIR = "/run/gsn-switch"
 

@@ -53,12 +53,12 @@ class Endpoint:
         buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
         timers: Timers = Timers(),
         rng: random.Random | None = None,
-        max_message: int | None = None,
+        max_payload: int | None = None,
         aliases: tuple[bytes, ...] = (),
     ) -> None:
         self.rng = rng or random.Random()
         self.link = Link(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
-        self.reasm = Reassembler(max_message)
+        self.reasm = Reassembler(max_payload)
         self.configured_ula = ula
         # Further ULAs this port answers to (a port may have several, spec §5); the
         # well-known HARP server address reaches only the port the switch maps it to.

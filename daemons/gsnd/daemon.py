@@ -34,7 +34,7 @@ class Gsnd:
         self.cfg = cfg
         now = trio.current_time()
         self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
-                           max_message=ULP_MAX_PAYLOAD)
+                           max_payload=ULP_MAX_PAYLOAD)
         self.transport = UdpTransport(cfg.local, cfg.peer)
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
