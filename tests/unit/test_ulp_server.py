@@ -162,3 +162,19 @@ async def test_idle_clients_do_not_pin_receive_buffers(tmp_path):
             assert (await bind(s)).op is Op.STATUS
         grown = _rss() - before
         assert grown < 16 << 20, f"50 idle clients cost {grown >> 20} MiB of RSS"
+
+
+async def test_client_library_connections_share_one_receive_buffer(tmp_path):
+    from daemons.ulpclient import AsyncUlpClient
+
+    async with server(tmp_path) as srv:
+        first = await AsyncUlpClient.connect(srv.path)
+        await first.bind(0x88B5)
+        before = _rss()
+        clients = [await AsyncUlpClient.connect(srv.path) for _ in range(30)]
+        for c in clients:
+            assert (await c.bind(0x88B5)).op is Op.STATUS
+        grown = _rss() - before
+        assert grown < 16 << 20, f"30 client connections cost {grown >> 20} MiB of RSS"
+        for c in [first, *clients]:
+            c.sock.close()
