@@ -35,6 +35,7 @@ from ..wire.ulp import HEADER, Frame, Op
 BURST = 64  # frames taken from one client before flushing and yielding
 _FRAME_MAX = HEADER.size + ULP_MAX_PAYLOAD
 _CREDS = socket.CMSG_SPACE(12)  # struct ucred: every record carries one, EOF none
+_REFUSE_DRAIN = 16  # frames read and discarded from a refused client
 _NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -123,6 +124,10 @@ class UlpServer:
     def _refuse(self, conn: socket.socket, why: str) -> None:
         try:
             conn.send(Frame(Op.ERROR, payload=why.encode()).encode(), socket.MSG_DONTWAIT)
+            # Closing with frames unread would reset the connection and hide the ERROR.
+            scrap = bytearray(HEADER.size)
+            for _ in range(_REFUSE_DRAIN):
+                conn.recv_into(scrap, 0, socket.MSG_DONTWAIT)
         except OSError:
             pass
         conn.close()

@@ -91,7 +91,10 @@ async def test_clients_beyond_the_cap_are_refused_and_counted(tmp_path):
         socks = [await connect(srv) for _ in range(C.ULP_MAX_CLIENTS)]
         for s in socks:
             assert (await bind(s)).op is Op.STATUS
-        extra = await connect(srv)
+        plain = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        plain.connect(srv.path)  # no checkpoint: gsnd accepts after the BIND is queued
+        plain.send(Frame(Op.BIND, ethertype=0x88B5).encode())  # unread when refused
+        extra = trio.socket.from_stdlib_socket(plain)
         err = await recv_frame(extra)
         assert err.op is Op.ERROR and b"too many" in err.payload
         assert await recv_frame(extra) is None  # and closed
