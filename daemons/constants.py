@@ -159,6 +159,9 @@ ULP_CLIENT_SOCKET_BYTES = 8 << 20  # SO_SNDBUF/SO_RCVBUF of a client socket (fit
 # (back-pressure to the sender), for at most ULP_HOLD_S without the client reading.
 # Then its backlog is dropped, counted, and a drop notice goes back to the sender.
 ULP_HOLD_S = 1.0
+# poll() calls a Unix socket writable only once 3/4 of its buffer is free: while
+# frames wait, gsnd also retries this often, so a client that reads is seen to.
+ULP_PUMP_RETRY_S = 0.01
 # Drop notice: a GSN Message gsnd -> gsnd on VC0, IEEE 802 OUI-extended EtherType
 # 0x88B7 whose 5-byte protocol id is our locally administered OUI 02-47-53 ("GS")
 # and protocol 0x0001.  The sending gsnd turns it into an ERROR frame.

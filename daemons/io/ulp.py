@@ -26,6 +26,7 @@ from ..constants import (
     ULP_MAX_BINDINGS,
     ULP_MAX_CLIENTS,
     ULP_MAX_PAYLOAD,
+    ULP_PUMP_RETRY_S,
 )
 from ..gsnd.delivery import Delivery
 from ..wire.errors import DecodeError
@@ -206,10 +207,13 @@ class UlpServer:
             await client.wake.wait()
             client.wake = trio.Event()
             while self.delivery.backlog(client):
-                await trio.lowlevel.wait_writable(client.sock)
+                with trio.move_on_after(ULP_PUMP_RETRY_S):
+                    await trio.lowlevel.wait_writable(client.sock)
                 now = trio.current_time()
+                waiting = self.delivery.backlog(client)
                 self.delivery.pump(client, now, self._send_frame)
-                self._changed(now)
+                if self.delivery.backlog(client) != waiting:
+                    self._changed(now)
 
     async def _handle(self, client: _Client, frame: Frame) -> None:
         if frame.op is Op.SEND:

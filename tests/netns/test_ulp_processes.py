@@ -78,6 +78,8 @@ def test_a_reader_that_stops_past_the_bound_is_counted_and_the_sender_told(fabri
                     f = tx.recv(timeout=0.2)
                 except socket.timeout:
                     break
+                if f.op is Op.STATUS:  # a link flap on a loaded machine says so; not ours to judge
+                    continue
                 assert (f.op, f.vc, f.ethertype, f.ula) == (Op.ERROR, 1, ET, dst), f
                 assert b"dropped at " + fabric.wait_ula(2).encode() in f.payload
                 told += int(f.payload.split()[0])
@@ -90,6 +92,8 @@ def test_a_reader_that_stops_past_the_bound_is_counted_and_the_sender_told(fabri
                 f = rx.recv(timeout=0.5)
             except socket.timeout:
                 break
+            if f.op is Op.STATUS:
+                continue
             assert int.from_bytes(f.payload[:4], "big") == held
             held += 1
         assert held + dropped == n

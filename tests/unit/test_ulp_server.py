@@ -181,3 +181,26 @@ async def test_client_library_connections_share_one_receive_buffer(tmp_path):
         assert grown < 16 << 20, f"30 client connections cost {grown >> 20} MiB of RSS"
         for c in [first, *clients]:
             c.sock.close()
+
+
+async def test_a_client_reading_slowly_from_a_full_socket_is_not_taken_for_stalled(tmp_path):
+    """poll() calls a Unix socket writable only when 3/4 of its buffer is free, so
+    gsnd must see the client's progress by trying, not by waiting for that."""
+    from daemons.wire.message import Message
+
+    async with server(tmp_path) as srv:
+        sock = await connect(srv)
+        assert (await bind(sock)).op is Op.STATUS
+        n, size = 400, 65536  # 26 MB: more than gsnd's socket to the client holds
+        for k in range(n):
+            srv.deliver(Message(1, ULA, bytes(6), 0x88B5, k.to_bytes(4, "big") * (size // 4)), trio.current_time())
+        assert srv.delivery.backlog(srv.clients[0]) > 0
+        got = []
+        t_end = trio.current_time() + 2.5 * C.ULP_HOLD_S
+        while trio.current_time() < t_end:  # slow: ~1.3 MB/s, never drains 3/4 of the buffer
+            got.append(await recv_frame(sock))
+            await trio.sleep(0.05)
+        while len(got) < n:
+            got.append(await recv_frame(sock))
+        assert [int.from_bytes(f.payload[:4], "big") for f in got] == list(range(n))
+        assert not any(k.startswith("rx_dropped") for k in srv.delivery.counters), srv.delivery.counters
