@@ -29,6 +29,14 @@ def fabric():
         yield fab
 
 
+def states(fab) -> dict:
+    """Counters to tell where Messages went, for failure messages."""
+    out = {f"gsnd{i}": {"link": st["link"]["counters"], "core": st["counters"], "reassembly": st["reassembly"],
+                        "ulp": st["ulp"]} for i in (1, 2) if (st := fab.gsnd_status(i))}
+    out["switch"] = {p: v["link"]["counters"] | v["counters"] for p, v in fab.switch_status()["ports"].items()}
+    return out
+
+
 def delivery(fab, i):
     return fab.gsnd_status(i)["ulp"]["delivery"]
 
@@ -48,7 +56,10 @@ def test_a_slow_reader_gets_every_message_in_order(fabric):
         sender.start()
         got = []
         while len(got) < n:
-            f = rx.recv(timeout=10)
+            try:
+                f = rx.recv(timeout=10)
+            except socket.timeout:
+                raise AssertionError(f"{len(got)} of {n} arrived, then nothing: {states(fabric)}") from None
             if f.op is Op.RECV:
                 got.append(int.from_bytes(f.payload[:4], "big"))
             time.sleep(0.002)
@@ -65,14 +76,17 @@ def test_a_reader_that_stops_past_the_bound_is_counted_and_the_sender_told(fabri
     n, size = 600, 60000
     dst = parse_ula(fabric.wait_ula(2))
     before = delivery(fabric, 2).get("rx_dropped_not_reading", 0)
+    arrived_before = fabric.gsnd_status(2)["counters"].get("rx_messages", 0)
     with UlpClient(fabric.ulp_path(2)) as rx, UlpClient(fabric.ulp_path(1)) as tx:
         rx.bind(ET)
         tx.bind(ET)
         for k in range(n):
             tx.send(dst, k.to_bytes(4, "big") * (size // 4), vc=1, ethertype=ET)
-        told, deadline = 0, time.monotonic() + 20
+        told, deadline = 0, time.monotonic() + 30
         while time.monotonic() < deadline:
-            dropped = delivery(fabric, 2).get("rx_dropped_not_reading", 0) - before
+            st = fabric.gsnd_status(2)  # every Message at gsnd2 before its drops are final
+            arrived = st["counters"].get("rx_messages", 0) - arrived_before
+            dropped = st["ulp"]["delivery"].get("rx_dropped_not_reading", 0) - before
             while True:
                 try:
                     f = tx.recv(timeout=0.2)
@@ -83,9 +97,9 @@ def test_a_reader_that_stops_past_the_bound_is_counted_and_the_sender_told(fabri
                 assert (f.op, f.vc, f.ethertype, f.ula) == (Op.ERROR, 1, ET, dst), f
                 assert b"dropped at " + fabric.wait_ula(2).encode() in f.payload
                 told += int(f.payload.split()[0])
-            if dropped and told == dropped:
+            if arrived == n and dropped and told == dropped:
                 break
-        assert dropped > 0 and told == dropped
+        assert arrived == n and dropped > 0 and told == dropped, (arrived, dropped, told, states(fabric))
         held = 0
         while True:  # what the reader's socket kept, in order, and nothing else
             try:
