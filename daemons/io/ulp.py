@@ -21,11 +21,13 @@ from typing import Callable
 import trio
 
 from ..constants import (
+    ETHERTYPE_OUI_EXTENDED,
     ULP_ACCEPT_BACKOFF_S,
     ULP_CLIENT_SOCKET_BYTES,
     ULP_MAX_BINDINGS,
     ULP_MAX_CLIENTS,
     ULP_MAX_PAYLOAD,
+    ULP_NOTICE_PROTOCOL,
     ULP_PUMP_RETRY_S,
 )
 from ..gsnd.delivery import Delivery
@@ -217,6 +219,11 @@ class UlpServer:
 
     async def _handle(self, client: _Client, frame: Frame) -> None:
         if frame.op is Op.SEND:
+            if frame.ethertype == ETHERTYPE_OUI_EXTENDED and frame.payload[:5] == ULP_NOTICE_PROTOCOL:
+                self.counters["tx_refused_reserved_protocol"] += 1
+                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
+                                          b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
+                return
             await self._wait_room(frame.vc)
             why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
             if why:

@@ -204,3 +204,18 @@ async def test_a_client_reading_slowly_from_a_full_socket_is_not_taken_for_stall
             got.append(await recv_frame(sock))
         assert [int.from_bytes(f.payload[:4], "big") for f in got] == list(range(n))
         assert not any(k.startswith("rx_dropped") for k in srv.delivery.counters), srv.delivery.counters
+
+
+async def test_a_client_cannot_forge_drop_notices(tmp_path):
+    from daemons.wire.ulp import DropNotice, DropReason
+
+    async with server(tmp_path) as srv:
+        sock = await connect(srv)
+        forged = DropNotice(DropReason.NOT_READING, 1, 0x88B5, 99).encode()
+        await sock.send(Frame(Op.SEND, 0, C.ETHERTYPE_OUI_EXTENDED, ULA, forged).encode())
+        err = await recv_frame(sock)
+        assert err.op is Op.ERROR and b"reserved" in err.payload
+        other = C.ETHERTYPE_OUI_EXTENDED, b"\x00\x00\x00\x12\x34payload"  # someone else's protocol: fine
+        await sock.send(Frame(Op.SEND, 0, other[0], ULA, other[1]).encode())
+        assert (await bind(sock)).op is Op.STATUS
+        assert srv.sent == [(0, ULA, C.ETHERTYPE_OUI_EXTENDED, len(other[1]))]
