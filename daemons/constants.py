@@ -147,7 +147,29 @@ SOCKET_BUFFER_BYTES = 8 << 20
 NO_ACK = (1 << 64) - 1
 
 # --- ULP socket (PROJECT CHOICE) -----------------------------------------------
-ULP_MAX_PAYLOAD = 4 << 20  # largest message through the ULP socket
+# Largest Message payload (bytes after LLC/SNAP) a client may SEND; the receiving
+# gsnd reassembles and delivers exactly up to this size (M_len = payload + 8).
+ULP_MAX_PAYLOAD = 4 << 20
+ULP_MAX_CLIENTS = 64  # concurrent ULP connections; more are refused (ERROR, close)
+ULP_MAX_BINDINGS = 64  # EtherTypes one client may bind
+ULP_ACCEPT_BACKOFF_S = 0.1  # pause after an accept that failed for want of fds
+ULP_CLIENT_SOCKET_BYTES = 8 << 20  # SO_SNDBUF/SO_RCVBUF of a client socket (fits a 4 MiB frame)
+# Lossless delivery to a ULP client (see README "The ULP socket"): while a client's
+# socket is full its Messages wait in gsnd and the VC's link credits are withheld
+# (back-pressure to the sender), for at most ULP_HOLD_S without the client reading.
+# Then its backlog is dropped, counted, and a drop notice goes back to the sender.
+ULP_HOLD_S = 1.0
+# poll() calls a Unix socket writable only once 3/4 of its buffer is free: while
+# frames wait, gsnd also retries this often, so a client that reads is seen to.
+ULP_PUMP_RETRY_S = 0.01
+# Drop notice: a GSN Message gsnd -> gsnd on VC0, IEEE 802 OUI-extended EtherType
+# 0x88B7 whose 5-byte protocol id is our locally administered OUI 02-47-53 ("GS")
+# and protocol 0x0001.  The sending gsnd turns it into an ERROR frame.
+ETHERTYPE_OUI_EXTENDED = 0x88B7  # FACT (IEEE 802)
+ULP_NOTICE_PROTOCOL = bytes((0x02, 0x47, 0x53, 0x00, 0x01))
+ULP_NOTICE_VC = 0
+ULP_NOTICE_INTERVAL_S = 0.05  # notices go out at most this often, aggregated
+ULP_NOTICE_KEYS_MAX = 256  # distinct (sender, VC, EtherType, reason) awaiting a notice
 RUNTIME_DIR = "/run/gsnd"
 SWITCH_RUNTIME_DIR = "/run/gsn-switch"
 

@@ -50,13 +50,14 @@ def _throughput(fab: Fabric, a: int, b: int, vc: int, size: int, seconds: float 
         tx.bind(ET)
         rx.bind(ET)
         rx.sock.setblocking(False)
+        buf = bytearray(size + 10)  # one RECV frame: 10-byte header + payload
         got = 0
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             tx.send(ula_b, payload, vc=vc, ethertype=ET)
             try:
                 while True:
-                    n = rx.sock.recv_into(rx._buf)
+                    n = rx.sock.recv_into(buf)
                     got += n - 10
             except BlockingIOError:
                 pass
@@ -64,7 +65,7 @@ def _throughput(fab: Fabric, a: int, b: int, vc: int, size: int, seconds: float 
         rx.sock.settimeout(0.5)
         try:
             while True:
-                got += rx.sock.recv_into(rx._buf) - 10
+                got += rx.sock.recv_into(buf) - 10
         except socket.timeout:
             pass
         dt = time.perf_counter() - t0

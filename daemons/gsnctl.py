@@ -75,6 +75,13 @@ def status(path, as_json) -> None:
                 click.echo(f"    {k:<36} {v}")
         for k, v in sorted({**st["cable"]["transport"], **st["ulp"]["counters"]}.items()):
             click.echo(f"    {k:<36} {v}")
+        delivery = dict(st["ulp"].get("delivery", {}))
+        held, withheld = delivery.pop("held_vcs", None), delivery.pop("withheld_mps", None)
+        if held is not None:
+            click.echo(f"  ULP delivery: VCs held {[vc for vc, on in enumerate(held) if on] or 'none'}   "
+                       f"credits withheld per VC {withheld}")
+        for k, v in sorted(delivery.items()):
+            click.echo(f"    {k:<36} {v}")
         _print_control(st)
     else:
         click.echo(f"gsn-switch {st['switch_id']}   broadcast {'on' if st['broadcast'] else 'off'}")

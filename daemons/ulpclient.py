@@ -18,17 +18,28 @@ trio::
 from __future__ import annotations
 
 import socket
+import threading
 from collections import deque
 
 import trio
 
 from typing import Callable
 
-from .constants import ULP_MAX_PAYLOAD
+from .constants import ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD
 from .wire.errors import DecodeError
 from .wire.ulp import HEADER, Frame, Op
 
 _BUF = ULP_MAX_PAYLOAD + HEADER.size + 1
+_local = threading.local()
+
+
+def _recv_buffer() -> bytearray:
+    """One receive buffer per thread, shared by its clients (a frame is decoded,
+    payload copied, before the next receive), not one pinned per connection."""
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray(_BUF)
+    return buf
 
 
 class UlpError(Exception):
@@ -39,9 +50,8 @@ class UlpClient:
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(path)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self._buf = bytearray(_BUF)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, ULP_CLIENT_SOCKET_BYTES)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, ULP_CLIENT_SOCKET_BYTES)
 
     def __enter__(self) -> "UlpClient":
         return self
@@ -67,10 +77,11 @@ class UlpClient:
 
     def recv(self, timeout: float | None = None) -> Frame:
         self.sock.settimeout(timeout)
-        n = self.sock.recv_into(self._buf)
-        if n == 0:
+        buf = _recv_buffer()
+        n = self.sock.recv_into(buf)
+        if n == 0:  # gsnd never sends an empty frame
             raise UlpError("gsnd closed the ULP socket")
-        return Frame.decode(memoryview(self._buf)[:n])
+        return Frame.decode(memoryview(buf)[:n])
 
 
 class AsyncUlpClient:
@@ -79,7 +90,6 @@ class AsyncUlpClient:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._buf = bytearray(_BUF)
         self._backlog: deque[bytes] = deque()
         self._ready: deque[Frame] = deque()
         self._room = trio.Event()
@@ -89,7 +99,7 @@ class AsyncUlpClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.setblocking(False)
         for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            sock.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, opt, ULP_CLIENT_SOCKET_BYTES)
         try:
             sock.connect(path)
         except BaseException:
@@ -167,14 +177,15 @@ class AsyncUlpClient:
         """Frames available now, without waiting."""
         out = list(self._ready)
         self._ready.clear()
+        buf = _recv_buffer()
         while len(out) < limit:
             try:
-                n = self.sock.recv_into(self._buf)
+                n = self.sock.recv_into(buf)
             except BlockingIOError:
                 break
-            if n == 0:
+            if n == 0:  # gsnd never sends an empty frame
                 raise UlpError("gsnd closed the ULP socket")
-            out.append(Frame.decode(memoryview(self._buf)[:n]))
+            out.append(Frame.decode(memoryview(buf)[:n]))
         return out
 
     async def wait_readable(self) -> None:

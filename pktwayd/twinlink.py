@@ -31,7 +31,7 @@ class TwinLink:
                  on_packet: Callable[[bytes, float], None], on_state: Callable[[bool], None]) -> None:
         now = trio.current_time()
         cable_id = (min(my_addr, twin_addr) << 8 ^ max(my_addr, twin_addr)) & 0xFFFFFFFF
-        self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_message=ULP_MAX_PAYLOAD)
+        self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_payload=ULP_MAX_PAYLOAD)
         self.transport = UdpTransport(local, peer)
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)

@@ -53,12 +53,12 @@ class Endpoint:
         buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
         timers: Timers = Timers(),
         rng: random.Random | None = None,
-        max_message: int | None = None,
+        max_payload: int | None = None,
         aliases: tuple[bytes, ...] = (),
     ) -> None:
         self.rng = rng or random.Random()
         self.link = Link(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
-        self.reasm = Reassembler(max_message)
+        self.reasm = Reassembler(max_payload)
         self.configured_ula = ula
         # Further ULAs this port answers to (a port may have several, spec §5); the
         # well-known HARP server address reaches only the port the switch maps it to.
@@ -69,6 +69,9 @@ class Endpoint:
         self._events: list = []
         self._acquiring: Admin | None = None
         self._acquire_due: float | None = None
+        # Credits withheld per VC while the upper layer cannot take Messages (hold()).
+        self.holding = [False] * C.NUM_VCS
+        self.withheld = [0] * C.NUM_VCS
 
     # --- events -----------------------------------------------------------------
     def events(self) -> list:
@@ -89,16 +92,34 @@ class Endpoint:
                         self._deliver(out.message)
                     else:
                         self._admin_in(out, now)
-                self.link.release(ev.vc, len(ev.recs))
+                if self.holding[ev.vc]:
+                    self.withheld[ev.vc] += len(ev.recs)
+                else:
+                    self.link.release(ev.vc, len(ev.recs))
             elif isinstance(ev, LinkUp):
                 self.reasm.reset()
+                self.withheld = [0] * C.NUM_VCS  # the link reset took the buffers back
                 self._events.append(LinkState(True))
                 self._start_discovery(now)
             elif isinstance(ev, LinkDown):
                 self.reasm.reset()
+                self.withheld = [0] * C.NUM_VCS
                 self.neighbour = "unknown"
                 self._acquiring = None
                 self._events.append(LinkState(False, ev.reason))
+
+    def hold(self, vc: int, on: bool) -> None:
+        """While on, micropackets received on ``vc`` keep their receive buffer (no
+        credit goes back to the peer); off returns everything withheld.  Turning it
+        on also takes back the credits released but not yet sent, so called right
+        after ``process`` it covers the micropackets process just delivered."""
+        if on and not self.holding[vc]:
+            self.withheld[vc] += self.link.reclaim(vc, self.link.ledger.pending[vc])
+        self.holding[vc] = on
+        if not on and self.withheld[vc]:
+            self.link.release(vc, self.withheld[vc])
+            self.counters[f"credits_withheld_vc{vc}_mps"] += self.withheld[vc]
+            self.withheld[vc] = 0
 
     # --- sending ----------------------------------------------------------------
     def send(self, vc: int, d_ula: bytes, ethertype: int, payload) -> bool:

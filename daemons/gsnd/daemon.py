@@ -25,6 +25,7 @@ from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
+from .delivery import is_notice, notice_in, settle
 from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, AdminCmd
 from ..wire.admin import ARGS_BYTES
 
@@ -52,12 +53,12 @@ class Gsnd:
         self.cfg = cfg
         now = trio.current_time()
         self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
-                           max_message=ULP_MAX_PAYLOAD)
+                           max_payload=ULP_MAX_PAYLOAD)
         self.transport = UdpTransport(cfg.local, cfg.peer)
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
         self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame,
-                             lambda: self.runner.flush(trio.current_time()))
+                             lambda: self.runner.flush(trio.current_time()), changed=self._delivery_changed)
         self.drained = trio.Event()
         self.admin_waiters: dict[int, trio.MemorySendChannel] = {}
         self.drops = CounterLog(log)
@@ -68,13 +69,20 @@ class Gsnd:
     # --- core glue ---------------------------------------------------------------
     def _on_input(self, now: float) -> None:
         self.ep.process(now)
+        delivered = False
         for ev in self.ep.events():
             if isinstance(ev, MessageIn):
                 msg = ev.message
+                if is_notice(msg):
+                    frame = notice_in(self.ulp.delivery, msg)
+                    if frame is not None:
+                        self.ulp.error_to_bound(frame.ethertype, frame)
+                    continue
                 if self.tap is not None and msg.ethertype in IP_ETHERTYPES and msg.vc == VC_IP:
                     self._to_tap(msg)
                 if msg.ethertype not in IP_ETHERTYPES or self.ulp.wants(msg.ethertype):
-                    self.ulp.deliver(msg)
+                    self.ulp.deliver(msg, now)
+                    delivered = True
             elif isinstance(ev, LinkState):
                 if ev.up:
                     log.info("link.up", interface=self.cfg.interface)
@@ -97,6 +105,17 @@ class Gsnd:
                     chan.send_nowait(ev.admin)
                 else:
                     self.ep.counters["admin_response_unmatched"] += 1
+        if delivered:
+            self._settle(now)
+
+    def _settle(self, now: float) -> None:
+        """Credit holds follow the ULP backlogs; drop notices go out."""
+        for frame in settle(self.ulp.delivery, self.ep, now):
+            self.ulp.error_to_bound(frame.ethertype, frame)
+
+    def _delivery_changed(self, now: float) -> None:
+        self._settle(now)
+        self.runner.flush(now)  # returned credits and notices leave now
 
     # --- IP over GSN (RFC 2835) ------------------------------------------------------
     def _carrier(self) -> None:
@@ -136,8 +155,10 @@ class Gsnd:
         self.drained = trio.Event()
 
     def _send(self, vc: int, ula: bytes, ethertype: int, payload: bytes) -> str | None:
+        if len(payload) > ULP_MAX_PAYLOAD:  # the ULP server refuses these first
+            return f"payload_over_ulp_limit_{ULP_MAX_PAYLOAD}"
         if len(payload) > max_payload(vc):
-            return f"payload_over_vc{vc}_limit"
+            return f"payload_over_vc{vc}_limit_{max_payload(vc)}"
         if not self.ep.send(vc, ula, ethertype, payload):
             return "link_down" if not self.ep.link.up else "no_ula"
         return None
@@ -162,7 +183,10 @@ class Gsnd:
             st = self.ep.status()
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
                       "id": self.cfg.cable_id, "transport": dict(self.transport.counters)},
-                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters)},
+                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
+                           "delivery": {**self.ulp.delivery.counters,
+                                        "held_vcs": self.ulp.delivery.held(),
+                                        "withheld_mps": list(self.ep.withheld)}},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
                           "counters": {**self.ip_counters, **(self.tap.counters if self.tap else {})}},
                       control=dict(self.control_counters))
@@ -228,6 +252,7 @@ class Gsnd:
             self.drops.update("reassembly", self.ep.reasm.counters, now)
             self.drops.update("cable", self.transport.counters, now)
             self.drops.update("ulp", self.ulp.counters, now)
+            self.drops.update("ulp.delivery", self.ulp.delivery.counters, now)
             self.drops.update("ip", self.ip_counters, now)
             if self.tap is not None:
                 self.drops.update("tap", self.tap.counters, now)

@@ -1,97 +1,226 @@
-"""gsnd's ULP socket server: local daemons bind EtherTypes and exchange Messages."""
+"""gsnd's ULP socket server: local daemons bind EtherTypes and exchange Messages.
+
+Every byte from a client is hostile: frames are read into one receive buffer
+shared by all clients (a frame's payload is copied out of it, so an idle client
+costs no buffer), at most ``ULP_MAX_CLIENTS`` clients are served (more, or an
+accept that finds no free fd, are refused and counted, never fatal), a client
+binds at most ``ULP_MAX_BINDINGS`` EtherTypes, and every malformed frame is
+answered with ERROR and counted.  Received Messages reach clients through the
+sans-IO :class:`~daemons.gsnd.delivery.Delivery`, which holds them (and, through
+gsnd, the link's credits) while a client's socket is full.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 from collections import Counter
 from typing import Callable
 
 import trio
 
-from ..constants import ULP_MAX_PAYLOAD
+from ..constants import (
+    ETHERTYPE_OUI_EXTENDED,
+    ULP_ACCEPT_BACKOFF_S,
+    ULP_CLIENT_SOCKET_BYTES,
+    ULP_MAX_BINDINGS,
+    ULP_MAX_CLIENTS,
+    ULP_MAX_PAYLOAD,
+    ULP_NOTICE_PROTOCOL,
+    ULP_PUMP_RETRY_S,
+)
+from ..gsnd.delivery import Delivery
 from ..runtime.control import bind_unix
 from ..wire.errors import DecodeError
 from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
 
-_BUF = ULP_MAX_PAYLOAD + HEADER.size + 1
 BURST = 64  # frames taken from one client before flushing and yielding
+_FRAME_MAX = HEADER.size + ULP_MAX_PAYLOAD
+_CREDS = socket.CMSG_SPACE(12)  # struct ucred: every record carries one, EOF none
+_REFUSE_DRAIN = 16  # frames read and discarded from a refused client
+_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class _Client:
-    def __init__(self, sock) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.ethertypes: set[int] = set()
+        self.wake = trio.Event()  # the delivery backlog has something for the writer
 
 
 class UlpServer:
     """``send(vc, ula, ethertype, payload) -> str | None`` queues a Message (None = ok,
     else the reason it was dropped); ``wait_room(vc)`` blocks while the link's queue
-    for ``vc`` is too long, which back-pressures the client socket."""
+    for ``vc`` is too long, which back-pressures the client socket; ``changed(now)``
+    runs after delivery state changed outside the link's input (a client took
+    held frames, a hold timed out, a client left): gsnd re-syncs credit holds and
+    sends drop notices there (it must take them: ``delivery.take_notices``)."""
 
     def __init__(self, path: str, send: Callable, wait_room: Callable, status: Callable[[], Frame],
-                 flush: Callable[[], None]) -> None:
+                 flush: Callable[[], None], changed: Callable[[float], None] | None = None,
+                 delivery: Delivery | None = None) -> None:
         self.path = path
         self._send = send
         self._flush = flush
         self._wait_room = wait_room
         self._status = status
+        self.delivery = delivery or Delivery()
+        self._changed = changed or self.delivery.take_notices  # nobody to notify: discard
         self.clients: list[_Client] = []
         self.counters: Counter[str] = Counter()
+        self._buf: bytearray | None = None
+        self._reserve: int | None = None
+        self._timer_moved = trio.Event()
 
+    # --- accepting -----------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        sock = trio.socket.from_stdlib_socket(bind_unix(self.path, socket.SOCK_SEQPACKET, 0o660))
-        sock.listen(64)
+        lsock = bind_unix(self.path, socket.SOCK_SEQPACKET, 0o660)
+        lsock.setblocking(False)
+        # Credentials ride on every record, so a 0-byte record is told from EOF.
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        lsock.listen(64)
+        self._buf = bytearray(_FRAME_MAX + 1)  # one receive buffer for every client
+        self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         task_status.started()
-        async with trio.open_nursery() as nursery:
-            while True:
-                conn, _ = await sock.accept()
-                raw = socket.socket(fileno=conn.detach())  # plain non-blocking socket: sync sends
-                raw.setblocking(False)
-                raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-                raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-                nursery.start_soon(self._client, _Client(raw))
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._timeouts)
+                while True:
+                    await trio.lowlevel.wait_readable(lsock)
+                    try:
+                        conn, _ = lsock.accept()
+                    except BlockingIOError:
+                        continue
+                    except OSError as exc:
+                        if exc.errno in _NO_FDS:
+                            await self._refuse_without_fds(lsock)
+                        else:
+                            self.counters[f"accept_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                        continue
+                    if len(self.clients) >= ULP_MAX_CLIENTS:
+                        self.counters["refused_client_cap"] += 1
+                        self._refuse(conn, f"too many ULP clients (at most {ULP_MAX_CLIENTS})")
+                        continue
+                    try:
+                        conn.setblocking(False)  # sync sends; reads wait for readability
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, ULP_CLIENT_SOCKET_BYTES)
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, ULP_CLIENT_SOCKET_BYTES)
+                    except OSError:
+                        conn.close()
+                        self.counters["accept_error_setup"] += 1
+                        continue
+                    client = _Client(conn)
+                    self.clients.append(client)
+                    self.delivery.add(client)
+                    nursery.start_soon(self._client, client)
+        finally:
+            lsock.close()
+            if self._reserve is not None:
+                os.close(self._reserve)
+                self._reserve = None
 
+    def _refuse(self, conn: socket.socket, why: str) -> None:
+        try:
+            conn.send(Frame(Op.ERROR, payload=why.encode()).encode(), socket.MSG_DONTWAIT)
+            # Closing with frames unread would reset the connection and hide the ERROR.
+            scrap = bytearray(HEADER.size)
+            for _ in range(_REFUSE_DRAIN):
+                conn.recv_into(scrap, 0, socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        conn.close()
+
+    async def _refuse_without_fds(self, lsock: socket.socket) -> None:
+        """No fd for the connection waiting in the backlog: free the reserve fd,
+        accept it, refuse it, take the reserve back.  Never exits the server."""
+        self.counters["refused_no_fds"] += 1
+        if self._reserve is not None:
+            os.close(self._reserve)
+            self._reserve = None
+            try:
+                conn, _ = lsock.accept()
+                self._refuse(conn, "gsnd is out of file descriptors")
+            except OSError:
+                pass
+            try:
+                self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._reserve = None
+        await trio.sleep(ULP_ACCEPT_BACKOFF_S)  # the backlog stays readable: do not spin
+
+    # --- one client ------------------------------------------------------------------
     async def _client(self, client: _Client) -> None:
-        self.clients.append(client)
-        buf = bytearray(_BUF)
         try:
             with client.sock:
-                burst = 0
-                while True:
-                    try:
-                        n = client.sock.recv_into(buf, 0, socket.MSG_TRUNC)
-                    except BlockingIOError:
-                        self._flush()  # one flush per burst of frames, not per frame
-                        burst = 0
-                        await trio.lowlevel.wait_readable(client.sock)
-                        continue
-                    except OSError:
-                        return
-                    if n == 0:
-                        return
-                    if n > len(buf):
-                        self.counters["rx_oversized_frame"] += 1
-                        self._reply(client, Frame(Op.ERROR, payload=f"frame of {n} bytes exceeds the "
-                                                  f"{ULP_MAX_PAYLOAD}-byte limit".encode()))
-                        continue
-                    try:
-                        frame = Frame.decode(memoryview(buf)[:n])
-                    except DecodeError as exc:
-                        self.counters[f"rx_bad_frame_{exc.field}"] += 1
-                        self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
-                        continue
-                    await self._handle(client, frame)
-                    burst += 1
-                    if burst >= BURST:
-                        self._flush()
-                        burst = 0
-                        await trio.lowlevel.checkpoint()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, client)
+                    await self._reader(client)
+                    nursery.cancel_scope.cancel()
         finally:
             self.clients.remove(client)
+            self.delivery.remove(client)
+            self._changed(trio.current_time())
+
+    async def _reader(self, client: _Client) -> None:
+        sock, buf = client.sock, self._buf
+        burst = 0
+        while True:
+            try:
+                n, anc, flags, _ = sock.recvmsg_into([buf], _CREDS, socket.MSG_TRUNC)
+            except BlockingIOError:
+                self._flush()  # one flush per burst of frames, not per frame
+                burst = 0
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            except OSError:
+                return
+            if n == 0 and not anc:
+                return  # end of connection: no record, so no credentials
+            if n > _FRAME_MAX:
+                self.counters["rx_oversized_frame"] += 1
+                self._reply(client, Frame(Op.ERROR, payload=f"frame of {n} bytes: payload exceeds the "
+                                          f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
+                continue
+            if n == 0:
+                self.counters["rx_bad_frame_empty"] += 1
+                self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
+                continue
+            try:
+                frame = Frame.decode(memoryview(buf)[:n])  # copies the payload out
+            except DecodeError as exc:
+                self.counters[f"rx_bad_frame_{exc.field}"] += 1
+                self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
+                continue
+            await self._handle(client, frame)
+            burst += 1
+            if burst >= BURST:
+                self._flush()
+                burst = 0
+                await trio.lowlevel.checkpoint()
+
+    async def _writer(self, client: _Client) -> None:
+        """Hands held RECV frames to the client as its socket drains."""
+        while True:
+            await client.wake.wait()
+            client.wake = trio.Event()
+            while self.delivery.backlog(client):
+                with trio.move_on_after(ULP_PUMP_RETRY_S):
+                    await trio.lowlevel.wait_writable(client.sock)
+                now = trio.current_time()
+                waiting = self.delivery.backlog(client)
+                self.delivery.pump(client, now, self._send_frame)
+                if self.delivery.backlog(client) != waiting:
+                    self._changed(now)
 
     async def _handle(self, client: _Client, frame: Frame) -> None:
         if frame.op is Op.SEND:
+            if frame.ethertype == ETHERTYPE_OUI_EXTENDED and frame.payload[:5] == ULP_NOTICE_PROTOCOL:
+                self.counters["tx_refused_reserved_protocol"] += 1
+                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
+                                          b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
+                return
             await self._wait_room(frame.vc)
             why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
             if why:
@@ -100,6 +229,11 @@ class UlpServer:
             else:
                 self.counters["tx_messages"] += 1
         elif frame.op is Op.BIND:
+            if frame.ethertype not in client.ethertypes and len(client.ethertypes) >= ULP_MAX_BINDINGS:
+                self.counters["refused_binding_cap"] += 1
+                self._reply(client, Frame(Op.ERROR, 0, frame.ethertype, payload=(
+                    f"a client binds at most {ULP_MAX_BINDINGS} EtherTypes").encode()))
+                return
             client.ethertypes.add(frame.ethertype)
             self._reply(client, self._status())
         elif frame.op is Op.UNBIND:
@@ -108,36 +242,53 @@ class UlpServer:
             self.counters["rx_unexpected_op"] += 1
             self._reply(client, Frame(Op.ERROR, payload=f"op {frame.op.name} is not for clients".encode()))
 
-    def _reply(self, client: _Client, frame: Frame) -> bool:
+    # --- to clients ------------------------------------------------------------------
+    def _send_frame(self, client: _Client, frame: bytes) -> str:
         try:
-            client.sock.send(frame.encode(), socket.MSG_DONTWAIT)
-            return True
+            client.sock.send(frame, socket.MSG_DONTWAIT)
+            return "ok"
         except BlockingIOError:
-            self.counters["tx_client_full"] += 1
+            return "full"
         except OSError:
-            self.counters["tx_client_gone"] += 1
-        return False
+            return "gone"
+
+    def _reply(self, client: _Client, frame: Frame) -> bool:
+        how = self._send_frame(client, frame.encode())
+        if how != "ok":
+            self.counters["tx_client_full" if how == "full" else "tx_client_gone"] += 1
+        return how == "ok"
 
     def wants(self, ethertype: int) -> bool:
         return any(ethertype in c.ethertypes for c in self.clients)
 
-    def deliver(self, msg: Message) -> None:
-        frame = None
-        delivered = False
-        for client in self.clients:
-            if msg.ethertype in client.ethertypes:
-                frame = frame or Frame(Op.RECV, msg.vc, msg.ethertype, msg.s_ula, msg.payload).encode()
-                try:
-                    client.sock.send(frame, socket.MSG_DONTWAIT)
-                    delivered = True
-                except BlockingIOError:
-                    self.counters["rx_dropped_client_full"] += 1
-                except OSError:
-                    self.counters["rx_dropped_client_gone"] += 1
-        if delivered:
-            self.counters["rx_messages"] += 1
-        elif frame is None:
+    def deliver(self, msg: Message, now: float) -> None:
+        """A received Message: to every client bound to its EtherType, held while a
+        client's socket is full (gsnd must call ``changed`` afterwards)."""
+        keys = [c for c in self.clients if msg.ethertype in c.ethertypes]
+        if not keys:
             self.counters["rx_dropped_no_binding"] += 1
+            return
+        self.delivery.deliver(msg, keys, now, self._send_frame)
+        for c in keys:
+            if self.delivery.backlog(c):
+                c.wake.set()
+        self._timer_moved.set()
+
+    async def _timeouts(self) -> None:
+        """Runs the delivery's bound (dropping the backlog of a client that reads
+        nothing) and releases aggregated drop notices."""
+        while True:
+            with trio.move_on_at(self.delivery.timer()):
+                await self._timer_moved.wait()
+            self._timer_moved = trio.Event()
+            now = trio.current_time()
+            if now >= self.delivery.timer():
+                self.delivery.handle_timer(now)
+                self._changed(now)
+
+    def error_to_bound(self, ethertype: int, frame: Frame) -> int:
+        """An ERROR frame to every client bound to ``ethertype``; how many got it."""
+        return sum(self._reply(c, frame) for c in self.clients if ethertype in c.ethertypes)
 
     def broadcast_status(self) -> None:
         for client in self.clients:

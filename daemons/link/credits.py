@@ -52,6 +52,14 @@ class CreditLedger:
         self.used[vc] -= n
         self.pending[vc] += n
 
+    def reclaim(self, vc: int, n: int) -> int:
+        """Take back up to ``n`` released credits not yet sent (the upper layer
+        holds the buffer after all); returns how many."""
+        n = max(0, min(n, self.pending[vc]))
+        self.pending[vc] -= n
+        self.used[vc] += n
+        return n
+
     def returned(self, vc: int, n: int) -> None:
         """``n`` credits of VC ``vc`` were put on the wire."""
         self.pending[vc] -= n

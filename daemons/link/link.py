@@ -184,6 +184,11 @@ class Link:
         """The upper layer freed ``n`` receive-buffer micropackets of ``vc``."""
         self.ledger.release(vc, n)
 
+    def reclaim(self, vc: int, n: int) -> int:
+        """Undo up to ``n`` of the latest releases of ``vc`` whose credits have not
+        left yet (call before ``datagrams``); returns how many."""
+        return self.ledger.reclaim(vc, n)
+
     @property
     def credits(self) -> list[int]:
         return self.ledger.tx

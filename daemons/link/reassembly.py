@@ -22,6 +22,7 @@ from ..constants import (
     CTRL_ERROR_SHIFT,
     CTRL_TAIL_SHIFT,
     CTRL_TYPE_SHIFT,
+    LLC_SNAP_BYTES,
     MP_DATA_BYTES,
     NUM_VCS,
     VC_MAX_DATA_MPS,
@@ -56,8 +57,10 @@ class _Open:
 
 
 class Reassembler:
-    def __init__(self, max_bytes: int | None = None) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self, max_payload: int | None = None) -> None:
+        """``max_payload``: largest Message payload (bytes after LLC/SNAP) to deliver;
+        M_len counts the LLC/SNAP header too."""
+        self.max_payload = max_payload
         self.open: list[_Open | None] = [None] * NUM_VCS
         self.counters: Counter[str] = Counter()
 
@@ -117,7 +120,7 @@ class Reassembler:
             st.expect = mps_for(hdr.m_len)
             if st.expect - 1 > VC_MAX_DATA_MPS[vc]:
                 st.bad = "vc_limit"
-            elif self.max_bytes is not None and hdr.m_len > self.max_bytes:
+            elif self.max_payload is not None and hdr.m_len - LLC_SNAP_BYTES > self.max_payload:
                 st.bad = "too_large"
         except DecodeError as exc:
             st.bad = f"header_{exc.field}"

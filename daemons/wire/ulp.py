@@ -12,7 +12,8 @@ offset size field
 ====== ==== ==================================================================
 
 The payload follows (SEND/RECV: the Message payload after LLC/SNAP; ERROR: a
-UTF-8 reason).  A client BINDs the EtherTypes it wants, then SENDs and receives
+UTF-8 reason).  An empty packet is a malformed frame, not the end of the
+connection.  A client BINDs the EtherTypes it wants, then SENDs and receives
 RECV frames; gsnd sends STATUS on BIND and whenever link state or ULA change.
 """
 
@@ -22,6 +23,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from ..constants import ULP_NOTICE_PROTOCOL
 from .errors import DecodeError
 
 HEADER = struct.Struct("!BBH6s")
@@ -59,3 +61,49 @@ class Frame:
         if vc > 3:
             raise DecodeError("vc", 1, f"VC {vc} out of range 0..3")
         return cls(op, vc, ethertype, bytes(ula), bytes(data[HEADER.size :]))
+
+
+# --- drop notice, gsnd -> gsnd over the fabric (PROJECT CHOICE) -----------------
+#
+# A Message on VC0 with EtherType 0x88B7 (IEEE 802 OUI-extended), payload:
+# protocol(5) = 02-47-53-00-01, version(1) = 1, reason(1), vc(1) and EtherType(2)
+# of the dropped Messages, count(4).  The Message's source ULA is the receiving
+# port that dropped them.
+
+NOTICE = struct.Struct("!5sBBBHI")
+NOTICE_VERSION = 1
+
+
+class DropReason(enum.IntEnum):
+    NOT_READING = 1  # the bound client read nothing for ULP_HOLD_S
+    CLIENT_GONE = 2  # the client closed its socket with Messages waiting
+
+
+@dataclass(frozen=True)
+class DropNotice:
+    reason: DropReason
+    vc: int
+    ethertype: int
+    count: int
+
+    def encode(self) -> bytes:
+        return NOTICE.pack(ULP_NOTICE_PROTOCOL, NOTICE_VERSION, self.reason, self.vc, self.ethertype, self.count)
+
+    @classmethod
+    def decode(cls, data) -> "DropNotice":
+        if len(data) != NOTICE.size:
+            raise DecodeError("notice", 0, f"{len(data)} bytes, not {NOTICE.size}")
+        proto, version, reason, vc, ethertype, count = NOTICE.unpack(data)
+        if proto != ULP_NOTICE_PROTOCOL:
+            raise DecodeError("protocol", 0, f"protocol id {proto.hex()} is not ours")
+        if version != NOTICE_VERSION:
+            raise DecodeError("version", 5, f"version {version}")
+        try:
+            reason = DropReason(reason)
+        except ValueError:
+            raise DecodeError("reason", 6, f"unknown reason {reason}") from None
+        if vc > 3:
+            raise DecodeError("vc", 7, f"VC {vc} out of range 0..3")
+        if count == 0:
+            raise DecodeError("count", 10, "a notice of 0 drops")
+        return cls(reason, vc, ethertype, count)
