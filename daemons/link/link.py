@@ -286,8 +286,15 @@ class Link:
                 self._events.append(Received(vc, part))
 
     def _receive_control(self, shim: Shim, recs: np.ndarray, now: float) -> None:
-        for raw in recs:
-            mp = Micropacket.decode(raw.tobytes())  # few micropackets; LCRC already checked
+        # Decode the whole batch before acting on any of it: a reserved TYPE (or a
+        # bad LCRC the batch fold missed) drops the batch, counted, like any other
+        # malformed datagram; a DecodeError must never leave the link.
+        try:
+            mps = [Micropacket.decode(raw.tobytes()) for raw in recs]  # few micropackets
+        except DecodeError as exc:
+            self.counters[f"bad_control_{exc.field}"] += 1
+            return
+        for mp in mps:
             kind = mp.type
             if kind in (MpType.RESET, MpType.INIT):
                 self.counters[f"rx_{kind.name.lower()}"] += 1

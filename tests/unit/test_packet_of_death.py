@@ -1,0 +1,65 @@
+"""Issue 10 item 1: a 72-byte datagram (unsequenced batch, one micropacket with a
+reserved TYPE and a valid LCRC) ended gsnd and gsn-switch.  It must be a counted
+drop on every cable path."""
+
+from daemons.gsnd.core import Endpoint
+from daemons.link.link import Link
+from daemons.switch.core import Switch
+from daemons.wire.micropacket import MP_DTYPE, lcrc_exact
+from daemons.wire.shim import decode_datagram
+
+import numpy as np
+
+# Captured from a run against gsnd (cable id 1).
+DEATH = bytes.fromhex(
+    "4753010000000001aad6c12082569e290000000000008dfb000000000000e94a"
+    "0000000000000000000000000000000000000000000000000000000000000000"
+    "280049fa0000cf6d"
+)
+
+
+def test_the_datagram_is_what_the_issue_says():
+    shim, count = decode_datagram(DEATH)
+    assert len(DEATH) == 72 and count == 1 and not shim.sequenced and shim.cable_id == 1
+    rec = np.frombuffer(DEATH, MP_DTYPE, 1, 32)
+    assert lcrc_exact(rec).all()
+    assert (int(rec["ctrl"][0]) >> 58) & 0xF == 0xA  # reserved TYPE
+
+
+def test_link_counts_a_reserved_type_in_a_control_batch():
+    link = Link(1, 0.0)
+    link.receive(DEATH, 0.0)
+    assert link.counters["bad_control_TYPE"] == 1
+    assert link.events() == []
+    # the link still works: a RESET from the peer still brings it up
+    peer = Link(1, 0.0)
+    for d in peer.datagrams(0.0):
+        link.receive(d, 0.001)
+    assert link.up
+
+
+def test_link_counts_it_while_up_too():
+    a, b = Link(1, 0.0), Link(1, 0.0)
+    for _ in range(3):
+        for x, y in ((a, b), (b, a)):
+            for d in x.datagrams(0.0):
+                y.receive(d, 0.0)
+    assert a.up and b.up
+    b.receive(DEATH, 0.01)
+    assert b.up and b.counters["bad_control_TYPE"] == 1
+
+
+def test_gsnd_core_survives_and_counts():
+    ep = Endpoint(1, 0.0)
+    ep.link.receive(DEATH, 0.0)
+    ep.process(0.0)
+    ep.handle_timer(0.01)
+    assert ep.link.counters["bad_control_TYPE"] == 1
+
+
+def test_switch_core_survives_and_counts():
+    sw = Switch(1, [1, 2], 0.0)
+    sw.ports[1].link.receive(DEATH, 0.0)
+    sw.process(1, 0.0)
+    assert sw.ports[1].link.counters["bad_control_TYPE"] == 1
+    assert sw.status()["ports"]["1"]["link"]["counters"]["bad_control_TYPE"] == 1
