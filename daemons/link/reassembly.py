@@ -153,11 +153,22 @@ class Reassembler:
             self._discard(f"header_{exc.field}")
 
     def _admin(self, vc: int, rec, ctrl: int, out: list) -> None:
-        if not field(int(ctrl), CTRL_TAIL_SHIFT, 1):
-            self._discard("admin_without_tail")
+        defect = admin_defect(rec, ctrl)
+        if defect:
+            self._discard(defect)
             return
-        data = rec["data"].reshape(1, MP_DATA_BYTES)
-        if not ecrc_chain_ok(data, np.array([field(int(ctrl), CTRL_ECRC_SHIFT, 16)], np.uint16)):
-            self._discard("ecrc")
-            return
-        out.append(AdminIn(vc, data.tobytes()))
+        out.append(AdminIn(vc, rec["data"].tobytes()))
+
+
+def admin_defect(rec, ctrl) -> str | None:
+    """Why an ADMIN micropacket (a one-micropacket Message) must be discarded by its
+    final destination, or None: no TAIL, ERROR set, or a failed ECRC (spec §1.6)."""
+    ctrl = int(ctrl)
+    if not field(ctrl, CTRL_TAIL_SHIFT, 1):
+        return "admin_without_tail"
+    if field(ctrl, CTRL_ERROR_SHIFT, 1):
+        return "error_bit"
+    data = rec["data"].reshape(1, MP_DATA_BYTES)
+    if not ecrc_chain_ok(data, np.array([field(ctrl, CTRL_ECRC_SHIFT, 16)], np.uint16)):
+        return "ecrc"
+    return None

@@ -20,6 +20,7 @@ import numpy as np
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, MpType
 from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..link.reassembly import admin_defect
 from ..wire.admin import Admin, change_route_args, i_am_args, parse_change_route, port_id_args, ula_list_args
 from ..wire.errors import DecodeError
 from ..wire.message import single_records
@@ -138,6 +139,8 @@ class Switch:
                 port.link.release(vc, 1)
                 if port.current[vc] is not None:
                     port.counters["drop_admin_inside_message"] += 1
+                elif defect := admin_defect(recs[pos], ctrl[pos]):
+                    port.counters[f"admin_discard_{defect}"] += 1  # we are its final destination
                 else:
                     self._admin_in(port, recs[pos]["data"].tobytes(), now)
                 pos += 1

@@ -63,3 +63,47 @@ def test_switch_core_survives_and_counts():
     sw.process(1, 0.0)
     assert sw.ports[1].link.counters["bad_control_TYPE"] == 1
     assert sw.status()["ports"]["1"]["link"]["counters"]["bad_control_TYPE"] == 1
+
+
+# --- Admin micropackets the fuzzer found accepted although damaged ------------------
+from daemons import constants as C  # noqa: E402
+from daemons.constants import AdminCmd, MpType  # noqa: E402
+from daemons.link.reassembly import AdminIn, Reassembler  # noqa: E402
+from daemons.wire.admin import Admin  # noqa: E402
+from daemons.wire.message import single_records  # noqa: E402
+from daemons.wire.micropacket import restamp  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def damaged_admin(defect: str, vc: int = 1) -> np.ndarray:
+    recs = single_records(vc, MpType.ADMIN, Admin(AdminCmd.ARE_YOU_THERE, xid=7, hop_count=0, init_hops=1).encode())
+    ctrl = recs["ctrl"].astype(np.uint64)
+    if defect == "error_bit":
+        ctrl |= np.uint64(1 << C.CTRL_ERROR_SHIFT)
+    elif defect == "ecrc":
+        ctrl ^= np.uint64(0x1234 << C.CTRL_ECRC_SHIFT)
+    elif defect == "admin_without_tail":
+        ctrl &= ~np.uint64(1 << C.CTRL_TAIL_SHIFT)
+    restamp(recs, ctrl)
+    return recs
+
+
+@pytest.mark.parametrize("defect", ["error_bit", "ecrc", "admin_without_tail"])
+def test_endpoint_discards_damaged_admin(defect):
+    r = Reassembler()
+    assert r.feed(1, damaged_admin(defect)) == []
+    assert r.counters[f"discard_{defect}"] == 1
+    assert r.feed(1, damaged_admin("none")) == [AdminIn(1, bytes(damaged_admin("none")["data"][0]))]
+
+
+@pytest.mark.parametrize("defect", ["error_bit", "ecrc", "admin_without_tail"])
+def test_switch_discards_damaged_admin(defect):
+    """The switch is the final destination of the Admin it answers or re-issues."""
+    sw = Switch(1, [1], 0.0)
+    port = sw.ports[1]
+    sw._ingress(port, 1, damaged_admin(defect), 0.0)
+    assert port.counters[f"admin_discard_{defect}"] == 1
+    assert port.counters["rx_admin"] == 0 and not any(sw.admin_q)
+    sw._ingress(port, 1, damaged_admin("none"), 0.0)
+    assert port.counters["rx_admin"] == 1 and sw.admin_q[C.VC_ADMIN_RESPONSE]
