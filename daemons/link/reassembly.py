@@ -22,12 +22,11 @@ from ..constants import (
     CTRL_TYPE_SHIFT,
     MP_DATA_BYTES,
     NUM_VCS,
-    VC_MAX_DATA_MPS,
     MpType,
 )
 from ..wire.crc import ecrc_chain_ok
 from ..wire.errors import DecodeError
-from ..wire.message import Message, MessageHeader, decode_stream, mps_for
+from ..wire.message import Message, MessageHeader, decode_stream, max_m_len, mps_for
 from ..wire.micropacket import field
 
 _U64 = np.uint64
@@ -114,7 +113,7 @@ class Reassembler:
         try:
             hdr = MessageHeader.decode(header)
             st.expect = mps_for(hdr.m_len)
-            if st.expect - 1 > VC_MAX_DATA_MPS[vc]:
+            if hdr.m_len > max_m_len(vc):  # more DATA micropackets than the VC allows
                 st.bad = "vc_limit"
             elif self.max_bytes is not None and hdr.m_len > self.max_bytes:
                 st.bad = "too_large"
