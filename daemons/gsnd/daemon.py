@@ -75,7 +75,10 @@ class Gsnd:
             elif isinstance(ev, AdminResponse):
                 chan = self.admin_waiters.get(ev.admin.xid)
                 if chan is not None:
-                    chan.send_nowait(ev.admin)
+                    try:
+                        chan.send_nowait(ev.admin)
+                    except trio.WouldBlock:  # more answers than the waiter holds
+                        self.ep.counters["admin_response_overflow"] += 1
                 else:
                     self.ep.counters["admin_response_unmatched"] += 1
 
