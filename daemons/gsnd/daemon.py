@@ -23,7 +23,7 @@ from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
-from ..constants import AdminCmd
+from ..constants import SWITCH_TABLE_MAX, AdminCmd
 
 log = structlog.get_logger("gsnd")
 HIGH_WATER_MPS = 8192
@@ -167,7 +167,8 @@ class Gsnd:
         if not self.ep.link.up:
             return []
         req = self.ep.admin_request(command, args, hops=hops, route=route)
-        send, recv = trio.open_memory_channel(256)
+        # room for a whole ULA_LIST (one response per table entry, spec 4.3)
+        send, recv = trio.open_memory_channel(SWITCH_TABLE_MAX + 256)
         self.admin_waiters[req.xid] = send
         self.runner.flush(trio.current_time())
         out = []

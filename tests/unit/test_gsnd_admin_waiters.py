@@ -14,7 +14,7 @@ from daemons.wire.admin import Admin, ula_list_args
 async def test_more_responses_than_the_waiter_holds_are_counted(tmp_path):
     gsnd = Gsnd(GsndConfig(local=("127.0.0.1", 0), peer=("127.0.0.1", 9), tap=None, runtime_dir=str(tmp_path)))
     try:
-        send, recv = trio.open_memory_channel(256)  # as Gsnd._admin waits for LIST_ULAS
+        send, recv = trio.open_memory_channel(256)  # a waiter with room for 256 answers
         gsnd.admin_waiters[42] = send
         for i in range(300):
             gsnd.ep._events.append(AdminResponse(Admin(AdminCmd.ULA_LIST, xid=42,
