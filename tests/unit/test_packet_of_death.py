@@ -107,3 +107,30 @@ def test_switch_discards_damaged_admin(defect):
     assert port.counters["rx_admin"] == 0 and not any(sw.admin_q)
     sw._ingress(port, 1, damaged_admin("none"), 0.0)
     assert port.counters["rx_admin"] == 1 and sw.admin_q[C.VC_ADMIN_RESPONSE]
+
+
+async def test_pktwayd_twin_link_survives_it_on_a_real_socket():
+    """pktwayd's twin cable reuses the link: the datagram from its configured peer,
+    over real UDP, is counted and the cable's task keeps running."""
+    import socket
+
+    import trio
+
+    from pktwayd.twinlink import TwinLink
+
+    attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    attacker.bind(("127.0.0.1", 0))
+    twin = TwinLink(("127.0.0.1", 0), attacker.getsockname(), 0, 1, lambda raw, now: None, lambda up: None)
+    assert twin.ep.link.cable_id == 1  # the captured datagram's cable id
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(twin.run)
+            with trio.fail_after(5):
+                while not twin.ep.link.counters["bad_control_TYPE"]:
+                    attacker.sendto(DEATH, twin.transport.sock.getsockname())
+                    await trio.sleep(0.01)
+            await trio.sleep(0.05)  # the task would have died by now
+            nursery.cancel_scope.cancel()
+    finally:
+        twin.transport.close()
+        attacker.close()
