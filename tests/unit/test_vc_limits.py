@@ -97,3 +97,21 @@ def test_readme_states_the_limits():
     m = re.search(r"VC0 ([\d,]+) bytes; VC1 and VC2 ([\d,]+) bytes", text)
     assert m, "README no longer states the per-VC payload limits"
     assert [int(x.replace(",", "")) for x in m.groups()] == [max_payload(0), max_payload(1)]
+
+
+@pytest.mark.parametrize("vc", [0, 1, 2])
+async def test_ulp_send_takes_the_largest_and_refuses_one_more(vc, tmp_path):
+    """gsnd's ULP SEND path (what stpd and harpd use) applies the same limit."""
+    from daemons.gsnd.config import GsndConfig
+    from daemons.gsnd.daemon import Gsnd
+
+    gsnd = Gsnd(GsndConfig(local=("127.0.0.1", 0), peer=("127.0.0.1", 9), tap=None, runtime_dir=str(tmp_path)))
+    try:
+        gsnd.ep.link._go_up(1, 0.0)
+        gsnd.ep.ula = A
+        assert gsnd._send(vc, B, 0x8181, bytes(max_payload(vc))) is None
+        assert gsnd._send(vc, B, 0x8181, bytes(max_payload(vc) + 1)) == f"payload_over_vc{vc}_limit"
+        st_op = K.HEADER_BYTES + K.VC_MAX_ST_PAYLOAD[vc]  # stpd's largest operation on this VC
+        assert gsnd._send(vc, B, 0x8181, bytes(st_op)) is None
+    finally:
+        gsnd.transport.close()
