@@ -134,3 +134,53 @@ async def test_pktwayd_twin_link_survives_it_on_a_real_socket():
     finally:
         twin.transport.close()
         attacker.close()
+
+
+# --- a neighbour posing as a switch and assigning an impossible ULA -----------------
+from daemons.constants import AdminStatus, ElementType  # noqa: E402
+from daemons.link.link import Received  # noqa: E402
+from daemons.wire.admin import i_am_args  # noqa: E402
+
+
+def _fake_switch_assigns(ula: bytes) -> Endpoint:
+    """Bring an endpoint up against a sans-IO neighbour that answers WHAT_ARE_YOU as a
+    switch and ASSIGN_ULA with ``ula``; return the endpoint."""
+    ep = Endpoint(1, 0.0, rng=__import__("random").Random(3))
+    peer = Link(1, 0.0)
+    reasm = Reassembler()
+    now = 0.0
+    for _ in range(20):
+        now += 0.001
+        for d in peer.handle_timer(now) + peer.datagrams(now):
+            ep.link.receive(d, now)
+        ep.process(now)
+        for d in ep.handle_timer(now) + ep.link.datagrams(now):
+            peer.receive(d, now)
+        for ev in peer.events():
+            if not isinstance(ev, Received):
+                continue
+            for out in reasm.feed(ev.vc, ev.recs):
+                req = Admin.decode(out.data)
+                if req.command == AdminCmd.WHAT_ARE_YOU:
+                    resp = req.response(AdminCmd.I_AM, i_am_args(ElementType.SWITCH, 8, bytes(6)))
+                else:
+                    resp = req.response(AdminCmd.HERE_IS_ULA, ula)
+                peer.enqueue(C.VC_ADMIN_RESPONSE,
+                             single_records(C.VC_ADMIN_RESPONSE, MpType.ADMIN, resp.encode()))
+            peer.release(ev.vc, len(ev.recs))
+    return ep
+
+
+@pytest.mark.parametrize("ula", [C.ULA_BROADCAST, bytes(6), bytes.fromhex("0300005e0001")])
+def test_endpoint_refuses_an_assigned_ula_that_is_not_an_individual_address(ula):
+    """gsnd would set it as the TAP's MAC, which the kernel refuses, ending gsnd."""
+    ep = _fake_switch_assigns(ula)
+    assert ep.neighbour == "switch"
+    assert ep.ula is None
+    assert ep.counters["admin_bad_assigned_ula"] >= 1
+    assert ep._acquiring is not None  # still asking (and retrying) for a usable one
+
+
+def test_endpoint_adopts_a_good_assigned_ula():
+    ep = _fake_switch_assigns(bytes.fromhex("024753010100"))
+    assert ep.ula == bytes.fromhex("024753010100") and not ep.counters["admin_bad_assigned_ula"]
