@@ -120,6 +120,11 @@ class ElementType(enum.IntEnum):
 ADMIN_ROUTE_SLOTS = 7
 ADMIN_ROUTE_UNUSED = 0xFF
 ADMIN_XID_MEMORY_S = 1.0  # switch remembers XID -> ingress port for 1 s
+# Bounds on switch Admin state a peer can make grow (PC): forwarded requests
+# remembered at once (more are dropped, counted), and ULA table entries
+# (CHANGE_ROUTE for a new ULA is refused when full; ULA_LIST's 16-bit index/total).
+ADMIN_XID_TABLE_MAX = 4096
+SWITCH_TABLE_MAX = 4096
 
 # --- link (spec §1.4, §1.5, §1.7; PROJECT CHOICE) -------------------------------
 # Receive buffer per VC, in micropackets.  The spec's 64 suits a 40 m copper

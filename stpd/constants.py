@@ -2,6 +2,8 @@
 
 import enum
 
+from daemons.wire.message import max_payload
+
 ETHERTYPE_ST = 0x8181  # FACT [ET]
 HEADER_BYTES = 40
 NO_ID = 0xFFFFFFFF  # "minus one": id not yet known
@@ -89,8 +91,12 @@ SLOT_WAIT = 5.0
 FOC_TIMEOUT, FOC_TRIES = 0.5, 5
 END_RETRY, END_TRIES = 5.0, 3
 
-# GSN VC size limits for one ST operation (ST payload after the 40-byte header)
-VC_MAX_ST_PAYLOAD = (2144, 131168, 131168, 4294967264)
+# GSN VC size limits for one ST operation (ST payload after the 40-byte header):
+# the largest Message payload gsnd sends on the VC minus the ST header, so that an
+# operation of this size is exactly the largest legal Message (st.md §"Size limits":
+# 2,144 on VC0, 131,168 on VC1/VC2).  On VC3 the 32-bit M_len field is the cap
+# (gsn-harp.md §2), 17 bytes under st.md's 4,294,967,264.
+VC_MAX_ST_PAYLOAD = tuple(max_payload(vc) - HEADER_BYTES for vc in range(4))
 
 # --- stpd's local API socket [PC] -------------------------------------------------------------------
 API_MAX_MSG = 131072  # one request/answer datagram (inline data: 64 KiB, base64 in JSON)

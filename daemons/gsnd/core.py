@@ -239,8 +239,14 @@ class Endpoint:
                 self.counters["no_ula_for_back_to_back"] += 1
             self._set_ula(self.configured_ula)
         elif adm.command == AdminCmd.HERE_IS_ULA and adm.status == AdminStatus.OK:
+            ula = bytes(adm.args[:6])
+            if ula[0] & 1 or ula == C.ULA_NONE:
+                # A port's ULA is an individual address (spec §5): a group or zero one
+                # cannot be used (the kernel refuses it as the TAP's MAC).  Keep asking.
+                self.counters["admin_bad_assigned_ula"] += 1
+                return
             self._acquiring = None
-            self._set_ula(bytes(adm.args[:6]))
+            self._set_ula(ula)
         else:
             self.counters["admin_unexpected_response"] += 1
 

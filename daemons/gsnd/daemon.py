@@ -26,7 +26,7 @@ from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
 from .delivery import is_notice, notice_in, settle
-from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, AdminCmd
+from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, SWITCH_TABLE_MAX, AdminCmd
 from ..wire.admin import ARGS_BYTES
 
 log = structlog.get_logger("gsnd")
@@ -102,7 +102,10 @@ class Gsnd:
             elif isinstance(ev, AdminResponse):
                 chan = self.admin_waiters.get(ev.admin.xid)
                 if chan is not None:
-                    chan.send_nowait(ev.admin)
+                    try:
+                        chan.send_nowait(ev.admin)
+                    except trio.WouldBlock:  # more answers than the waiter holds
+                        self.ep.counters["admin_response_overflow"] += 1
                 else:
                     self.ep.counters["admin_response_unmatched"] += 1
         if delivered:
@@ -216,7 +219,8 @@ class Gsnd:
         if not self.ep.link.up:
             return []
         req = self.ep.admin_request(command, args, hops=hops, route=route)
-        send, recv = trio.open_memory_channel(256)
+        # room for a whole ULA_LIST (one response per table entry, spec 4.3)
+        send, recv = trio.open_memory_channel(SWITCH_TABLE_MAX + 256)
         self.admin_waiters[req.xid] = send
         self.runner.flush(trio.current_time())
         out = []

@@ -21,13 +21,12 @@ from .. import _fastpath
 from .. import constants as C
 from ..constants import MpType
 from ..wire.errors import DecodeError
-from ..wire.micropacket import MP_DTYPE, Micropacket, credit_split, field, lcrc_fold_ok, restamp
+from ..wire.micropacket import MP_DTYPE, Micropacket, credit_split, field
 from ..wire.shim import Shim, decode_datagram
 from .credits import CreditLedger
 
 _U64 = np.uint64
 _SEQ_MASK = _U64(C.SEQ_MOD - 1)
-_CLEAR_LINK = ~_U64(((1 << 24) - 1) << C.CTRL_TSEQ_SHIFT)  # VCR|CR|RSEQ|TSEQ occupy bits 55..32
 _SEQUENCED = np.zeros(16, bool)
 _SEQUENCED[[int(t) for t in C.SEQUENCED_TYPES]] = True
 
@@ -300,8 +299,15 @@ class Link:
                 self._events.append(Received(vc, part))
 
     def _receive_control(self, shim: Shim, recs: np.ndarray, now: float) -> None:
-        for raw in recs:
-            mp = Micropacket.decode(raw.tobytes())  # few micropackets; LCRC already checked
+        # Decode the whole batch before acting on any of it: a reserved TYPE (or a
+        # bad LCRC the batch fold missed) drops the batch, counted, like any other
+        # malformed datagram; a DecodeError must never leave the link.
+        try:
+            mps = [Micropacket.decode(raw.tobytes()) for raw in recs]  # few micropackets
+        except DecodeError as exc:
+            self.counters[f"bad_control_{exc.field}"] += 1
+            return
+        for mp in mps:
             kind = mp.type
             if kind in (MpType.RESET, MpType.INIT):
                 self.counters[f"rx_{kind.name.lower()}"] += 1

@@ -25,11 +25,10 @@ from ..constants import (
     LLC_SNAP_BYTES,
     MP_DATA_BYTES,
     NUM_VCS,
-    VC_MAX_DATA_MPS,
     MpType,
 )
 from ..wire.errors import DecodeError
-from ..wire.message import Message, MessageHeader, decode_stream, mps_for
+from ..wire.message import Message, MessageHeader, decode_stream, max_m_len, mps_for
 from ..wire.micropacket import field
 
 _U64 = np.uint64
@@ -118,7 +117,7 @@ class Reassembler:
         try:
             hdr = MessageHeader.decode(header)
             st.expect = mps_for(hdr.m_len)
-            if st.expect - 1 > VC_MAX_DATA_MPS[vc]:
+            if hdr.m_len > max_m_len(vc):  # more DATA micropackets than the VC allows
                 st.bad = "vc_limit"
             elif self.max_payload is not None and hdr.m_len - LLC_SNAP_BYTES > self.max_payload:
                 st.bad = "too_large"
@@ -158,11 +157,21 @@ class Reassembler:
             self._discard(f"header_{exc.field}")
 
     def _admin(self, vc: int, rec, ctrl: int, out: list) -> None:
-        if not field(int(ctrl), CTRL_TAIL_SHIFT, 1):
-            self._discard("admin_without_tail")
+        defect = admin_defect(rec, ctrl)
+        if defect:
+            self._discard(defect)
             return
-        data = rec["data"].tobytes()
-        if _fastpath.crc16(data) != field(int(ctrl), CTRL_ECRC_SHIFT, 16):
-            self._discard("ecrc")
-            return
-        out.append(AdminIn(vc, data))
+        out.append(AdminIn(vc, rec["data"].tobytes()))
+
+
+def admin_defect(rec, ctrl) -> str | None:
+    """Why an ADMIN micropacket (a one-micropacket Message) must be discarded by its
+    final destination, or None: no TAIL, ERROR set, or a failed ECRC (spec §1.6)."""
+    ctrl = int(ctrl)
+    if not field(ctrl, CTRL_TAIL_SHIFT, 1):
+        return "admin_without_tail"
+    if field(ctrl, CTRL_ERROR_SHIFT, 1):
+        return "error_bit"
+    if _fastpath.crc16(rec["data"].tobytes()) != field(ctrl, CTRL_ECRC_SHIFT, 16):
+        return "ecrc"
+    return None

@@ -12,7 +12,7 @@ every port that is up, the sender's included.
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, MpType
 from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..link.reassembly import admin_defect
 from ..wire.admin import Admin, change_route_args, i_am_args, parse_change_route, port_id_args, ula_list_args
 from ..wire.errors import DecodeError
 from ..wire.message import single_records
@@ -76,7 +77,10 @@ class Switch:
         self.kind: dict[bytes, str] = {u: "static" for u in self.static}
         self.owner = {p: [None] * C.NUM_VCS for p in self.ports}  # output VC -> input owning it
         self.admin_q = [deque() for _ in range(C.NUM_VCS)]
-        self.xids: dict[int, tuple[int, float]] = {}  # forwarded request XID -> (ingress, expiry)
+        # Forwarded request XID -> (ingress, expiry), oldest first: the memory time is
+        # constant, so insertion order is deadline order and expiry pops from the front
+        # (amortised O(1) per request); at most ADMIN_XID_TABLE_MAX entries.
+        self.xids: OrderedDict[int, tuple[int, float]] = OrderedDict()
         self.counters: Counter[str] = Counter()
 
     # --- link events --------------------------------------------------------------
@@ -138,6 +142,8 @@ class Switch:
                 port.link.release(vc, 1)
                 if port.current[vc] is not None:
                     port.counters["drop_admin_inside_message"] += 1
+                elif defect := admin_defect(recs[pos], ctrl[pos]):
+                    port.counters[f"admin_discard_{defect}"] += 1  # we are its final destination
                 else:
                     self._admin_in(port, recs[pos]["data"].tobytes(), now)
                 pos += 1
@@ -224,6 +230,11 @@ class Switch:
                                                        AdminStatus.BAD_ARGUMENT), C.VC_ADMIN_RESPONSE)
             return
         self._expire_xids(now)
+        if adm.xid in self.xids:
+            self.xids.move_to_end(adm.xid)  # remembered afresh from now: keep deadline order
+        elif len(self.xids) >= C.ADMIN_XID_TABLE_MAX:
+            port.counters["admin_xid_table_full"] += 1
+            return
         self.xids[adm.xid] = (port.number, now + C.ADMIN_XID_MEMORY_S)
         fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx + 1, adm.route,
                     adm.status, adm.args)
@@ -240,8 +251,12 @@ class Switch:
         self._emit_admin(back[0], fwd, C.VC_ADMIN_RESPONSE)
 
     def _expire_xids(self, now: float) -> None:
-        for xid in [x for x, (_, exp) in self.xids.items() if exp < now]:
-            del self.xids[xid]
+        xids = self.xids
+        while xids:
+            xid, (_, exp) = next(iter(xids.items()))
+            if exp >= now:
+                break
+            del xids[xid]
 
     def _answer(self, port: Port, adm: Admin) -> list[Admin]:
         cmd = adm.command
@@ -278,6 +293,10 @@ class Switch:
             if new_port not in self.ports or ula in (C.ULA_BROADCAST, C.ULA_NONE):
                 return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port),
                                      AdminStatus.BAD_ARGUMENT)]
+            if bytes(ula) not in self.table and len(self.table) >= C.SWITCH_TABLE_MAX:
+                port.counters["admin_route_table_full"] += 1
+                return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port),
+                                     AdminStatus.NOT_SUPPORTED)]
             self.table[bytes(ula)] = new_port
             self.kind[bytes(ula)] = "route"
             return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port))]

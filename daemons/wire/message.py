@@ -37,10 +37,16 @@ def mps_for(m_len: int) -> int:
     return -(-(MAC_HEADER_BYTES + m_len) // MP_DATA_BYTES)
 
 
+def max_m_len(vc: int) -> int:
+    """Largest M_len on ``vc`` (spec §2): 16 + 32 x the VC's DATA micropacket limit,
+    i.e. ``16 + M_len <= 32 * (1 + limit)``; VC3 is capped by the 32-bit field."""
+    return min(MAC_HEADER_BYTES + MP_DATA_BYTES * VC_MAX_DATA_MPS[vc], M_LEN_MAX)
+
+
 def max_payload(vc: int) -> int:
-    """Largest payload (bytes after LLC/SNAP) a Message on ``vc`` may carry."""
-    m_len = MP_DATA_BYTES * VC_MAX_DATA_MPS[vc]  # 16 + M_len <= 32 * (1 + limit)
-    return min(m_len, M_LEN_MAX) - LLC_SNAP_BYTES
+    """Largest payload (bytes after LLC/SNAP, the 8 in the HEADER included) on ``vc``:
+    M_len counts LLC/SNAP + payload (spec §3.1).  VC0 2,184; VC1/VC2 131,208."""
+    return max_m_len(vc) - LLC_SNAP_BYTES
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,6 @@ def decode_stream(vc: int, stream: bytes, mps: int | None = None) -> Message:
     count = len(stream) // MP_DATA_BYTES if mps is None else mps
     if mps_for(hdr.m_len) != count:
         raise DecodeError("M_len", 12, f"{hdr.m_len} does not match {count} micropackets")
-    if count - 1 > VC_MAX_DATA_MPS[vc]:
-        raise DecodeError("VC", 0, f"{count - 1} DATA micropackets exceed the VC{vc} limit")
+    if hdr.m_len > max_m_len(vc):  # the same as more than VC_MAX_DATA_MPS DATA micropackets
+        raise DecodeError("VC", 0, f"M_len {hdr.m_len} ({count - 1} DATA micropackets) exceeds the VC{vc} limit")
     return Message(vc, hdr.d_ula, hdr.s_ula, hdr.ethertype, bytes(stream[_PREFIX : MAC_HEADER_BYTES + hdr.m_len]))

@@ -13,7 +13,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "daemons" / "_fastpath.c"

@@ -9,7 +9,6 @@ import resource
 import socket
 from contextlib import asynccontextmanager
 
-import pytest
 import trio
 
 from daemons import constants as C
