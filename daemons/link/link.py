@@ -110,8 +110,12 @@ class Link:
         timers: Timers = Timers(),
         rng: random.Random | None = None,
         window: int = C.SEQ_WINDOW_MPS,
+        max_mps: int = C.MAX_DATAGRAM_MPS,
     ) -> None:
+        if not 1 <= max_mps <= C.MAX_DATAGRAM_MPS:
+            raise ValueError(f"max_mps must be 1..{C.MAX_DATAGRAM_MPS}, not {max_mps}")
         self.cable_id = cable_id
+        self.max_mps = max_mps  # micropackets per cable datagram (the underlay's MTU bounds it)
         self.timers = timers
         self.buffers = tuple(buffers)
         self.window = window
@@ -369,7 +373,7 @@ class Link:
         return recs
 
     def _build_batch(self, now: float, force_credit: bool) -> bytes | None:
-        space = min(C.MAX_DATAGRAM_MPS, self.window - (self.next_seq - self.base))
+        space = min(self.max_mps, self.window - (self.next_seq - self.base))
         if space <= 0:
             self.counters["window_full"] += 1
             return None

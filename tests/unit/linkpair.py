@@ -9,9 +9,9 @@ from daemons.link.reassembly import Delivered, Reassembler
 
 
 class Pair:
-    def __init__(self, seed=0, drop=0.0, dup=0.0, reorder=0.0, timers=Timers(), buffers=None):
+    def __init__(self, seed=0, drop=0.0, dup=0.0, reorder=0.0, timers=Timers(), buffers=None, max_mps=None):
         self.rng = random.Random(seed)
-        kw = {"timers": timers} | ({"buffers": buffers} if buffers else {})
+        kw = {"timers": timers} | ({"buffers": buffers} if buffers else {}) | ({"max_mps": max_mps} if max_mps else {})
         self.links = [Link(9, 0.0, rng=random.Random(seed + 1), **kw), Link(9, 0.0, rng=random.Random(seed + 2), **kw)]
         self.reasm = [Reassembler(), Reassembler()]
         self.got = [[], []]

@@ -160,3 +160,28 @@ def test_simultaneous_resets_converge():
     assert a.up and b.up
     assert a.peer_nonce == b.my_nonce and b.peer_nonce == a.my_nonce
     assert a.counters["stale_nonce"] == b.counters["stale_nonce"] == 0
+
+
+
+def test_datagrams_hold_at_most_max_mps_micropackets():
+    """A link told the underlay carries 36 micropackets per datagram never builds a
+    bigger one, and a lossy path still delivers everything in order."""
+
+    p = Pair(seed=5, drop=0.05, max_mps=36)
+    sizes = []
+    for link in p.links:
+        build = link._sequenced_datagram
+        link._sequenced_datagram = lambda seq, recs, build=build: sizes.append(len(recs)) or build(seq, recs)
+    p.run(0.05)
+    sent = msgs(p.rng, 5)
+    for m in sent:
+        p.links[0].enqueue(m.vc, m.records())
+    p.run(3.0)
+    assert sizes and max(sizes) == 36
+    assert per_vc(p.got[1]) == per_vc(sent)
+    for bad in (0, C.MAX_DATAGRAM_MPS + 1):
+        try:
+            Link(3, 0.0, max_mps=bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"max_mps={bad} accepted")
