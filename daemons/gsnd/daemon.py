@@ -54,7 +54,8 @@ class Gsnd:
         now = trio.current_time()
         self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
                            max_payload=ULP_MAX_PAYLOAD)
-        self.transport = UdpTransport(cfg.local, cfg.peer)
+        self.transport = UdpTransport(cfg.local, cfg.peer, mtu=cfg.cable_mtu,
+                                      on_mtu=lambda st: log.info("cable.mtu", interface=cfg.interface, **st))
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
         self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame,
@@ -185,7 +186,8 @@ class Gsnd:
         if cmd == "status":
             st = self.ep.status()
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
-                      "id": self.cfg.cable_id, "transport": dict(self.transport.counters)},
+                      "id": self.cfg.cable_id, **self.transport.status(),
+                                               "transport": dict(self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
                            "delivery": {**self.ulp.delivery.counters,
                                         "held_vcs": self.ulp.delivery.held(),
@@ -251,6 +253,7 @@ class Gsnd:
         while True:
             await trio.sleep(1.0)
             now = trio.current_time()
+            self.transport.refresh_mtu()  # the kernel's path MTU, ICMP-learnt drops included
             self.drops.update("link", self.ep.link.counters, now)
             self.drops.update("gsnd", self.ep.counters, now)
             self.drops.update("reassembly", self.ep.reasm.counters, now)

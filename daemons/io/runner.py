@@ -27,11 +27,25 @@ class LinkRunner:
         self._timer = timer or link.timer
         self._handle_timer = handle_timer or link.handle_timer
         self._scope: trio.CancelScope | None = None
+        # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
+        # datagram by its path MTU; other transports (the in-memory cable) one by one
+        self._send_many = getattr(transport, "send_many", None) or self._send_each
+
+    def _send_each(self, dgrams) -> None:
+        for dgram in dgrams:
+            self.transport.send(dgram)
+
+    def _fit(self) -> None:
+        """New datagrams follow the cable's current path MTU (the Link reads max_mps per batch)."""
+        max_mps = getattr(self.transport, "max_mps", None)
+        if max_mps is not None:
+            self.link.max_mps = max_mps
 
     def flush(self, now: float) -> None:
-        send = self.transport.send
-        for dgram in self.link.datagrams(now):
-            send(dgram)
+        self._fit()
+        dgrams = self.link.datagrams(now)
+        if dgrams:
+            self._send_many(dgrams)
         if self._scope is not None:
             self._scope.deadline = min(self._scope.deadline, self._timer())
 
@@ -44,8 +58,9 @@ class LinkRunner:
             now = trio.current_time()
             for dgram in self.transport.drain():
                 receive(dgram, now)
-            for dgram in self._handle_timer(now):
-                self.transport.send(dgram)
+            rtx = self._handle_timer(now)
+            if rtx:
+                self._send_many(rtx)
             self.on_input(now)
             self.after(now)
             await trio.lowlevel.checkpoint()
