@@ -125,14 +125,19 @@ class Fabric:
         self._spawn("switch", self.sw_ns, [str(BIN / "gsn-switch"), "-c", str(self.switch_config())])
         poll(lambda: (self.tmp / "sw" / "control.sock").exists(), what="switch control socket")
 
-    def start_gsnd(self, i: int, *, via: int | None = None) -> None:
-        """gsnd of host i; ``via``: the UDP port of a relay in the host's namespace
-        that stands between gsnd (then bound to port 6402) and the switch."""
+    def set_underlay_mtu(self, i: int, mtu: int) -> None:
+        """The MTU of both ends of host i's veth to the switch (1500 when created)."""
+        sh("ip", "-n", self.sw_ns, "link", "set", f"s{self.tag}{i}"[-15:], "mtu", str(mtu))
+        sh("ip", "-n", self.host_ns[i - 1], "link", "set", "ul0", "mtu", str(mtu))
+
+    def start_gsnd(self, i: int, *args: str, via: int | None = None) -> None:
+        """gsnd of host i (``args``: further flags); ``via``: the UDP port of a relay in
+        the host's namespace that stands between gsnd (then bound to port 6402) and the switch."""
         local, peer = (f"198.18.{i}.2:6400", f"198.18.{i}.1:7000") if via is None else \
             (f"198.18.{i}.2:6402", f"198.18.{i}.2:{via}")
         self._spawn(f"gsnd{i}", self.host_ns[i - 1], [
             str(BIN / "gsnd"), "--local", local, "--peer", peer, "--cable-id", str(i),
-            "--runtime-dir", str(self.runtime(i))])
+            "--runtime-dir", str(self.runtime(i)), *args])
 
     def start_harpd(self, i: int, options: str, *args: str) -> None:
         """harpd on host i with the given harpd.options text; sockets under h<i>/harpd."""

@@ -8,6 +8,13 @@ import trio
 
 from ..link.link import Link
 
+# At most this many datagrams in flight on a cable.  Go-back-N retransmits on a
+# timer (20 ms by default) and the peer handles each datagram at a cost; a window of
+# ~1,000 small datagrams (1500-byte underlay) takes it longer than that to ack, the
+# timer fires though nothing was lost, and the copies bury it.  64 KB datagrams
+# never reach the bound (the default window is ~25 of them).
+WINDOW_DATAGRAMS = 128
+
 
 class LinkRunner:
     """Owns the loop of one cable.
@@ -30,16 +37,19 @@ class LinkRunner:
         # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
         # datagram by its path MTU; other transports (the in-memory cable) one by one
         self._send_many = getattr(transport, "send_many", None) or self._send_each
+        self._window = link.window
 
     def _send_each(self, dgrams) -> None:
         for dgram in dgrams:
             self.transport.send(dgram)
 
     def _fit(self) -> None:
-        """New datagrams follow the cable's current path MTU (the Link reads max_mps per batch)."""
+        """New datagrams follow the cable's current path MTU (the Link reads max_mps and
+        its window per batch)."""
         max_mps = getattr(self.transport, "max_mps", None)
-        if max_mps is not None:
+        if max_mps is not None and max_mps != self.link.max_mps:
             self.link.max_mps = max_mps
+            self.link.window = min(self._window, max_mps * WINDOW_DATAGRAMS)
 
     def flush(self, now: float) -> None:
         self._fit()
@@ -62,5 +72,6 @@ class LinkRunner:
             if rtx:
                 self._send_many(rtx)
             self.on_input(now)
-            self.after(now)
+            # what came in took time to handle: acks and credits due by now leave now
+            self.after(trio.current_time())
             await trio.lowlevel.checkpoint()

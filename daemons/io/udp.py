@@ -114,12 +114,13 @@ class UdpTransport:
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.sock)
 
-    def drain(self, limit: int = 256) -> list[bytes]:
-        """Up to ``limit`` receives; GRO-coalesced ones come back as their datagrams."""
+    def drain(self, limit: int = 64) -> list[bytes]:
+        """Up to about ``limit`` datagrams (GRO-coalesced receives come back split), so
+        that a wake-up's acks and forwarding wait for a bounded amount of work."""
         out = []
         gro = self.gro
         recv = self.sock.recvmsg if gro else self.sock.recvfrom
-        for _ in range(limit):
+        while len(out) < limit:
             try:
                 if gro:
                     data, anc, flags, addr = recv(RECV_BYTES, _GRO_CMSG_SPACE)
@@ -146,6 +147,8 @@ class UdpTransport:
                     out.extend(data[i: i + seg] for i in range(0, len(data), seg))
                     continue
             out.append(data)
+        if out:
+            self.counters["rx_datagrams"] += len(out)
         return out
 
     # --- send -----------------------------------------------------------------------
@@ -159,6 +162,7 @@ class UdpTransport:
             self.counters["tx_no_peer"] += len(datagrams)
             return
         n = len(datagrams)
+        self.counters["tx_datagrams"] += n
         i = 0
         while i < n:
             size = len(datagrams[i])
