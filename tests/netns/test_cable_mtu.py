@@ -90,7 +90,7 @@ def test_datagrams_fit_1500_then_grow_with_9000_then_shrink_again():
         print("shrunk:", g[1]["transport"], tx_before, dst.hex())
 
 
-def lossy(frag_mtu: int, gsnd_args=()):
+def lossy(frag_mtu: int, gsnd_args=(), timeout=120):
     """16 MiB host 1 -> host 2 with 1% loss per IP packet (of a ``frag_mtu`` underlay) on
     both hosts' cables; returns the micropackets sent and retransmitted by gsnd1 and
     by the switch port towards host 2."""
@@ -101,7 +101,7 @@ def lossy(frag_mtu: int, gsnd_args=()):
                 sys.executable, RELAY, f"198.18.{i}.2:6500", f"198.18.{i}.2:6402", f"198.18.{i}.2:6400",
                 f"198.18.{i}.1:7000", "0.01", "0", "0", str(i), str(frag_mtu)])
             fab.start_gsnd(i, *gsnd_args, via=6500)
-        transfer(fab, 16 << 20, timeout=120)
+        transfer(fab, 16 << 20, timeout=timeout)
         g1 = fab.gsnd_status(1)["link"]["counters"]
         sw2 = fab.switch_status()["ports"]["2"]["link"]["counters"]
         return {"gsnd1_tx_mps": g1.get("tx_mps", 0), "gsnd1_rtx_mps": g1.get("rtx_mps", 0),
