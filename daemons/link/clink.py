@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -24,6 +25,37 @@ from .link import LinkDown, LinkState, LinkUp, Received, Timers
 _link.setup(LinkUp, LinkDown, Received, np.frombuffer, MP_DTYPE)
 
 _LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
+
+
+class _Counters(Mapping):
+    """Live, read-only view of the C counters with Counter semantics (a missing
+    name reads 0; only non-zero counters are listed)."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: "CLink") -> None:
+        self._core = core
+
+    def __getitem__(self, name: str) -> int:
+        return self._core._counter(name)
+
+    def __iter__(self):
+        return iter(self._core._counter_dict())
+
+    def __len__(self) -> int:
+        return len(self._core._counter_dict())
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and self._core._counter(name) > 0
+
+    def __pos__(self) -> Counter:
+        return Counter(self._core._counter_dict())
+
+    def total(self) -> int:
+        return sum(self._core._counter_dict().values())
+
+    def __repr__(self) -> str:
+        return f"Counters({self._core._counter_dict()!r})"
 
 
 class _LedgerList(list):
@@ -84,15 +116,11 @@ class CLink(_link.Core):
              timers.dead_interval, timers.rtx_limit)
         super().__init__(cable_id, now, self.buffers, t, self.rng, window, max_mps)
         self.ledger = _LedgerView(self)
+        self.counters = _Counters(self)  # live, like Link.counters (read-only)
 
     @property
     def state(self) -> LinkState:
         return LinkState.UP if self._state_code else LinkState.RESETTING
-
-    @property
-    def counters(self) -> Counter:
-        """A snapshot (a fresh Counter on every access)."""
-        return Counter(self._counter_dict())
 
     @property
     def credits(self) -> list[int]:
