@@ -158,16 +158,30 @@ static void q_clear(VcQueue *q)
 static int q_push(VcQueue *q, PyObject *obj)
 {
     Chunk ch;
-    if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
+    PyObject *owned = NULL;
+    if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0) {
+        /* e.g. a strided numpy view: take a contiguous copy, as Link's concatenate would */
+        if (!PyErr_ExceptionMatches(PyExc_BufferError))
+            return -1;
+        PyErr_Clear();
+        if (!(owned = PyObject_CallMethod(obj, "tobytes", NULL)))
+            return -1;
+        obj = owned;
+        if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0) {
+            Py_DECREF(owned);
+            return -1;
+        }
+    }
     if (ch.view.len % MP_BYTES) {
         PyBuffer_Release(&ch.view);
+        Py_XDECREF(owned);
         PyErr_SetString(PyExc_ValueError, "enqueue: not a whole number of 40-byte micropackets");
         return -1;
     }
     ch.n = ch.view.len / MP_BYTES;
     if (!ch.n) {
         PyBuffer_Release(&ch.view);
+        Py_XDECREF(owned);
         return 0;
     }
     if (q->end == q->cap) {
@@ -181,14 +195,16 @@ static int q_push(VcQueue *q, PyObject *obj)
             Chunk *c = PyMem_Realloc(q->c, cap * sizeof(Chunk));
             if (!c) {
                 PyBuffer_Release(&ch.view);
+                Py_XDECREF(owned);
                 PyErr_NoMemory();
                 return -1;
             }
             q->c = c, q->cap = cap;
         }
     }
-    Py_INCREF(obj);
-    ch.obj = obj;
+    if (!owned)
+        Py_INCREF(obj);
+    ch.obj = obj; /* the reference: ours, or the copy's */
     q->c[q->end++] = ch;
     q->count += ch.n;
     return 0;

@@ -199,3 +199,17 @@ def test_datagrams_hold_at_most_max_mps_micropackets(impl):
         except ValueError:
             continue
         raise AssertionError(f"max_mps={bad} accepted")
+
+
+@each_impl
+def test_enqueue_takes_a_strided_view(impl):
+    """A non-contiguous view of records (every other micropacket) is queued as is."""
+    p = Pair(impl=impl, seed=8)
+    p.run(0.05)
+    m = Message(1, A, B, 0x88B5, bytes(range(200)))
+    recs = m.records()
+    both = np.empty(2 * len(recs), MP_DTYPE)
+    both[0::2] = recs
+    p.links[0].enqueue(1, both[0::2])
+    p.run(0.2)
+    assert p.got[1] == [m]
