@@ -161,7 +161,7 @@ static int q_push(VcQueue *q, PyObject *obj)
     PyObject *owned = NULL;
     if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0) {
         /* e.g. a strided numpy view: take a contiguous copy, as Link's concatenate would */
-        if (!PyErr_ExceptionMatches(PyExc_BufferError))
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError))
             return -1;
         PyErr_Clear();
         if (!(owned = PyObject_CallMethod(obj, "tobytes", NULL)))
