@@ -1138,6 +1138,22 @@ static PyObject *Core_get_next_seq(Core *s, void *c) { return PyLong_FromUnsigne
 static PyObject *Core_get_base(Core *s, void *c) { return PyLong_FromUnsignedLongLong(s->base); }
 static PyObject *Core_get_cable_id(Core *s, void *c) { return PyLong_FromUnsignedLong(s->cable_id); }
 static PyObject *Core_get_max_mps(Core *s, void *c) { return PyLong_FromLong(s->max_mps); }
+static int Core_set_max_mps(Core *s, PyObject *v, void *c)
+{
+    if (!v) {
+        PyErr_SetString(PyExc_AttributeError, "max_mps cannot be deleted");
+        return -1;
+    }
+    long n = PyLong_AsLong(v);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    if (n < 1 || n > MAX_DGRAM_MPS) {
+        PyErr_Format(PyExc_ValueError, "max_mps must be 1..%d, not %ld", MAX_DGRAM_MPS, n);
+        return -1;
+    }
+    s->max_mps = (int)n;
+    return 0;
+}
 static PyObject *Core_get_queued_all(Core *s, void *c)
 {
     return Py_BuildValue("[nnnn]", s->q[0].count, s->q[1].count, s->q[2].count, s->q[3].count);
@@ -1152,7 +1168,7 @@ static PyGetSetDef Core_getset[] = {
     {"next_seq", (getter)Core_get_next_seq, NULL, "wide TSEQ of the next micropacket we sequence", NULL},
     {"base", (getter)Core_get_base, NULL, "oldest unacknowledged", NULL},
     {"cable_id", (getter)Core_get_cable_id, NULL, NULL, NULL},
-    {"max_mps", (getter)Core_get_max_mps, NULL, "micropackets per cable datagram", NULL},
+    {"max_mps", (getter)Core_get_max_mps, (setter)Core_set_max_mps, "micropackets per cable datagram", NULL},
     {"_queued_all", (getter)Core_get_queued_all, NULL, NULL, NULL},
     {NULL},
 };

@@ -213,3 +213,19 @@ def test_enqueue_takes_a_strided_view(impl):
     p.links[0].enqueue(1, both[0::2])
     p.run(0.2)
     assert p.got[1] == [m]
+
+
+@each_impl
+def test_max_mps_can_change_on_a_live_link(impl):
+    """The underlay's MTU may be learnt later: a smaller max_mps applies to the next datagrams."""
+    sizes = []
+    p = Pair(impl=impl, seed=2, tap=lambda i, d: d[3] & C.SHIM_FLAG_SEQUENCED and sizes.append(
+        (len(d) - C.SHIM_BYTES) // C.MP_BYTES))
+    p.run(0.05)
+    for link in p.links:
+        link.max_mps = 10
+    sizes.clear()  # the initial credit grants went out before
+    m = Message(1, A, B, 0x88B5, bytes(3000))
+    p.links[0].enqueue(1, m.records())
+    p.run(0.5)
+    assert p.got[1] == [m] and sizes and max(sizes) <= 10
