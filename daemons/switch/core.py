@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, MpType
-from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..link.clink import CLink
+from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import admin_defect
 from ..wire.admin import Admin, change_route_args, i_am_args, parse_change_route, port_id_args, ula_list_args
 from ..wire.errors import DecodeError
@@ -42,7 +43,7 @@ class _Segment:
 @dataclass
 class Port:
     number: int
-    link: Link
+    link: CLink
     inq: list = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
     current: list = field(default_factory=lambda: [None] * C.NUM_VCS)  # targets of the open Message
     counters: Counter = field(default_factory=Counter)
@@ -69,7 +70,7 @@ class Switch:
         self.ula = assigned_ula(switch_id, 0)
         cable_ids = cable_ids or {}
         self.ports = {
-            p: Port(p, Link(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng))
+            p: Port(p, CLink(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng))
             for p in port_numbers
         }
         self.static = dict(static or {})

@@ -28,6 +28,7 @@ from daemons.switch.core import Switch
 from daemons.wire.message import encode_stream, mps_for, single_records, stream_records
 from daemons.wire.micropacket import MP_DTYPE, Micropacket, restamp
 from daemons.wire.shim import Shim
+from tests.unit.linkpair import each_impl
 
 S_ULA = bytes.fromhex("020000000009")
 CABLE = 1
@@ -202,11 +203,12 @@ def attack(draw, attacker: Link, victim_link: Link, d_ulas, now: float) -> tuple
     return [dgram, *dgrams[1:]], CERTAIN.get(kind, certain)
 
 
+@each_impl
 @SETTINGS
 @given(st.data(), st.integers(0, 1000))
-def test_link_survives_structured_mutations(data, seed):
+def test_link_survives_structured_mutations(impl, data, seed):
     attacker = Link(CABLE, 0.0, rng=random.Random(seed))
-    victim = Link(CABLE, 0.0, rng=random.Random(seed + 1))
+    victim = impl(CABLE, 0.0, rng=random.Random(seed + 1))
 
     def victim_out(now):
         for ev in victim.events():
