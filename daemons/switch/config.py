@@ -18,6 +18,8 @@ class PortConfig:
     local: tuple
     peer: tuple
     cable_id: int
+    management: bool = False  # configuration Admin (CHANGE_ROUTE, ...) accepted from this port
+    trust_source: bool = False  # Messages' S_ULA not checked: an uplink to another switch
 
 
 @dataclass
@@ -61,6 +63,8 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             p.get("local", str, required=True, check=resolve),
             p.get("peer", str, required=True, check=resolve),
             p.get("cable_id", int, number, check=in_range(0, 2**32 - 1)),
+            p.get("management", bool, False),
+            p.get("trust_source", bool, False),
         ))
         p.finish()
     numbers = {q.number for q in cfg.ports}

@@ -263,7 +263,8 @@ def test_gsnd_core_survives_structured_mutations(data, seed):
 @SETTINGS
 @given(st.data(), st.integers(0, 1000))
 def test_switch_core_survives_structured_mutations(data, seed):
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2})
+    # S_ULA is the attacker's port's, so its Messages pass source validation and reach forwarding
+    sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2}, static={S_ULA: 1})
     attacker = Link(CABLE, 0.0, rng=random.Random(seed + 1))
     other = Link(2, 0.0, rng=random.Random(seed + 2))  # a well-behaved neighbour on port 2
 
