@@ -125,6 +125,15 @@ ADMIN_XID_MEMORY_S = 1.0  # switch remembers XID -> ingress port for 1 s
 # (CHANGE_ROUTE for a new ULA is refused when full; ULA_LIST's 16-bit index/total).
 ADMIN_XID_TABLE_MAX = 4096
 SWITCH_TABLE_MAX = 4096
+# Admin authority at a switch (PC, issue 12): requests that change an element's
+# configuration are obeyed, or forwarded on by hop count, only when they entered the
+# switch on a port configured `management = true`; from any other port they get
+# INVALID_ADMIN (status NOT_SUPPORTED), counted admin_refused_not_management.  Every
+# other request (WHAT_ARE_YOU, ARE_YOU_THERE, ASSIGN_ULA -- which binds only the
+# asking port --, READ_REGISTER, LIST_ULAS, GET_PORT) is open to every port.
+ADMIN_MANAGEMENT_COMMANDS = frozenset({
+    AdminCmd.SET_ELEMENT_ADDRESS, AdminCmd.INITIALIZE, AdminCmd.WRITE_REGISTER, AdminCmd.CHANGE_ROUTE,
+})
 
 # --- link (spec §1.4, §1.5, §1.7; PROJECT CHOICE) -------------------------------
 # Receive buffer per VC, in micropackets.  The spec's 64 suits a 40 m copper

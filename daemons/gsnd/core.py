@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, MpType
-from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..link.clink import CLink
+from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import AdminIn, Delivered, Reassembler
 from ..wire.admin import Admin, i_am_args, parse_i_am
 from ..wire.errors import DecodeError
@@ -57,7 +58,7 @@ class Endpoint:
         aliases: tuple[bytes, ...] = (),
     ) -> None:
         self.rng = rng or random.Random()
-        self.link = Link(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
+        self.link = CLink(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
         self.reasm = Reassembler(max_payload)
         self.configured_ula = ula
         # Further ULAs this port answers to (a port may have several, spec §5); the

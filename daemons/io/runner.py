@@ -6,6 +6,7 @@ from typing import Callable
 
 import trio
 
+from ..link.clink import CLink
 from ..link.link import Link
 
 # At most this many datagrams in flight on a cable.  Go-back-N retransmits on a
@@ -24,7 +25,7 @@ class LinkRunner:
     queued, on this and other links.
     """
 
-    def __init__(self, link: Link, transport, on_input: Callable[[float], None],
+    def __init__(self, link: CLink | Link, transport, on_input: Callable[[float], None],
                  after: Callable[[float], None], timer: Callable[[], float] | None = None,
                  handle_timer: Callable[[float], list] | None = None) -> None:
         self.link = link

@@ -25,6 +25,9 @@ def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> No
     Forwards Messages by destination ULA, assigns ULAs 02:47:53:<id>:<port>:00 to
     endpoints over Admin, holds static ULA->port entries (e.g. the HARP server
     00:10:3b:ff:ff:e0), and copies broadcasts to every port when broadcast is on.
+    CHANGE_ROUTE and other configuration Admin are obeyed only from ports marked
+    `management = true`; a Message whose source ULA is not its ingress port's is
+    dropped unless the port is marked `trust_source = true` (an uplink).
     `gsnctl -s RUNTIME_DIR/control.sock status` shows ports and counters.
     Exit status 78 means a bad configuration.
     """

@@ -19,6 +19,8 @@ class PortConfig:
     local: tuple
     peer: tuple
     cable_id: int
+    management: bool = False  # configuration Admin (CHANGE_ROUTE, ...) accepted from this port
+    trust_source: bool = False  # Messages' S_ULA not checked: an uplink to another switch
     mtu: int | None = None  # the underlay's MTU on this cable's path; None: the kernel's path MTU
 
 
@@ -69,7 +71,9 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             p.get("local", str, required=True, check=resolve),
             p.get("peer", str, required=True, check=resolve),
             p.get("cable_id", int, number, check=in_range(0, 2**32 - 1)),
-            p.get("mtu", int, None),
+            p.get("management", bool, False),
+            p.get("trust_source", bool, False),
+            mtu=p.get("mtu", int, None),
         ))
         p.finish()
         port = cfg.ports[-1]

@@ -7,19 +7,30 @@ other inputs wanting it wait in their input buffer, holding their credits, which
 is the back-pressure.  Input credits are returned when micropackets leave the
 input buffer for the output queue.  Broadcast (on by config) copies a Message to
 every port that is up, the sender's included.
+
+Security (issue 12): a Message is forwarded only when its S_ULA is an address the
+switch's table binds to the ingress port (assigned by ASSIGN_ULA, static, or moved
+there by CHANGE_ROUTE) or the port is configured ``trust_source`` (an uplink to
+another switch); otherwise the whole Message is dropped, counted
+``drop_spoofed_source``.  Admin has no source address: its authority is the port it
+entered this switch on -- configuration commands (C.ADMIN_MANAGEMENT_COMMANDS) are
+obeyed, or forwarded on by hop count, only from ``management`` ports.  A forwarded
+request's response is routed back only when it comes from the port the request left by.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, MpType
-from ..link.link import Link, LinkDown, LinkUp, Received, Timers
+from ..link.clink import CLink
+from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import admin_defect
 from ..wire.admin import Admin, change_route_args, i_am_args, parse_change_route, port_id_args, ula_list_args
 from ..wire.errors import DecodeError
@@ -42,7 +53,9 @@ class _Segment:
 @dataclass
 class Port:
     number: int
-    link: Link
+    link: CLink
+    management: bool = False  # configuration Admin accepted from here
+    trust_source: bool = False  # S_ULA not checked (an uplink to another switch)
     inq: list = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
     current: list = field(default_factory=lambda: [None] * C.NUM_VCS)  # targets of the open Message
     counters: Counter = field(default_factory=Counter)
@@ -61,7 +74,13 @@ class Switch:
         buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
         timers: Timers = Timers(),
         rng: random.Random | None = None,
+        management_ports: Iterable[int] = (),
+        trust_source_ports: Iterable[int] = (),
     ) -> None:
+        management, trusted = set(management_ports), set(trust_source_ports)
+        for what, ports in (("management", management), ("trust_source", trusted)):
+            if ports - set(port_numbers):
+                raise ValueError(f"{what}: no port {min(ports - set(port_numbers))} on this switch")
         self.switch_id = switch_id
         self.broadcast = broadcast
         self.buffers = buffers
@@ -69,7 +88,8 @@ class Switch:
         self.ula = assigned_ula(switch_id, 0)
         cable_ids = cable_ids or {}
         self.ports = {
-            p: Port(p, Link(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng))
+            p: Port(p, CLink(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng),
+                    management=p in management, trust_source=p in trusted)
             for p in port_numbers
         }
         self.static = dict(static or {})
@@ -77,10 +97,10 @@ class Switch:
         self.kind: dict[bytes, str] = {u: "static" for u in self.static}
         self.owner = {p: [None] * C.NUM_VCS for p in self.ports}  # output VC -> input owning it
         self.admin_q = [deque() for _ in range(C.NUM_VCS)]
-        # Forwarded request XID -> (ingress, expiry), oldest first: the memory time is
+        # Forwarded request XID -> (ingress, egress, expiry), oldest first: the memory time is
         # constant, so insertion order is deadline order and expiry pops from the front
         # (amortised O(1) per request); at most ADMIN_XID_TABLE_MAX entries.
-        self.xids: OrderedDict[int, tuple[int, float]] = OrderedDict()
+        self.xids: OrderedDict[int, tuple[int, int, float]] = OrderedDict()
         self.counters: Counter[str] = Counter()
 
     # --- link events --------------------------------------------------------------
@@ -113,6 +133,14 @@ class Switch:
         self.counters["messages_aborted"] += 1
 
     # --- forwarding -------------------------------------------------------------------
+    def _route_header(self, port: Port, header: bytes) -> tuple[int, ...]:
+        """The output ports of a Message, () to drop it whole (its DATA and TAIL follow
+        the HEADER's empty route, their credits returned)."""
+        if not port.trust_source and self.table.get(header[6:12]) != port.number:
+            port.counters["drop_spoofed_source"] += 1
+            return ()
+        return self._targets(port, header[:6])
+
     def _targets(self, port: Port, d_ula: bytes) -> tuple[int, ...]:
         if d_ula == C.ULA_BROADCAST:
             if not self.broadcast:
@@ -152,7 +180,7 @@ class Switch:
                 if port.current[vc] is not None:
                     port.counters["header_inside_message"] += 1
                     self._close_open(port, vc)
-                port.current[vc] = self._targets(port, bytes(recs[pos]["data"][:6]))
+                port.current[vc] = self._route_header(port, recs[pos]["data"].tobytes())
                 port.counters["rx_messages"] += 1
             elif port.current[vc] is None:
                 port.counters["drop_stray_data"] += 1
@@ -216,6 +244,10 @@ class Switch:
         port.counters["rx_admin"] += 1
         if adm.is_response:
             self._forward_response(port, adm, now)
+        elif adm.command in C.ADMIN_MANAGEMENT_COMMANDS and not port.management:
+            # judged where it entered this switch, whether for us or to be forwarded on
+            port.counters["admin_refused_not_management"] += 1
+            self._emit_admin(port.number, adm.invalid(), C.VC_ADMIN_RESPONSE)
         elif adm.hop_count > 0:
             self._forward_request(port, adm, now)
         else:
@@ -235,7 +267,7 @@ class Switch:
         elif len(self.xids) >= C.ADMIN_XID_TABLE_MAX:
             port.counters["admin_xid_table_full"] += 1
             return
-        self.xids[adm.xid] = (port.number, now + C.ADMIN_XID_MEMORY_S)
+        self.xids[adm.xid] = (port.number, out, now + C.ADMIN_XID_MEMORY_S)
         fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx + 1, adm.route,
                     adm.status, adm.args)
         self._emit_admin(out, fwd, C.VC_ADMIN_REQUEST)
@@ -246,6 +278,9 @@ class Switch:
         if adm.hop_count == 0 or back is None:
             port.counters["admin_response_unrouted"] += 1
             return
+        if port.number != back[1]:  # not from where the request went: someone else answering
+            port.counters["admin_response_wrong_port"] += 1
+            return
         fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx, adm.route,
                     adm.status, adm.args)
         self._emit_admin(back[0], fwd, C.VC_ADMIN_RESPONSE)
@@ -253,7 +288,7 @@ class Switch:
     def _expire_xids(self, now: float) -> None:
         xids = self.xids
         while xids:
-            xid, (_, exp) = next(iter(xids.items()))
+            xid, (_, _, exp) = next(iter(xids.items()))
             if exp >= now:
                 break
             del xids[xid]
@@ -316,7 +351,9 @@ class Switch:
                 {"ula": format_ula(u), "port": p, "kind": self.kind.get(u, "?")} for u, p in sorted(self.table.items())
             ],
             "ports": {
-                str(n): {"link": p.link.status(), "counters": dict(p.counters)} for n, p in self.ports.items()
+                str(n): {"link": p.link.status(), "counters": dict(p.counters), "management": p.management,
+                         "trust_source": p.trust_source}
+                for n, p in self.ports.items()
             },
             "counters": dict(self.counters),
         }

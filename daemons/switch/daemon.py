@@ -30,7 +30,9 @@ class SwitchDaemon:
         now = trio.current_time()
         self.core = Switch(cfg.switch_id, [p.number for p in cfg.ports], now, broadcast=cfg.broadcast,
                            static=cfg.static, cable_ids={p.number: p.cable_id for p in cfg.ports},
-                           buffers=cfg.buffers, timers=cfg.timers)
+                           buffers=cfg.buffers, timers=cfg.timers,
+                           management_ports=[p.number for p in cfg.ports if p.management],
+                           trust_source_ports=[p.number for p in cfg.ports if p.trust_source])
         self.transports = {
             p.number: UdpTransport(p.local, p.peer, mtu=p.mtu,
                                    on_mtu=lambda st, n=p.number: log.info("cable.mtu", port=n, **st))
@@ -84,6 +86,8 @@ class SwitchDaemon:
             for r in self.runners.values():
                 nursery.start_soon(r.run)
             nursery.start_soon(self._stats)
-            log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast)
+            log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast,
+                     management=[p.number for p in self.cfg.ports if p.management] or None,
+                     trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None)
             sd_notify("READY=1")
             task_status.started()

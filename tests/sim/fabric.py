@@ -13,12 +13,14 @@ from daemons.switch.core import Switch
 
 
 class SimFabric:
-    def __init__(self, n_endpoints: int, seed: int, *, broadcast=True, static=None, timers=None, **loss) -> None:
+    def __init__(self, n_endpoints: int, seed: int, *, broadcast=True, static=None, timers=None,
+                 management_ports=(), **loss) -> None:
         self.rng = random.Random(seed)
         now = 0.0
         ports = list(range(1, n_endpoints + 1))
         kw = {"timers": timers} if timers else {}
-        self.switch = Switch(1, ports, now, broadcast=broadcast, static=static, rng=random.Random(seed + 1), **kw)
+        self.switch = Switch(1, ports, now, broadcast=broadcast, static=static, rng=random.Random(seed + 1),
+                             management_ports=management_ports, **kw)
         self.endpoints = [Endpoint(p, now, rng=random.Random(seed + 10 + p), **kw) for p in ports]
         self.handlers: dict[int, object] = {}  # endpoint index -> callable(Message)
         self.cables = [MemoryCable(random.Random(seed + 100 + p), **loss) for p in ports]

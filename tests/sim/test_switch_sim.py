@@ -19,7 +19,7 @@ async def _fabric(nursery, **kw):
 
 async def test_ula_assignment_and_admin_commands(autojump_clock):
     async with trio.open_nursery() as nursery:
-        fab = await _fabric(nursery)
+        fab = await _fabric(nursery, management_ports=(1,))
         assert [ep.ula for ep in fab.endpoints] == [assigned_ula(1, p) for p in (1, 2, 3)]
         (r,) = await fab.ask(0, AdminCmd.WHAT_ARE_YOU)
         assert r.command == AdminCmd.I_AM and parse_i_am(r.args)[:2] == (ElementType.SWITCH, 3)
@@ -35,8 +35,10 @@ async def test_ula_assignment_and_admin_commands(autojump_clock):
         assert r.status == AdminStatus.NO_SUCH_ULA
         (r,) = await fab.ask(0, 0x42)  # unknown command
         assert r.command == AdminCmd.INVALID_ADMIN and r.args[0] == 0x42
-        # CHANGE_ROUTE: traffic for a new alias goes to port 3
+        # CHANGE_ROUTE from the management port: traffic for a new alias goes to port 3
         alias = b"\x02\xaa\xbb\xcc\xdd\xee"
+        (r,) = await fab.ask(1, AdminCmd.CHANGE_ROUTE, change_route_args(alias, 2))  # host port 2: refused
+        assert r.command == AdminCmd.INVALID_ADMIN and alias not in fab.switch.table
         (r,) = await fab.ask(0, AdminCmd.CHANGE_ROUTE, change_route_args(alias, 3))
         assert r.command == AdminCmd.ROUTE_STATUS and r.status == AdminStatus.OK
         (r,) = await fab.ask(0, AdminCmd.CHANGE_ROUTE, change_route_args(alias, 99))

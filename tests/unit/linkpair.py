@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from daemons.link.clink import CLink
 from daemons.link.link import Link, LinkDown, LinkUp, Received, Timers
 from daemons.link.reassembly import Delivered, Reassembler
 
+# Every link test runs against both: Link (Python + numpy, the oracle) and CLink
+# (daemons/_link.c, what the daemons use).
+LINK_IMPLS = [Link, CLink]
+each_impl = pytest.mark.parametrize("impl", LINK_IMPLS, ids=[i.__name__ for i in LINK_IMPLS])
+
 
 class Pair:
-    def __init__(self, seed=0, drop=0.0, dup=0.0, reorder=0.0, timers=Timers(), buffers=None, max_mps=None):
+    def __init__(self, seed=0, drop=0.0, dup=0.0, reorder=0.0, timers=Timers(), buffers=None, max_mps=None,
+                 impl=Link, tap=None):
         self.rng = random.Random(seed)
+        self.impl = impl
+        self.tap = tap  # tap(i, datagram) sees every datagram link i sends, before the wire loses it
         kw = {"timers": timers} | ({"buffers": buffers} if buffers else {}) | ({"max_mps": max_mps} if max_mps else {})
-        self.links = [Link(9, 0.0, rng=random.Random(seed + 1), **kw), Link(9, 0.0, rng=random.Random(seed + 2), **kw)]
+        self.links = [impl(9, 0.0, rng=random.Random(seed + 1), **kw), impl(9, 0.0, rng=random.Random(seed + 2), **kw)]
         self.reasm = [Reassembler(), Reassembler()]
         self.got = [[], []]
         self.events = [[], []]
@@ -26,6 +37,8 @@ class Pair:
         for i, link in enumerate(self.links):
             out = link.handle_timer(self.now) + link.datagrams(self.now)
             for d in out:
+                if self.tap:
+                    self.tap(i, d)
                 if self.cut or self.rng.random() < self.drop:
                     continue
                 copies = 2 if self.rng.random() < self.dup else 1

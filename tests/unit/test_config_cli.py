@@ -41,6 +41,10 @@ def test_gsnd_bad_config(tmp_path, text, needle):
     ('[[port]]\nnumber = 1\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\n[[static]]\nula = "00:10:3b:ff:ff:e0"\n'
      'port = 7\n', "static[0].port: no port 7"),
     ('[switch]\nid = 300\n[[port]]\nnumber = 1\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\n', "switch.id"),
+    ('[[port]]\nnumber = 1\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\nmanagement = "yes"\n',
+     "port[0].management: expected bool"),
+    ('[[port]]\nnumber = 1\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\ntrust_source = 1\n',
+     "port[0].trust_source: expected bool"),
 ])
 def test_switch_bad_config(tmp_path, text, needle):
     cfg = tmp_path / "sw.toml"
@@ -64,3 +68,34 @@ def test_bad_flag_value_and_missing_file():
 def test_gsnctl_without_daemon_is_one_line(tmp_path):
     r = run("gsnctl", "-s", str(tmp_path / "none.ctl"), "status")
     assert r.returncode == 69 and "is not running" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_switch_security_keys_reach_the_core(tmp_path):
+    """[[port]] management / trust_source (issue 12): off unless set, per port."""
+    import socket
+
+    from daemons.switch import config as sconfig
+    from daemons.switch.daemon import SwitchDaemon
+
+    def free_udp():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    cfg = tmp_path / "sw.toml"
+    cfg.write_text('[switch]\nruntime_dir = "%s"\n' % tmp_path
+                   + ''.join(f'[[port]]\nnumber = {n}\nlocal = "127.0.0.1:{free_udp()}"\npeer = "127.0.0.1:9"\n'
+                             f'{extra}' for n, extra in ((1, ""), (2, "management = true\n"), (3, "trust_source = true\n"))))
+    c = sconfig.load(str(cfg), {})
+    assert [(p.management, p.trust_source) for p in c.ports] == [(False, False), (True, False), (False, True)]
+
+    async def build():
+        d = SwitchDaemon(c)
+        try:
+            return {n: (p.management, p.trust_source) for n, p in d.core.ports.items()}
+        finally:
+            for t in d.transports.values():
+                t.close()
+
+    import trio
+    assert trio.run(build) == {1: (False, False), 2: (True, False), 3: (False, True)}

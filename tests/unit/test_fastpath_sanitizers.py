@@ -1,5 +1,6 @@
-"""Build daemons._fastpath with ASan+UBSan into a temp dir and run the differential
-tests, the link regression and the fuzz harness against it in a subprocess.
+"""Build daemons._fastpath and daemons._link with ASan+UBSan into a temp dir and run
+the differential tests, the link tests (Link and CLink), the CLink differential test
+and both fuzz harnesses against them in a subprocess.
 
 Fails on any sanitizer report.  Skipped when gcc or libasan is missing.
 """
@@ -15,26 +16,32 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "daemons" / "_fastpath.c"
+MODULES = ("_fastpath", "_link")
 TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/fuzz/test_fuzz_fastpath.py",
+         "tests/unit/test_link.py", "tests/unit/test_packet_of_death.py", "tests/unit/test_clink_differential.py",
+         "tests/fuzz/test_fuzz_link.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
-         "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run"]
+         "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run"]
 
-# Load the instrumented module as daemons._fastpath before anything imports it.
+# Load the instrumented modules as daemons._fastpath / daemons._link before anything imports them.
 RUNNER = """
 import importlib.util, sys
-so = sys.argv[1]
-spec = importlib.util.spec_from_file_location("daemons._fastpath", so)
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-sys.modules["daemons._fastpath"] = mod
 import daemons
-daemons._fastpath = mod
-from daemons import _fastpath
-assert _fastpath.__file__ == so, _fastpath.__file__
+for name, so in zip(("_fastpath", "_link"), sys.argv[1:3]):
+    spec = importlib.util.spec_from_file_location("daemons." + name, so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules["daemons." + name] = mod
+    setattr(daemons, name, mod)
+from daemons import _fastpath, _link
+assert _fastpath.__file__ == sys.argv[1], _fastpath.__file__
+assert _link.__file__ == sys.argv[2], _link.__file__
+import daemons.link.clink
+assert daemons.link.clink._link is _link
 assert "libasan" in open("/proc/self/maps").read(), "ASan runtime not loaded"
 import pytest
-sys.exit(pytest.main(["-q", "-x", "--capture=sys", "-p", "no:cacheprovider", *sys.argv[2:]]))  # reports reach fd 2
+sys.exit(pytest.main(["-q", "-x", "--capture=sys", "-p", "no:cacheprovider", *sys.argv[3:]]))  # reports reach fd 2
 """
 
 
@@ -48,14 +55,17 @@ def _libasan() -> str | None:
 
 def test_kernels_clean_under_asan_and_ubsan(tmp_path):
     assert _libasan(), "gcc with libasan is needed (./gsn installs gcc)"
-    so = tmp_path / ("_fastpath" + sysconfig.get_config_var("EXT_SUFFIX"))
-    build = subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
-         "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-         "-I", sysconfig.get_paths()["include"], str(SOURCE), "-o", str(so)],
-        capture_output=True, text=True,
-    )
-    assert build.returncode == 0, build.stderr
+    sos = []
+    for name in MODULES:
+        so = tmp_path / (name + sysconfig.get_config_var("EXT_SUFFIX"))
+        build = subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
+             "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+             "-I", sysconfig.get_paths()["include"], str(ROOT / "daemons" / f"{name}.c"), "-o", str(so)],
+            capture_output=True, text=True,
+        )
+        assert build.returncode == 0, build.stderr
+        sos.append(str(so))
     env = dict(os.environ)
     env.update(
         LD_PRELOAD=_libasan(),
@@ -64,8 +74,8 @@ def test_kernels_clean_under_asan_and_ubsan(tmp_path):
         PYTHONDONTWRITEBYTECODE="1",
         GSN_FUZZ_RUNS=env.get("GSN_FUZZ_RUNS", "1500"),
     )
-    run = subprocess.run([sys.executable, "-c", RUNNER, str(so), *TESTS], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=240)
+    run = subprocess.run([sys.executable, "-c", RUNNER, *sos, *TESTS], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
     report = run.stdout[-4000:] + run.stderr[-4000:]
     assert "AddressSanitizer" not in run.stderr and "runtime error:" not in run.stderr, report
     assert run.returncode == 0, report

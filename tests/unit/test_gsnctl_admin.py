@@ -119,37 +119,89 @@ def _wait(fn, timeout=20.0):
     raise AssertionError("timed out")
 
 
-def test_gsnctl_admin_route_reaches_the_endpoint_behind_the_switch(tmp_path):
-    sw1, sw2, ep1, ep2 = (_free_udp() for _ in range(4))
-    conf = tmp_path / "sw.toml"
-    conf.write_text(f'[switch]\nid = 7\nruntime_dir = "{tmp_path}/sw"\nlog_level = "error"\n'
-                    f'[[port]]\nnumber = 1\nlocal = "127.0.0.1:{sw1}"\npeer = "127.0.0.1:{ep1}"\n'
-                    f'[[port]]\nnumber = 2\nlocal = "127.0.0.1:{sw2}"\npeer = "127.0.0.1:{ep2}"\n')
-    procs = [subprocess.Popen([str(BIN / "gsn-switch"), "-c", str(conf)], stderr=subprocess.PIPE)]
-    for i, (local, peer) in enumerate([(ep1, sw1), (ep2, sw2)]):
-        procs.append(subprocess.Popen([str(BIN / "gsnd"), "--no-tap", "-i", f"gsn{i}", "--local", f"127.0.0.1:{local}",
-                                       "--peer", f"127.0.0.1:{peer}", "--cable-id", str(i + 1), "--runtime-dir", str(tmp_path),
-                                       "--log-level", "error"], stderr=subprocess.PIPE))
-    try:
-        for i in (0, 1):
-            _wait(lambda: request(f"{tmp_path}/gsn{i}.ctl", {"cmd": "status"})["status"]["ula"])
+class Fabric:
+    """A real gsn-switch (id 7) with two ports and a real gsnd (--no-tap) on each."""
 
-        def gsnctl_admin(*argv):
-            return subprocess.run([str(BIN / "gsnctl"), "-s", f"{tmp_path}/gsn0.ctl", "admin", *argv],
-                                  capture_output=True, text=True, timeout=20)
+    def __init__(self, tmp_path, port2_extra: str = "") -> None:
+        self.tmp = tmp_path
+        sw1, sw2, ep1, ep2 = (_free_udp() for _ in range(4))
+        conf = tmp_path / "sw.toml"
+        conf.write_text(f'[switch]\nid = 7\nruntime_dir = "{tmp_path}/sw"\nlog_level = "error"\n'
+                        f'[[port]]\nnumber = 1\nlocal = "127.0.0.1:{sw1}"\npeer = "127.0.0.1:{ep1}"\n'
+                        f'[[port]]\nnumber = 2\nlocal = "127.0.0.1:{sw2}"\npeer = "127.0.0.1:{ep2}"\n{port2_extra}')
+        self.procs = [subprocess.Popen([str(BIN / "gsn-switch"), "-c", str(conf)], stderr=subprocess.PIPE)]
+        for i, (local, peer) in enumerate([(ep1, sw1), (ep2, sw2)]):
+            self.procs.append(subprocess.Popen(
+                [str(BIN / "gsnd"), "--no-tap", "-i", f"gsn{i}", "--local", f"127.0.0.1:{local}", "--peer",
+                 f"127.0.0.1:{peer}", "--cable-id", str(i + 1), "--runtime-dir", str(tmp_path), "--log-level",
+                 "error"], stderr=subprocess.PIPE))
 
-        r = gsnctl_admin("WHAT_ARE_YOU", "--route", "2")
-        assert r.returncode == 0, r.stderr
-        ula2 = request(f"{tmp_path}/gsn1.ctl", {"cmd": "status"})["status"]["ula"].replace(":", "")
-        assert r.stdout == f"I_AM status=0 args=0101{ula2}{'0' * 16}\n"  # an endpoint, 1 port, its ULA
-        r = gsnctl_admin("WHAT_ARE_YOU")  # hop 1: the switch
-        assert r.stdout.startswith("I_AM status=0 args=0202")
-        r = gsnctl_admin("WHAT_ARE_YOU", "--hops", "0")  # this host's own adapter
-        assert r.returncode == 0 and r.stdout.startswith("I_AM status=0 args=0101"), r.stderr
-        r = gsnctl_admin("WHAT_ARE_YOU", "--route", "9")  # no port 9: the switch says so
-        assert r.stdout == "INVALID_ADMIN status=2 args=04" + "0" * 30 + "\n"
-    finally:
-        for p in procs:
+    def __enter__(self) -> "Fabric":
+        try:
+            for i in (0, 1):
+                _wait(lambda: self.ula(i))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
             p.terminate()
-        for p in procs:
+        for p in self.procs:
             p.wait(10)
+
+    def ula(self, i: int) -> str:
+        return request(f"{self.tmp}/gsn{i}.ctl", {"cmd": "status"})["status"]["ula"]
+
+    def gsnctl_admin(self, i: int, *argv):
+        return subprocess.run([str(BIN / "gsnctl"), "-s", f"{self.tmp}/gsn{i}.ctl", "admin", *argv],
+                              capture_output=True, text=True, timeout=20)
+
+    def switch(self) -> dict:
+        return request(f"{self.tmp}/sw/control.sock", {"cmd": "status"})["status"]
+
+
+def test_gsnctl_admin_route_reaches_the_endpoint_behind_the_switch(tmp_path):
+    with Fabric(tmp_path) as fab:
+        r = fab.gsnctl_admin(0, "WHAT_ARE_YOU", "--route", "2")
+        assert r.returncode == 0, r.stderr
+        ula2 = fab.ula(1).replace(":", "")
+        assert r.stdout == f"I_AM status=0 args=0101{ula2}{'0' * 16}\n"  # an endpoint, 1 port, its ULA
+        r = fab.gsnctl_admin(0, "WHAT_ARE_YOU")  # hop 1: the switch
+        assert r.stdout.startswith("I_AM status=0 args=0202")
+        r = fab.gsnctl_admin(0, "WHAT_ARE_YOU", "--hops", "0")  # this host's own adapter
+        assert r.returncode == 0 and r.stdout.startswith("I_AM status=0 args=0101"), r.stderr
+        r = fab.gsnctl_admin(0, "WHAT_ARE_YOU", "--route", "9")  # no port 9: the switch says so
+        assert r.stdout == "INVALID_ADMIN status=2 args=04" + "0" * 30 + "\n"
+
+
+def _table(status: dict) -> dict:
+    return {e["ula"]: e["port"] for e in status["table"]}
+
+
+def test_gsnctl_admin_change_route_from_an_ordinary_host_is_refused(tmp_path):
+    """Issue 12: host 2 used to move host 1's ULA to its own port with CHANGE_ROUTE."""
+    with Fabric(tmp_path) as fab:
+        ula1 = fab.ula(0)
+        r = fab.gsnctl_admin(1, "CHANGE_ROUTE", f"{ula1}:00:02")
+        assert r.stdout == "INVALID_ADMIN status=1 args=09" + "0" * 30 + "\n", r.stderr
+        r = fab.gsnctl_admin(1, "CHANGE_ROUTE", f"{ula1}:00:02", "--route", "1")  # nor through the switch
+        assert r.stdout == "INVALID_ADMIN status=1 args=09" + "0" * 30 + "\n", r.stderr
+        st = fab.switch()
+        assert _table(st)[ula1] == 1
+        assert st["ports"]["2"]["counters"]["admin_refused_not_management"] == 2
+        assert st["ports"]["2"]["management"] is False
+        r = fab.gsnctl_admin(1, "GET_PORT", ula1)  # queries still answered
+        assert r.stdout.startswith(f"PORT_ID status=0 args={ula1.replace(':', '')}0001")
+
+
+def test_gsnctl_admin_change_route_from_the_management_port_is_obeyed(tmp_path):
+    alias = "02:aa:bb:cc:dd:ee"
+    with Fabric(tmp_path, port2_extra="management = true\n") as fab:
+        r = fab.gsnctl_admin(1, "CHANGE_ROUTE", f"{alias}:00:01")
+        assert r.stdout == f"ROUTE_STATUS status=0 args={alias.replace(':', '')}0001" + "0" * 16 + "\n", r.stderr
+        r = fab.gsnctl_admin(0, "CHANGE_ROUTE", f"{alias}:00:02")  # port 1 is still an ordinary host's
+        assert r.stdout.startswith("INVALID_ADMIN status=1 args=09")
+        st = fab.switch()
+        assert _table(st)[alias] == 1 and st["ports"]["2"]["management"] is True

@@ -28,6 +28,7 @@ from daemons.switch.core import Switch
 from daemons.wire.message import encode_stream, mps_for, single_records, stream_records
 from daemons.wire.micropacket import MP_DTYPE, Micropacket, restamp
 from daemons.wire.shim import Shim
+from tests.unit.linkpair import each_impl
 
 S_ULA = bytes.fromhex("020000000009")
 CABLE = 1
@@ -202,11 +203,12 @@ def attack(draw, attacker: Link, victim_link: Link, d_ulas, now: float) -> tuple
     return [dgram, *dgrams[1:]], CERTAIN.get(kind, certain)
 
 
+@each_impl
 @SETTINGS
 @given(st.data(), st.integers(0, 1000))
-def test_link_survives_structured_mutations(data, seed):
+def test_link_survives_structured_mutations(impl, data, seed):
     attacker = Link(CABLE, 0.0, rng=random.Random(seed))
-    victim = Link(CABLE, 0.0, rng=random.Random(seed + 1))
+    victim = impl(CABLE, 0.0, rng=random.Random(seed + 1))
 
     def victim_out(now):
         for ev in victim.events():
@@ -261,7 +263,8 @@ def test_gsnd_core_survives_structured_mutations(data, seed):
 @SETTINGS
 @given(st.data(), st.integers(0, 1000))
 def test_switch_core_survives_structured_mutations(data, seed):
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2})
+    # S_ULA is the attacker's port's, so its Messages pass source validation and reach forwarding
+    sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2}, static={S_ULA: 1})
     attacker = Link(CABLE, 0.0, rng=random.Random(seed + 1))
     other = Link(2, 0.0, rng=random.Random(seed + 2))  # a well-behaved neighbour on port 2
 

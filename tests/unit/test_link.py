@@ -6,7 +6,7 @@ from daemons.link.link import Link, LinkDown, Timers
 from daemons.wire.message import Message
 from daemons.wire.micropacket import MP_DTYPE
 from daemons.wire.shim import Shim
-from tests.unit.linkpair import Pair
+from tests.unit.linkpair import Pair, each_impl
 
 A, B = b"\x02" * 6, b"\x04" * 6
 
@@ -20,8 +20,9 @@ def per_vc(ms):
     return {vc: [m for m in ms if m.vc == vc] for vc in range(4)}
 
 
-def test_bring_up_grants_initial_credits():
-    p = Pair()
+@each_impl
+def test_bring_up_grants_initial_credits(impl):
+    p = Pair(impl=impl)
     p.run(0.05)
     assert p.up()
     for link in p.links:
@@ -29,8 +30,9 @@ def test_bring_up_grants_initial_credits():
         assert link.ledger.balanced()
 
 
-def test_lossy_duplicating_reordering_path_delivers_exactly_once_in_order():
-    p = Pair(seed=3, drop=0.15, dup=0.1, reorder=0.2)
+@each_impl
+def test_lossy_duplicating_reordering_path_delivers_exactly_once_in_order(impl):
+    p = Pair(impl=impl, seed=3, drop=0.15, dup=0.1, reorder=0.2)
     p.run(0.1)
     sent = msgs(p.rng, 40)
     back = msgs(p.rng, 10)
@@ -49,8 +51,9 @@ def test_lossy_duplicating_reordering_path_delivers_exactly_once_in_order():
         assert link.credits == list(C.VC_BUFFER_MPS) and link.ledger.balanced()
 
 
-def test_sequence_wraps_far_beyond_8_bits():
-    p = Pair(seed=4)
+@each_impl
+def test_sequence_wraps_far_beyond_8_bits(impl):
+    p = Pair(impl=impl, seed=4)
     p.run(0.05)
     sent = msgs(p.rng, 60, vcs=(1,), maxlen=8000)
     for m in sent:
@@ -60,8 +63,9 @@ def test_sequence_wraps_far_beyond_8_bits():
     assert p.links[1].expected > 10 * C.SEQ_MOD
 
 
-def test_vc0_not_starved_by_bulk_vc3():
-    p = Pair(seed=5)
+@each_impl
+def test_vc0_not_starved_by_bulk_vc3(impl):
+    p = Pair(impl=impl, seed=5)
     p.run(0.05)
     bulk = Message(3, A, B, 0x8181, bytes(2_000_000))
     p.links[0].enqueue(3, bulk.records())
@@ -74,9 +78,10 @@ def test_vc0_not_starved_by_bulk_vc3():
     assert p.got[1][-1] == bulk
 
 
-def test_silence_brings_link_down_and_it_recovers_when_peer_returns():
+@each_impl
+def test_silence_brings_link_down_and_it_recovers_when_peer_returns(impl):
     t = Timers(dead_interval=0.3)
-    p = Pair(timers=t)
+    p = Pair(impl=impl, timers=t)
     p.run(0.05)
     assert p.up()
     p.cut = True
@@ -93,10 +98,11 @@ def test_silence_brings_link_down_and_it_recovers_when_peer_returns():
     assert per_vc(p.got[1]) == per_vc(sent)
 
 
-def test_peer_restart_resets_link_and_traffic_resumes():
-    p = Pair(seed=6)
+@each_impl
+def test_peer_restart_resets_link_and_traffic_resumes(impl):
+    p = Pair(impl=impl, seed=6)
     p.run(0.05)
-    p.links[1] = Link(9, p.now)  # the peer process was killed and restarted
+    p.links[1] = impl(9, p.now)  # the peer process was killed and restarted
     p.run(0.1)
     assert p.up()
     assert any(isinstance(e, LinkDown) and e.reason == "peer_reset" for e in p.events[0])
@@ -107,8 +113,9 @@ def test_peer_restart_resets_link_and_traffic_resumes():
     assert per_vc(p.got[1]) == per_vc(sent)
 
 
-def test_credit_violation_by_peer_is_dropped_and_counted():
-    p = Pair(buffers=(4, 4, 4, 4))
+@each_impl
+def test_credit_violation_by_peer_is_dropped_and_counted(impl):
+    p = Pair(impl=impl, buffers=(4, 4, 4, 4))
     p.run(0.05)
     tx = p.links[0]
     tx.ledger.tx[1] += 100  # a misbehaving peer that ignores its credits
@@ -120,8 +127,9 @@ def test_credit_violation_by_peer_is_dropped_and_counted():
     assert p.links[1].ledger.balanced()
 
 
-def test_garbage_datagrams_are_counted_never_raise():
-    link = Link(9, 0.0)
+@each_impl
+def test_garbage_datagrams_are_counted_never_raise(impl):
+    link = impl(9, 0.0)
     for blob in [b"", b"hello", bytes(72), Shim(1, 8, 0, 0, 0, 0).encode() + bytes(40),
                  Shim(1, 9, 0, 0, 0, 0).encode() + bytes(40)]:
         link.receive(blob, 0.0)
@@ -129,25 +137,28 @@ def test_garbage_datagrams_are_counted_never_raise():
     assert c["bad_shim_shim"] and c["bad_shim_magic"] and c["wrong_cable"] and c["lcrc_error"]
 
 
+@each_impl
 @settings(max_examples=60, deadline=None)
 @given(st.binary(min_size=32, max_size=400), st.integers(0, 2**32))
-def test_fuzzed_datagrams_never_raise(blob, seed):
-    p = Pair(seed=seed % 1000)
+def test_fuzzed_datagrams_never_raise(impl, blob, seed):
+    p = Pair(impl=impl, seed=seed % 1000)
     p.run(0.02)
     good = Shim(1, 9, p.links[0].my_nonce, p.links[1].my_nonce, 0, 0).encode()
     p.links[1].receive(good + blob, p.now)
     p.links[1].receive(blob, p.now)
 
 
-def test_unknown_vc_records_survive_counters():
+@each_impl
+def test_unknown_vc_records_survive_counters(impl):
     recs = np.zeros(0, MP_DTYPE)
-    link = Link(1, 0.0)
+    link = impl(1, 0.0)
     link.enqueue(2, recs)
     assert link.queued(2) == 0
 
 
-def test_simultaneous_resets_converge():
-    a, b = Link(9, 0.0), Link(9, 0.0)
+@each_impl
+def test_simultaneous_resets_converge(impl):
+    a, b = impl(9, 0.0), impl(9, 0.0)
     ra, rb = a.datagrams(0.0), b.datagrams(0.0)  # both RESETs are on the wire before either arrives
     for d in ra:
         b.receive(d, 0.001)
@@ -163,15 +174,18 @@ def test_simultaneous_resets_converge():
 
 
 
-def test_datagrams_hold_at_most_max_mps_micropackets():
+@each_impl
+def test_datagrams_hold_at_most_max_mps_micropackets(impl):
     """A link told the underlay carries 36 micropackets per datagram never builds a
     bigger one, and a lossy path still delivers everything in order."""
 
-    p = Pair(seed=5, drop=0.05, max_mps=36)
     sizes = []
-    for link in p.links:
-        build = link._sequenced_datagram
-        link._sequenced_datagram = lambda seq, recs, build=build: sizes.append(len(recs)) or build(seq, recs)
+
+    def tap(i, d):
+        if d[3] & C.SHIM_FLAG_SEQUENCED:
+            sizes.append((len(d) - C.SHIM_BYTES) // C.MP_BYTES)
+
+    p = Pair(impl=impl, seed=5, drop=0.05, max_mps=36, tap=tap)
     p.run(0.05)
     sent = msgs(p.rng, 5)
     for m in sent:
@@ -181,7 +195,37 @@ def test_datagrams_hold_at_most_max_mps_micropackets():
     assert per_vc(p.got[1]) == per_vc(sent)
     for bad in (0, C.MAX_DATAGRAM_MPS + 1):
         try:
-            Link(3, 0.0, max_mps=bad)
+            impl(3, 0.0, max_mps=bad)
         except ValueError:
             continue
         raise AssertionError(f"max_mps={bad} accepted")
+
+
+@each_impl
+def test_enqueue_takes_a_strided_view(impl):
+    """A non-contiguous view of records (every other micropacket) is queued as is."""
+    p = Pair(impl=impl, seed=8)
+    p.run(0.05)
+    m = Message(1, A, B, 0x88B5, bytes(range(200)))
+    recs = m.records()
+    both = np.empty(2 * len(recs), MP_DTYPE)
+    both[0::2] = recs
+    p.links[0].enqueue(1, both[0::2])
+    p.run(0.2)
+    assert p.got[1] == [m]
+
+
+@each_impl
+def test_max_mps_can_change_on_a_live_link(impl):
+    """The underlay's MTU may be learnt later: a smaller max_mps applies to the next datagrams."""
+    sizes = []
+    p = Pair(impl=impl, seed=2, tap=lambda i, d: d[3] & C.SHIM_FLAG_SEQUENCED and sizes.append(
+        (len(d) - C.SHIM_BYTES) // C.MP_BYTES))
+    p.run(0.05)
+    for link in p.links:
+        link.max_mps = 10
+    sizes.clear()  # the initial credit grants went out before
+    m = Message(1, A, B, 0x88B5, bytes(3000))
+    p.links[0].enqueue(1, m.records())
+    p.run(0.5)
+    assert p.got[1] == [m] and sizes and max(sizes) <= 10

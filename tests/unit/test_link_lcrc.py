@@ -14,7 +14,7 @@ from daemons import constants as C
 from daemons.link.reassembly import Delivered, Reassembler
 from daemons.wire.message import Message
 from daemons.wire.micropacket import MP_DTYPE, lcrc_fold_ok
-from tests.unit.linkpair import Pair
+from tests.unit.linkpair import Pair, each_impl
 
 A, B = b"\x02" * 6, b"\x04" * 6
 
@@ -33,8 +33,9 @@ def _flip(datagram, mps, byte, bit=0x08):
     return bytes(raw)
 
 
-def test_same_bit_flipped_in_two_micropackets_delivers_nothing_corrupt_and_counts_two_drops():
-    p = Pair(seed=11)
+@each_impl
+def test_same_bit_flipped_in_two_micropackets_delivers_nothing_corrupt_and_counts_two_drops(impl):
+    p = Pair(impl=impl, seed=11)
     p.run(0.05)
     assert p.up()
     m = Message(1, A, B, 0x88B5, bytes(range(256)) * 4)
@@ -52,8 +53,9 @@ def test_same_bit_flipped_in_two_micropackets_delivers_nothing_corrupt_and_count
     assert p.reasm[1].counters == {}  # nothing discarded, nothing corrupt delivered
 
 
-def test_cancelling_errors_in_control_batch_drop_only_the_bad_micropackets():
-    p = Pair(seed=12)
+@each_impl
+def test_cancelling_errors_in_control_batch_drop_only_the_bad_micropackets(impl):
+    p = Pair(impl=impl, seed=12)
     p.run(0.05)
     null = p.links[0]._control_datagram(C.MpType.NULL)
     two = null + null[C.SHIM_BYTES:] * 2

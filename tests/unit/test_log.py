@@ -76,3 +76,18 @@ def test_drop_counters_are_limited_per_counter():
     else:
         raise AssertionError("not limited")
     assert rl.suppressed_total == 1
+
+
+def test_switch_security_counters_are_logged_as_drops():
+    """Issue 12: a refused Admin and a response from the wrong port are drops too."""
+    logged = []
+
+    class Log:
+        def warning(self, event, **kw):
+            logged.append(kw["counter"])
+
+    cl = logsetup.CounterLog(Log())
+    cl.update("port2", {"admin_refused_not_management": 1, "admin_response_wrong_port": 1,
+                        "drop_spoofed_source": 1, "rx_admin": 3}, 0.0)
+    assert sorted(logged) == ["port2.admin_refused_not_management", "port2.admin_response_wrong_port",
+                              "port2.drop_spoofed_source"]

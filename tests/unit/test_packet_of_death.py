@@ -3,7 +3,7 @@ reserved TYPE and a valid LCRC) ended gsnd and gsn-switch.  It must be a counted
 drop on every cable path."""
 
 from daemons.gsnd.core import Endpoint
-from daemons.link.link import Link
+from tests.unit.linkpair import each_impl
 from daemons.switch.core import Switch
 from daemons.wire.micropacket import MP_DTYPE, lcrc_exact
 from daemons.wire.shim import decode_datagram
@@ -26,20 +26,22 @@ def test_the_datagram_is_what_the_issue_says():
     assert (int(rec["ctrl"][0]) >> 58) & 0xF == 0xA  # reserved TYPE
 
 
-def test_link_counts_a_reserved_type_in_a_control_batch():
-    link = Link(1, 0.0)
+@each_impl
+def test_link_counts_a_reserved_type_in_a_control_batch(impl):
+    link = impl(1, 0.0)
     link.receive(DEATH, 0.0)
     assert link.counters["bad_control_TYPE"] == 1
     assert link.events() == []
     # the link still works: a RESET from the peer still brings it up
-    peer = Link(1, 0.0)
+    peer = impl(1, 0.0)
     for d in peer.datagrams(0.0):
         link.receive(d, 0.001)
     assert link.up
 
 
-def test_link_counts_it_while_up_too():
-    a, b = Link(1, 0.0), Link(1, 0.0)
+@each_impl
+def test_link_counts_it_while_up_too(impl):
+    a, b = impl(1, 0.0), impl(1, 0.0)
     for _ in range(3):
         for x, y in ((a, b), (b, a)):
             for d in x.datagrams(0.0):
@@ -138,7 +140,7 @@ async def test_pktwayd_twin_link_survives_it_on_a_real_socket():
 
 # --- a neighbour posing as a switch and assigning an impossible ULA -----------------
 from daemons.constants import ElementType  # noqa: E402
-from daemons.link.link import Received  # noqa: E402
+from daemons.link.link import Link, Received  # noqa: E402
 from daemons.wire.admin import i_am_args  # noqa: E402
 
 

@@ -110,8 +110,9 @@ def test_full_xid_table_frees_up_as_entries_expire(small_caps):
 
 
 def test_change_route_cannot_grow_the_ula_table_without_bound(small_caps):
-    """65,536 CHANGE_ROUTEs used to make LIST_ULAS raise struct.error and end gsn-switch."""
-    sw = Switch(1, [1], 0.0)
+    """65,536 CHANGE_ROUTEs used to make LIST_ULAS raise struct.error and end gsn-switch
+    (a management port's: since issue 12 no other port may send them)."""
+    sw = Switch(1, [1], 0.0, management_ports=[1])
     cap = C.SWITCH_TABLE_MAX
     for k in range(1, cap + 11):
         admin_in(sw, 1, Admin(AdminCmd.CHANGE_ROUTE, xid=k, args=change_route_args(k.to_bytes(6, "big"), 1)), 0.0)

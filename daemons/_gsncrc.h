@@ -1,0 +1,119 @@
+/* CRC-16 and micropacket primitives shared by daemons/_fastpath.c and daemons/_link.c
+ * (see the comment at the top of _fastpath.c for the wire format and the maths).
+ * Every function is static: each extension gets its own copy of the tables. */
+#ifndef GSN_CRC_H
+#define GSN_CRC_H
+#include <stdint.h>
+#include <string.h>
+#include <Python.h>
+
+#define MP_BYTES 40
+#define MP_DATA 32
+#define CRC_POLY 0x1021u
+#define CRC_INIT 0xFFFFu
+#define LINK_BITS 0x00FFFFFF00000000ull /* VCR | CR | RSEQ | TSEQ */
+#define RSEQ_BITS 0x0000FF0000000000ull
+#define GIL_MIN_MPS 64 /* release the GIL only for batches at least this long */
+
+static uint16_t T[16][256];
+static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
+static uint16_t K32;                      /* M32(0xFFFF) */
+
+static uint16_t advance_slow(uint16_t x, int nbytes)
+{
+    while (nbytes--) {
+        for (int b = 0; b < 8; b++)
+            x = (uint16_t)((x & 0x8000u) ? ((unsigned)x << 1) ^ CRC_POLY : (unsigned)x << 1);
+    }
+    return x;
+}
+
+static void init_tables(void)
+{
+    for (int v = 0; v < 256; v++)
+        T[0][v] = advance_slow((uint16_t)(v << 8), 1);
+    for (int k = 1; k < 16; k++)
+        for (int v = 0; v < 256; v++) {
+            uint16_t x = T[k - 1][v];
+            T[k][v] = (uint16_t)((x << 8) ^ T[0][x >> 8]);
+        }
+    for (int v = 0; v < 256; v++) {
+        M32[0][v] = advance_slow((uint16_t)(v << 8), 32);
+        M32[1][v] = advance_slow((uint16_t)v, 32);
+        M6[0][v] = advance_slow((uint16_t)(v << 8), 6);
+        M6[1][v] = advance_slow((uint16_t)v, 6);
+    }
+    K32 = advance_slow(CRC_INIT, 32);
+}
+
+static inline uint16_t adv32(uint16_t x) { return M32[0][x >> 8] ^ M32[1][x & 0xFF]; }
+static inline uint16_t adv6(uint16_t x) { return M6[0][x >> 8] ^ M6[1][x & 0xFF]; }
+
+/* Register c fed with 16 bytes p[0..15]. */
+static inline uint16_t slice16(uint16_t c, const uint8_t *p)
+{
+    return T[15][p[0] ^ (c >> 8)] ^ T[14][p[1] ^ (c & 0xFF)] ^ T[13][p[2]] ^ T[12][p[3]] ^
+           T[11][p[4]] ^ T[10][p[5]] ^ T[9][p[6]] ^ T[8][p[7]] ^ T[7][p[8]] ^ T[6][p[9]] ^
+           T[5][p[10]] ^ T[4][p[11]] ^ T[3][p[12]] ^ T[2][p[13]] ^ T[1][p[14]] ^ T[0][p[15]];
+}
+
+/* Zero-init CRC of one 32-byte block; the two halves are independent. */
+static inline uint16_t block_crc0(const uint8_t *p)
+{
+    uint16_t hi = slice16(0, p), lo = slice16(0, p + 16);
+    /* hi advanced by 16 zero bytes == slice16(hi, zeros) == T[15][hi>>8] ^ T[14][hi&0xFF] */
+    return T[15][hi >> 8] ^ T[14][hi & 0xFF] ^ lo;
+}
+
+/* Zero-init CRC of the first 6 bytes of a control word (bits 63..16). */
+static inline uint16_t ctrl6_crc0(uint64_t ctrl)
+{
+    return T[5][(ctrl >> 56) & 0xFF] ^ T[4][(ctrl >> 48) & 0xFF] ^ T[3][(ctrl >> 40) & 0xFF] ^
+           T[2][(ctrl >> 32) & 0xFF] ^ T[1][(ctrl >> 24) & 0xFF] ^ T[0][(ctrl >> 16) & 0xFF];
+}
+
+static inline uint16_t crc16_buf(uint16_t c, const uint8_t *p, Py_ssize_t n)
+{
+    while (n >= 16) {
+        c = slice16(c, p);
+        p += 16;
+        n -= 16;
+    }
+    while (n--)
+        c = (uint16_t)((c << 8) ^ T[0][(c >> 8) ^ *p++]);
+    return c;
+}
+
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void store_be64(uint8_t *p, uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+static inline uint16_t lcrc_of(const uint8_t *mp, uint64_t ctrl)
+{
+    return adv6(K32 ^ block_crc0(mp)) ^ ctrl6_crc0(ctrl);
+}
+
+/* Rewrite the control word of one micropacket to ``neu`` (LCRC bits ignored),
+ * fixing LCRC by linearity: a corrupt micropacket stays detectably corrupt. */
+static inline void restamp_ctrl(uint8_t *mp, uint64_t neu)
+{
+    uint64_t old = load_be64(mp + MP_DATA);
+    uint16_t lcrc = (uint16_t)old ^ ctrl6_crc0(old ^ neu);
+    store_be64(mp + MP_DATA, (neu & ~0xFFFFull) | lcrc);
+}
+
+#endif

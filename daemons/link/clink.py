@@ -1,0 +1,139 @@
+"""The compiled GSN link: :class:`CLink` has exactly the public interface of
+:class:`daemons.link.link.Link` and, for the same inputs (rng included), sends the
+same bytes, raises the same events and counts the same drops.
+
+The per-micropacket work (shim and LCRC checks, sequence/ack/credit handling, VC
+round robin, stamping, the go-back-N ring of wire-ready datagrams) is in
+daemons/_link.c; this module only adapts it (events are the Python classes of
+link.py, counters a Counter, ``status()``, a view of the credit ledger).
+Link (pure Python + numpy) stays as the test oracle.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+
+from .. import _link
+from .. import constants as C
+from ..wire.micropacket import MP_DTYPE
+from .link import LinkDown, LinkState, LinkUp, Received, Timers
+
+_link.setup(LinkUp, LinkDown, Received, np.frombuffer, MP_DTYPE)
+
+_LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
+
+
+class _Counters(Mapping):
+    """Live, read-only view of the C counters with Counter semantics (a missing
+    name reads 0; only non-zero counters are listed)."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: "CLink") -> None:
+        self._core = core
+
+    def __getitem__(self, name: str) -> int:
+        return self._core._counter(name)
+
+    def __iter__(self):
+        return iter(self._core._counter_dict())
+
+    def __len__(self) -> int:
+        return len(self._core._counter_dict())
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and self._core._counter(name) > 0
+
+    def __pos__(self) -> Counter:
+        return Counter(self._core._counter_dict())
+
+    def total(self) -> int:
+        return sum(self._core._counter_dict().values())
+
+    def __repr__(self) -> str:
+        return f"Counters({self._core._counter_dict()!r})"
+
+
+class _LedgerList(list):
+    """A snapshot of one ledger row; item assignment writes through (test hooks)."""
+
+    __slots__ = ("_core", "_name")
+
+    def __setitem__(self, vc, value):
+        list.__setitem__(self, vc, value)
+        self._core._ledger_set(self._name, vc, value)
+
+
+class _LedgerView:
+    """Read-mostly view of the C credit ledger with CreditLedger's attributes."""
+
+    def __init__(self, core: "CLink") -> None:
+        self._core = core
+
+    def _row(self, i: int) -> list:
+        row = _LedgerList(self._core._ledger()[i])
+        row._core, row._name = self._core, _LEDGER_FIELDS[i]
+        return row
+
+    tx = property(lambda self: self._row(0))
+    used = property(lambda self: self._row(1))
+    pending = property(lambda self: self._row(2))
+    rx_outstanding = property(lambda self: self._row(3))
+
+    @property
+    def buffers(self) -> tuple[int, ...]:
+        return tuple(self._core._ledger()[4])
+
+    def balanced(self) -> bool:
+        tx, used, pending, out, buffers = self._core._ledger()
+        return all(u + p + o == b and u >= 0 and p >= 0 and o >= 0 and t >= 0
+                   for u, p, o, b, t in zip(used, pending, out, buffers, tx))
+
+
+class CLink(_link.Core):
+    def __init__(
+        self,
+        cable_id: int,
+        now: float,
+        *,
+        buffers: tuple[int, ...] = C.VC_BUFFER_MPS,
+        timers: Timers = Timers(),
+        rng: random.Random | None = None,
+        window: int = C.SEQ_WINDOW_MPS,
+        max_mps: int = C.MAX_DATAGRAM_MPS,
+    ) -> None:
+        if not 1 <= max_mps <= C.MAX_DATAGRAM_MPS:
+            raise ValueError(f"max_mps must be 1..{C.MAX_DATAGRAM_MPS}, not {max_mps}")
+        self.timers = timers
+        self.buffers = tuple(buffers)
+        self.window = window
+        self.rng = rng or random.Random()
+        t = (timers.ack_delay, timers.rtx_timeout, timers.reset_interval, timers.keepalive,
+             timers.dead_interval, timers.rtx_limit)
+        super().__init__(cable_id, now, self.buffers, t, self.rng, window, max_mps)
+        self.ledger = _LedgerView(self)
+        self.counters = _Counters(self)  # live, like Link.counters (read-only)
+
+    @property
+    def state(self) -> LinkState:
+        return LinkState.UP if self._state_code else LinkState.RESETTING
+
+    @property
+    def credits(self) -> list[int]:
+        return self._ledger()[0]
+
+    def status(self) -> dict:
+        tx, used, pending, out, buffers = self._ledger()
+        return {
+            "state": self.state.value,
+            "credits_tx": tx,
+            "credits_in_use": [b - o for b, o in zip(buffers, out)],
+            "credits_pending_return": pending,
+            "queued_mps": self._queued_all,
+            "inflight_mps": self.next_seq - self.base,
+            "counters": self._counter_dict(),
+        }
