@@ -13,7 +13,7 @@ import trio
 
 from daemons.constants import ULA_BROADCAST, ULP_MAX_PAYLOAD
 from daemons.gsnd.core import Endpoint, LinkState, MessageIn, UlaChanged
-from daemons.io.runner import LinkRunner
+from daemons.io.runner import LinkRunner, cable_window
 from daemons.io.udp import UdpTransport
 from daemons.wire.message import max_payload
 
@@ -32,8 +32,9 @@ class TwinLink:
                  mtu: int | None = None, on_mtu: Callable[[dict], None] | None = None) -> None:
         now = trio.current_time()
         cable_id = (min(my_addr, twin_addr) << 8 ^ max(my_addr, twin_addr)) & 0xFFFFFFFF
-        self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_payload=ULP_MAX_PAYLOAD)
         self.transport = UdpTransport(local, peer, mtu=mtu, on_mtu=on_mtu)
+        self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_payload=ULP_MAX_PAYLOAD,
+                           window=cable_window(self.transport.max_mps))
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
         self.on_packet = on_packet

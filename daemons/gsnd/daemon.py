@@ -10,7 +10,7 @@ import structlog
 import trio
 
 from ..constants import ETHERTYPE_ARP, ULA_BROADCAST, ULA_NONE, ULP_MAX_PAYLOAD, VC_IP
-from ..io.runner import LinkRunner
+from ..io.runner import LinkRunner, cable_window
 from ..io.udp import UdpTransport
 from ..io.ulp import UlpServer
 from ..runtime.control import serve_control
@@ -52,10 +52,10 @@ class Gsnd:
     def __init__(self, cfg: GsndConfig) -> None:
         self.cfg = cfg
         now = trio.current_time()
-        self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
-                           max_payload=ULP_MAX_PAYLOAD)
         self.transport = UdpTransport(cfg.local, cfg.peer, mtu=cfg.cable_mtu,
                                       on_mtu=lambda st: log.info("cable.mtu", interface=cfg.interface, **st))
+        self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
+                           max_payload=ULP_MAX_PAYLOAD, window=cable_window(self.transport.max_mps))
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
         self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame,

@@ -6,6 +6,8 @@ from typing import Callable
 
 import trio
 
+from .. import constants as C
+
 from ..link.clink import CLink
 from ..link.link import Link
 
@@ -15,6 +17,12 @@ from ..link.link import Link
 # timer fires though nothing was lost, and the copies bury it.  64 KB datagrams
 # never reach the bound (the default window is ~25 of them).
 WINDOW_DATAGRAMS = 128
+
+
+def cable_window(max_mps: int) -> int:
+    """The link window (micropackets) for datagrams of ``max_mps``: CLink's is fixed when
+    it is made, so the daemons make it with this (the runner narrows Link's later)."""
+    return min(C.SEQ_WINDOW_MPS, max_mps * WINDOW_DATAGRAMS)
 
 
 class LinkRunner:
@@ -38,7 +46,6 @@ class LinkRunner:
         # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
         # datagram by its path MTU; other transports (the in-memory cable) one by one
         self._send_many = getattr(transport, "send_many", None) or self._send_each
-        self._window = link.window
 
     def _send_each(self, dgrams) -> None:
         for dgram in dgrams:
@@ -50,7 +57,7 @@ class LinkRunner:
         max_mps = getattr(self.transport, "max_mps", None)
         if max_mps is not None and max_mps != self.link.max_mps:
             self.link.max_mps = max_mps
-            self.link.window = min(self._window, max_mps * WINDOW_DATAGRAMS)
+            self.link.window = cable_window(max_mps)  # Link reads it per batch; CLink keeps its own
 
     def flush(self, now: float) -> None:
         self._fit()

@@ -29,10 +29,17 @@ def transfer(fab, total, size=65536, vc=3, timeout=60):
         sender.start()
         got = 0
         while got < n:
-            f = rx.recv(timeout=timeout)
+            try:
+                f = rx.recv(timeout=timeout)
+            except TimeoutError:
+                st = {i: {k: fab.gsnd_status(i)[k] for k in ("counters", "link", "cable")} for i in (1, 2)}
+                st["switch"] = {p: v["link"]["counters"] for p, v in fab.switch_status()["ports"].items()}
+                raise AssertionError(f"{got} of {n} arrived, then nothing: {st}") from None
             if f.op is not Op.RECV:
                 continue
-            assert f.payload == got.to_bytes(4, "big") * (size // 4), got
+            if f.payload != got.to_bytes(4, "big") * (size // 4):
+                st = {i: {k: fab.gsnd_status(i)[k] for k in ("counters", "reassembly", "ulp", "link")} for i in (1, 2)}
+                raise AssertionError(f"message {got}: got {int.from_bytes(f.payload[:4], 'big')}; {st}")
             got += 1
         sender.join(10)
 
