@@ -5,8 +5,8 @@ Underlay: one veth pair per host between the switch namespace and the host
 namespace, 198.18.<i>.0/30 (RFC 2544 benchmarking range, inside our namespaces
 only), MTU ``underlay_mtu``: 65535 by default, so that the cables carry 64 KB
 datagrams (1,600 micropackets) unfragmented as they did before they followed the
-path MTU; at 1500 they carry 36 micropackets each, which the Python link handles
-~5x slower (tests/netns/test_cable_mtu.py uses 1500).  Unix sockets (ULP, control) live in a temporary directory reachable from
+path MTU; at 1500 they carry 36 micropackets each, ~3-6x slower per byte through
+the daemons (tests/netns/test_cable_mtu.py uses 1500).  Unix sockets (ULP, control) live in a temporary directory reachable from
 the test process.
 """
 
