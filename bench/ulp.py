@@ -2,7 +2,7 @@
 """ULP-socket throughput between two gsnd (back-to-back cable on loopback),
 beside a bare UDP send/recv loop measured in the same run.
 
-    .venv/bin/python bench/ulp.py [--seconds 5]
+    .venv/bin/python bench/ulp.py [--seconds 5] [--cable-mtu 1500]
 
 Prints messages/s and Gbit/s of payload for 1 KiB and 64 KiB messages on VC1 and
 VC3, and each as a ratio of the bare-UDP anchor (same message size)."""
@@ -129,15 +129,15 @@ def udp_run(size, seconds):
     return n / dt, nbytes * 8 / dt / 1e9
 
 
-def start_pair(tmp, procs):
+def start_pair(tmp, procs, extra=()):
     gsnd = shutil.which("gsnd") or os.path.join(os.path.dirname(sys.executable), "gsnd")
     dirs = [f"{tmp}/a", f"{tmp}/b"]
     ulas = ["02:00:00:00:00:0a", "02:00:00:00:00:0b"]
     procs += [
         subprocess.Popen([gsnd, "--local", "127.0.0.1:16400", "--peer", "127.0.0.1:16401", "--ula", ulas[0],
-                          "--runtime-dir", dirs[0], "--log-level", "warning", "--no-tap"]),
+                          "--runtime-dir", dirs[0], "--log-level", "warning", "--no-tap", *extra]),
         subprocess.Popen([gsnd, "--local", "127.0.0.1:16401", "--peer", "127.0.0.1:16400", "--ula", ulas[1],
-                          "--runtime-dir", dirs[1], "--log-level", "warning", "--no-tap"]),
+                          "--runtime-dir", dirs[1], "--log-level", "warning", "--no-tap", *extra]),
     ]
     for d in dirs:
         for _ in range(100):
@@ -166,11 +166,12 @@ def stop(procs, tmp) -> None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--cable-mtu", type=int, help="passed to both gsnd (loopback's own MTU is 65536)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gsnbench-")
     procs: list = []
     try:
-        procs, dirs, ulas = start_pair(tmp, procs)
+        procs, dirs, ulas = start_pair(tmp, procs, ["--cable-mtu", str(args.cable_mtu)] if args.cable_mtu else [])
         print(f"{'case':<22}{'msgs/s':>12}{'Gbit/s':>10}{'UDP msgs/s':>14}{'UDP Gbit/s':>12}{'ratio':>8}")
         for size in (1024, 65536):
             anchor = udp_run(size, args.seconds)

@@ -3,7 +3,10 @@
 
 Underlay: one veth pair per host between the switch namespace and the host
 namespace, 198.18.<i>.0/30 (RFC 2544 benchmarking range, inside our namespaces
-only).  Unix sockets (ULP, control) live in a temporary directory reachable from
+only), MTU ``underlay_mtu``: 65535 by default, so that the cables carry 64 KB
+datagrams (1,600 micropackets) unfragmented as they did before they followed the
+path MTU; at 1500 they carry 36 micropackets each, ~3-6x slower per byte through
+the daemons (tests/netns/test_cable_mtu.py uses 1500).  Unix sockets (ULP, control) live in a temporary directory reachable from
 the test process.
 """
 
@@ -43,8 +46,9 @@ class Fabric:
     """A switch namespace and ``n`` host namespaces, each with one gsnd."""
 
     def __init__(self, n_hosts: int, broadcast: bool = True, prefix: str = "t",
-                 static: dict[str, int] | None = None) -> None:
+                 static: dict[str, int] | None = None, underlay_mtu: int = 65535) -> None:
         self.static = static or {}
+        self.underlay_mtu = underlay_mtu
         self.tag = f"{prefix}{os.getpid() % 10000}{next(_counter)}"
         self.n = n_hosts
         self.broadcast = broadcast
@@ -70,8 +74,8 @@ class Fabric:
             sh("ip", "-n", self.sw_ns, "addr", "add", f"198.18.{i}.1/30", "dev", sw_if)
             sh("ip", "-n", ns, "addr", "add", f"198.18.{i}.2/30", "dev", h_if)
             sh("ip", "-n", ns, "link", "set", h_if, "name", "ul0")
-            sh("ip", "-n", self.sw_ns, "link", "set", sw_if, "up")
-            sh("ip", "-n", ns, "link", "set", "ul0", "up")
+            sh("ip", "-n", self.sw_ns, "link", "set", sw_if, "mtu", str(self.underlay_mtu), "up")
+            sh("ip", "-n", ns, "link", "set", "ul0", "mtu", str(self.underlay_mtu), "up")
 
     def close(self) -> None:
         for name in list(self.procs):
@@ -125,14 +129,19 @@ class Fabric:
         self._spawn("switch", self.sw_ns, [str(BIN / "gsn-switch"), "-c", str(self.switch_config())])
         poll(lambda: (self.tmp / "sw" / "control.sock").exists(), what="switch control socket")
 
-    def start_gsnd(self, i: int, *, via: int | None = None) -> None:
-        """gsnd of host i; ``via``: the UDP port of a relay in the host's namespace
-        that stands between gsnd (then bound to port 6402) and the switch."""
+    def set_underlay_mtu(self, i: int, mtu: int) -> None:
+        """The MTU of both ends of host i's veth to the switch (1500 when created)."""
+        sh("ip", "-n", self.sw_ns, "link", "set", f"s{self.tag}{i}"[-15:], "mtu", str(mtu))
+        sh("ip", "-n", self.host_ns[i - 1], "link", "set", "ul0", "mtu", str(mtu))
+
+    def start_gsnd(self, i: int, *args: str, via: int | None = None) -> None:
+        """gsnd of host i (``args``: further flags); ``via``: the UDP port of a relay in
+        the host's namespace that stands between gsnd (then bound to port 6402) and the switch."""
         local, peer = (f"198.18.{i}.2:6400", f"198.18.{i}.1:7000") if via is None else \
             (f"198.18.{i}.2:6402", f"198.18.{i}.2:{via}")
         self._spawn(f"gsnd{i}", self.host_ns[i - 1], [
             str(BIN / "gsnd"), "--local", local, "--peer", peer, "--cable-id", str(i),
-            "--runtime-dir", str(self.runtime(i))])
+            "--runtime-dir", str(self.runtime(i)), *args])
 
     def start_harpd(self, i: int, options: str, *args: str) -> None:
         """harpd on host i with the given harpd.options text; sockets under h<i>/harpd."""

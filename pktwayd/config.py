@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from daemons.runtime.config import ConfigError, Section, in_range, load_toml
 from daemons.wire.ula import parse_ula
 
+from daemons.io.pmtu import check_mtu, family_of
 from daemons.io.udp import resolve
 
 from .constants import LIVENESS_S
@@ -38,6 +39,7 @@ class TwinConfig:
     addr: int
     local: tuple
     peer: tuple
+    mtu: int | None = None  # the underlay's MTU on the cable's path; None: the kernel's path MTU
 
 
 @dataclass
@@ -82,6 +84,7 @@ def load(path: str) -> RouterConfig:
         t = Section(path, "twin", data["twin"])
         twin = TwinConfig(t.get("addr", int, required=True, check=in_range(1, 0x7FFFFD)),
                           t.get("local", str, required=True, check=resolve), t.get("peer", str, required=True, check=resolve))
+        twin.mtu = t.get("mtu", int, None, check=lambda v: check_mtu(v, family_of(twin.peer[0])))
         t.finish()
     want = 1 if twin else 2
     if not isinstance(halves_raw, list) or len(halves_raw) != want:

@@ -13,7 +13,7 @@ import trio
 
 from daemons.constants import ULA_BROADCAST, ULP_MAX_PAYLOAD
 from daemons.gsnd.core import Endpoint, LinkState, MessageIn, UlaChanged
-from daemons.io.runner import LinkRunner
+from daemons.io.runner import LinkRunner, cable_window
 from daemons.io.udp import UdpTransport
 from daemons.wire.message import max_payload
 
@@ -28,11 +28,13 @@ def twin_ula(addr: int) -> bytes:
 
 class TwinLink:
     def __init__(self, local, peer, my_addr: int, twin_addr: int,
-                 on_packet: Callable[[bytes, float], None], on_state: Callable[[bool], None]) -> None:
+                 on_packet: Callable[[bytes, float], None], on_state: Callable[[bool], None],
+                 mtu: int | None = None, on_mtu: Callable[[dict], None] | None = None) -> None:
         now = trio.current_time()
         cable_id = (min(my_addr, twin_addr) << 8 ^ max(my_addr, twin_addr)) & 0xFFFFFFFF
-        self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_payload=ULP_MAX_PAYLOAD)
-        self.transport = UdpTransport(local, peer)
+        self.transport = UdpTransport(local, peer, mtu=mtu, on_mtu=on_mtu)
+        self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_payload=ULP_MAX_PAYLOAD,
+                           window=cable_window(self.transport.max_mps))
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
         self.on_packet = on_packet
@@ -76,7 +78,15 @@ class TwinLink:
         self.runner.flush(now)
 
     def status(self) -> dict:
-        return {"up": self.up, **self.counters, **{f"udp_{k}": v for k, v in self.transport.counters.items()}}
+        return {"up": self.up, **self.counters, "cable": self.transport.status(),
+                **{f"udp_{k}": v for k, v in self.transport.counters.items()}}
+
+    async def _refresh_mtu(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            self.transport.refresh_mtu()  # the kernel's path MTU, ICMP-learnt drops included
 
     async def run(self) -> None:
-        await self.runner.run()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._refresh_mtu)
+            await self.runner.run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..io.pmtu import check_mtu, family_of
 from ..io.udp import resolve
 from ..link.link import Timers
 from ..runtime.config import ConfigError, Section, in_range, load_toml
@@ -30,6 +31,7 @@ class GsndConfig:
     local: tuple = ("0.0.0.0", C.DEFAULT_CABLE_PORT)
     peer: tuple | None = None
     cable_id: int = 1
+    cable_mtu: int | None = None  # the underlay's MTU on the cable's path; None: the kernel's path MTU
     timers: Timers = field(default_factory=Timers)
     buffers: tuple = C.VC_BUFFER_MPS
     tap: str | None = "gsn0"  # None: no TAP (ULP socket only)
@@ -76,6 +78,7 @@ def load(path: str | None, overrides: dict) -> GsndConfig:
     cfg.local = c.get("local", str, None, check=resolve) or cfg.local
     cfg.peer = c.get("peer", str, None, check=resolve)
     cfg.cable_id = c.get("id", int, cfg.cable_id, check=in_range(0, 2**32 - 1))
+    cfg.cable_mtu = c.get("mtu", int, None)
     c.finish()
     cfg.timers, cfg.buffers = parse_link(src, data.get("link", {}))
     ip = Section(src, "ip", data.get("ip", {}))
@@ -100,4 +103,10 @@ def load(path: str | None, overrides: dict) -> GsndConfig:
         cfg.tap = cfg.interface
     if cfg.peer is None:
         raise ConfigError(f"{src}: cable.peer: missing (the address of the switch port or peer endpoint)")
+    if cfg.cable_mtu is not None:
+        try:
+            check_mtu(cfg.cable_mtu, family_of(cfg.peer[0]))
+        except ValueError as exc:
+            where = "--cable-mtu" if overrides.get("cable_mtu") is not None else f"{src}: cable.mtu"
+            raise ConfigError(f"{where}: {exc}") from None
     return cfg

@@ -56,9 +56,10 @@ class Endpoint:
         rng: random.Random | None = None,
         max_payload: int | None = None,
         aliases: tuple[bytes, ...] = (),
+        window: int = C.SEQ_WINDOW_MPS,
     ) -> None:
         self.rng = rng or random.Random()
-        self.link = CLink(cable_id, now, buffers=buffers, timers=timers, rng=self.rng)
+        self.link = CLink(cable_id, now, buffers=buffers, timers=timers, rng=self.rng, window=window)
         self.reasm = Reassembler(max_payload)
         self.configured_ula = ula
         # Further ULAs this port answers to (a port may have several, spec §5); the

@@ -10,7 +10,7 @@ import structlog
 import trio
 
 from ..constants import ETHERTYPE_ARP, ULA_BROADCAST, ULA_NONE, ULP_MAX_PAYLOAD, VC_IP
-from ..io.runner import LinkRunner
+from ..io.runner import LinkRunner, cable_window
 from ..io.udp import UdpTransport
 from ..io.ulp import UlpServer
 from ..runtime.control import serve_control
@@ -52,9 +52,10 @@ class Gsnd:
     def __init__(self, cfg: GsndConfig) -> None:
         self.cfg = cfg
         now = trio.current_time()
+        self.transport = UdpTransport(cfg.local, cfg.peer, mtu=cfg.cable_mtu,
+                                      on_mtu=lambda st: log.info("cable.mtu", interface=cfg.interface, **st))
         self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
-                           max_payload=ULP_MAX_PAYLOAD)
-        self.transport = UdpTransport(cfg.local, cfg.peer)
+                           max_payload=ULP_MAX_PAYLOAD, window=cable_window(self.transport.max_mps))
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,
                                  timer=self.ep.timer, handle_timer=self.ep.handle_timer)
         self.ulp = UlpServer(cfg.ulp_path, self._send, self._wait_room, self._status_frame,
@@ -185,7 +186,8 @@ class Gsnd:
         if cmd == "status":
             st = self.ep.status()
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
-                      "id": self.cfg.cable_id, "transport": dict(self.transport.counters)},
+                      "id": self.cfg.cable_id, **self.transport.status(),
+                                               "transport": dict(self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
                            "delivery": {**self.ulp.delivery.counters,
                                         "held_vcs": self.ulp.delivery.held(),
@@ -251,6 +253,7 @@ class Gsnd:
         while True:
             await trio.sleep(1.0)
             now = trio.current_time()
+            self.transport.refresh_mtu()  # the kernel's path MTU, ICMP-learnt drops included
             self.drops.update("link", self.ep.link.counters, now)
             self.drops.update("gsnd", self.ep.counters, now)
             self.drops.update("reassembly", self.ep.reasm.counters, now)

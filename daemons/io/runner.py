@@ -6,8 +6,23 @@ from typing import Callable
 
 import trio
 
+from .. import constants as C
+
 from ..link.clink import CLink
 from ..link.link import Link
+
+# At most this many datagrams in flight on a cable.  Go-back-N retransmits on a
+# timer (20 ms by default) and the peer handles each datagram at a cost; a window of
+# ~1,000 small datagrams (1500-byte underlay) takes it longer than that to ack, the
+# timer fires though nothing was lost, and the copies bury it.  64 KB datagrams
+# never reach the bound (the default window is ~25 of them).
+WINDOW_DATAGRAMS = 128
+
+
+def cable_window(max_mps: int) -> int:
+    """The link window (micropackets) for datagrams of ``max_mps``: CLink's is fixed when
+    it is made, so the daemons make it with this (the runner narrows Link's later)."""
+    return min(C.SEQ_WINDOW_MPS, max_mps * WINDOW_DATAGRAMS)
 
 
 class LinkRunner:
@@ -28,11 +43,27 @@ class LinkRunner:
         self._timer = timer or link.timer
         self._handle_timer = handle_timer or link.handle_timer
         self._scope: trio.CancelScope | None = None
+        # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
+        # datagram by its path MTU; other transports (the in-memory cable) one by one
+        self._send_many = getattr(transport, "send_many", None) or self._send_each
+
+    def _send_each(self, dgrams) -> None:
+        for dgram in dgrams:
+            self.transport.send(dgram)
+
+    def _fit(self) -> None:
+        """New datagrams follow the cable's current path MTU (the Link reads max_mps and
+        its window per batch)."""
+        max_mps = getattr(self.transport, "max_mps", None)
+        if max_mps is not None and max_mps != self.link.max_mps:
+            self.link.max_mps = max_mps
+            self.link.window = cable_window(max_mps)  # Link reads it per batch; CLink keeps its own
 
     def flush(self, now: float) -> None:
-        send = self.transport.send
-        for dgram in self.link.datagrams(now):
-            send(dgram)
+        self._fit()
+        dgrams = self.link.datagrams(now)
+        if dgrams:
+            self._send_many(dgrams)
         if self._scope is not None:
             self._scope.deadline = min(self._scope.deadline, self._timer())
 
@@ -45,8 +76,10 @@ class LinkRunner:
             now = trio.current_time()
             for dgram in self.transport.drain():
                 receive(dgram, now)
-            for dgram in self._handle_timer(now):
-                self.transport.send(dgram)
+            rtx = self._handle_timer(now)
+            if rtx:
+                self._send_many(rtx)
             self.on_input(now)
-            self.after(now)
+            # what came in took time to handle: acks and credits due by now leave now
+            self.after(trio.current_time())
             await trio.lowlevel.checkpoint()

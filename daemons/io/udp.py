@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import errno
 import socket
+import struct
+import sys
 from collections import Counter
+from typing import Callable
 
 import trio
 
-from ..constants import SOCKET_BUFFER_BYTES
+from ..constants import MP_BYTES, SHIM_BYTES, SOCKET_BUFFER_BYTES
+from . import pmtu
+from .pmtu import DEFAULT_MTU
 
 RECV_BYTES = 65536
+GSO_MAX_SEGMENTS = 64  # UDP_MAX_SEGMENTS on every kernel that has UDP_SEGMENT
+GSO_MAX_BYTES = 65507  # one sendmsg is one (pre-segmentation) UDP datagram
+_GRO_CMSG_SPACE = socket.CMSG_SPACE(4)
+_U16 = struct.Struct("=H")
 _FORCE = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}  # SO_RCVBUFFORCE, SO_SNDBUFFORCE (Linux)
 
 
@@ -28,9 +37,20 @@ def resolve(hostport: str) -> tuple[str, int]:
 
 
 class UdpTransport:
-    def __init__(self, local: tuple[str, int], peer: tuple[str, int] | None) -> None:
-        family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_DGRAM)
+    """One cable's UDP socket.
+
+    Datagrams leave with Don't Fragment set; ``max_mps`` (micropackets per datagram)
+    follows the MTU of the path to the peer (``mtu``: a configured ceiling, else the
+    kernel's path MTU) and drops when the kernel says a datagram no longer fits
+    (EMSGSIZE).  Where the kernel has UDP GSO, a run of equal-size datagrams to the
+    peer leaves in one sendmsg (UDP_SEGMENT); with UDP GRO, coalesced receives are
+    split back into datagrams (UDP_GRO's segment size).  Every drop is counted.
+    """
+
+    def __init__(self, local: tuple[str, int], peer: tuple[str, int] | None, mtu: int | None = None,
+                 on_mtu: Callable[[dict], None] | None = None) -> None:
+        self.family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
+        self.sock = socket.socket(self.family, socket.SOCK_DGRAM)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
             try:  # beyond net.core.{r,w}mem_max when we are privileged
@@ -40,18 +60,72 @@ class UdpTransport:
                 pass
         self.sock.bind(local)
         self.sock.setblocking(False)
+        self.local = local
         self.peer = peer
         self.counters: Counter[str] = Counter()
+        self.on_mtu = on_mtu
+        try:
+            pmtu.set_dont_fragment(self.sock)
+        except OSError:
+            self.counters["dont_fragment_unsupported"] = 1
+        self.mtu_configured = mtu
+        self.mtu, self.mtu_source = DEFAULT_MTU, "default"
+        self.max_mps = 1
+        self.max_sent = 0  # the largest datagram sent, bytes (UDP payload)
+        self.gso = peer is not None  # until the kernel says otherwise
+        self.gro = False
+        try:
+            self.sock.setsockopt(pmtu.SOL_UDP, pmtu.UDP_GRO, 1)
+            self.gro = True
+        except OSError:
+            self.counters["gro_unsupported"] = 1
+        self.refresh_mtu()
 
+    # --- path MTU -------------------------------------------------------------------
+    def refresh_mtu(self) -> bool:
+        """Re-read the path MTU; adapt ``max_mps``; True (and ``on_mtu``) if it changed."""
+        if self.peer is None:
+            mtu, source = self.mtu_configured or DEFAULT_MTU, "configured" if self.mtu_configured else "default"
+        else:
+            mtu, source = pmtu.path_mtu(self.peer, self.local[0])
+            if self.mtu_configured is not None and self.mtu_configured <= mtu:
+                mtu, source = self.mtu_configured, "configured"
+        return self._set_mtu(mtu, source)
+
+    def _set_mtu(self, mtu: int, source: str) -> bool:
+        old = self.mtu, self.max_mps
+        self.mtu, self.mtu_source = mtu, source
+        self.max_mps = pmtu.max_mps_for(mtu, self.family)
+        if (self.mtu, self.max_mps) == old:
+            return False
+        if self.on_mtu is not None:
+            self.on_mtu(self.status())
+        return True
+
+    @property
+    def max_datagram(self) -> int:
+        return SHIM_BYTES + self.max_mps * MP_BYTES
+
+    def status(self) -> dict:
+        return {"mtu": self.mtu, "mtu_source": self.mtu_source, "max_mps": self.max_mps,
+                "max_datagram": self.max_datagram, "max_sent": self.max_sent, "gso": self.gso, "gro": self.gro}
+
+    # --- receive --------------------------------------------------------------------
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.sock)
 
-    def drain(self, limit: int = 256) -> list[bytes]:
+    def drain(self, limit: int = 64) -> list[bytes]:
+        """Up to about ``limit`` datagrams (GRO-coalesced receives come back split), so
+        that a wake-up's acks and forwarding wait for a bounded amount of work."""
         out = []
-        recv = self.sock.recvfrom
-        for _ in range(limit):
+        gro = self.gro
+        recv = self.sock.recvmsg if gro else self.sock.recvfrom
+        while len(out) < limit:
             try:
-                data, addr = recv(RECV_BYTES)
+                if gro:
+                    data, anc, flags, addr = recv(RECV_BYTES, _GRO_CMSG_SPACE)
+                else:
+                    data, addr = recv(RECV_BYTES)
             except BlockingIOError:
                 break
             except OSError as exc:  # ICMP errors from a previous send surface here
@@ -60,19 +134,103 @@ class UdpTransport:
             if self.peer is not None and addr[:2] != self.peer:
                 self.counters["rx_foreign_datagram"] += 1
                 continue
+            if gro:
+                if flags & socket.MSG_TRUNC:
+                    self.counters["rx_truncated"] += 1
+                    continue
+                seg = 0
+                for level, kind, value in anc:
+                    if level == pmtu.SOL_UDP and kind == pmtu.UDP_GRO:
+                        seg = int.from_bytes(value[:4], sys.byteorder)
+                if 0 < seg < len(data):
+                    self.counters["rx_gro_coalesced"] += 1
+                    out.extend(data[i: i + seg] for i in range(0, len(data), seg))
+                    continue
             out.append(data)
+        if out:
+            self.counters["rx_datagrams"] += len(out)
         return out
 
+    # --- send -----------------------------------------------------------------------
     def send(self, data: bytes) -> None:
+        self.send_many((data,))
+
+    def send_many(self, datagrams) -> None:
+        """Send in order; runs of equal-size datagrams (the last may be shorter) go as
+        one GSO sendmsg when the kernel has UDP_SEGMENT."""
         if self.peer is None:
-            self.counters["tx_no_peer"] += 1
+            self.counters["tx_no_peer"] += len(datagrams)
             return
+        n = len(datagrams)
+        self.counters["tx_datagrams"] += n
+        i = 0
+        while i < n:
+            size = len(datagrams[i])
+            j, total = i + 1, size
+            if self.gso:
+                while (j < n and j - i < GSO_MAX_SEGMENTS and total + len(datagrams[j]) <= GSO_MAX_BYTES
+                       and len(datagrams[j]) <= size):
+                    total += len(datagrams[j])
+                    j += 1
+                    if len(datagrams[j - 1]) < size:
+                        break  # only the last segment may be shorter
+            if j - i > 1:
+                self._send_gso(datagrams[i:j], size)
+            else:
+                self._send_one(datagrams[i])
+            i = j
+
+    def _send_gso(self, run, size: int) -> None:
+        try:
+            self.sock.sendmsg(run, [(pmtu.SOL_UDP, pmtu.UDP_SEGMENT, _U16.pack(size))], 0, self.peer)
+        except BlockingIOError:
+            self.counters["tx_dropped_socket_full"] += len(run)
+            return
+        except OSError as exc:
+            if exc.errno in (errno.EMSGSIZE, errno.EINVAL) and (self.refresh_mtu() or size > self.max_datagram):
+                pass  # the path MTU dropped under the segment size (GSO says EINVAL): re-cut below
+            elif exc.errno in (errno.ENOPROTOOPT, errno.EINVAL, errno.EIO, errno.EOPNOTSUPP):
+                self.gso = False  # detected once: per-datagram from now on
+                self.counters[f"gso_unsupported_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+            elif exc.errno != errno.EMSGSIZE:
+                self.counters[f"tx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += len(run)
+                return
+            for d in run:  # EMSGSIZE or no GSO: one at a time (re-cut if the path shrank)
+                self._send_one(d)
+            return
+        self.counters["tx_gso_sends"] += 1
+        self.counters["tx_gso_datagrams"] += len(run)
+        if size > self.max_sent:
+            self.max_sent = size
+
+    def _send_one(self, data: bytes, retry: bool = True) -> None:
         try:
             self.sock.sendto(data, self.peer)
         except BlockingIOError:
             self.counters["tx_dropped_socket_full"] += 1
+            return
         except OSError as exc:
-            self.counters[f"tx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+            if exc.errno == errno.EMSGSIZE and retry:
+                self._too_big(data)
+            else:
+                self.counters[f"tx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+            return
+        if len(data) > self.max_sent:
+            self.max_sent = len(data)
+
+    def _too_big(self, data: bytes) -> None:
+        """EMSGSIZE: the path MTU dropped under this datagram.  Learn the new MTU and
+        send the datagram cut to fit (a sequenced batch splits at micropacket
+        boundaries), so nothing waits for a retransmission."""
+        self.counters["tx_emsgsize"] += 1
+        self.refresh_mtu()
+        if len(data) <= self.max_datagram:  # the kernel and IP_MTU disagree: assume the worst we know
+            self._set_mtu(min(self.mtu, len(data) + pmtu.ip_header(self.family) + pmtu.UDP_HEADER - 1), "emsgsize")
+        pieces = pmtu.split_datagram(data, self.max_mps)
+        if len(pieces) > 1:
+            self.counters["tx_resplit_datagrams"] += 1
+        for p in pieces:
+            self._send_one(p, retry=False)
 
     def close(self) -> None:
         self.sock.close()

@@ -14,10 +14,12 @@ from . import config as sconfig
               show_default=True, help="TOML config: [switch], [[port]], [[static]] (see etc/gsn-switch.toml).")
 @click.option("--broadcast/--no-broadcast", default=None, help="Override switch.broadcast.")
 @click.option("--runtime-dir", help="Where control.sock lives. [/run/gsn-switch]")
+@click.option("--cable-mtu", type=int, help="Override [cable] mtu: the underlay MTU bounding every port's "
+              "datagrams (a port's own mtu still wins). [each port's kernel path MTU]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def main(config_path, broadcast, runtime_dir, log_level, check) -> None:
+def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> None:
     """GSN switch: joins UDP cables (ports) into one HIPPI-6400 fabric.
 
     Forwards Messages by destination ULA, assigns ULAs 02:47:53:<id>:<port>:00 to
@@ -34,5 +36,5 @@ def main(config_path, broadcast, runtime_dir, log_level, check) -> None:
 
         return SwitchDaemon(cfg)
 
-    overrides = dict(broadcast=broadcast, runtime_dir=runtime_dir, log_level=log_level)
+    overrides = dict(broadcast=broadcast, runtime_dir=runtime_dir, log_level=log_level, cable_mtu=cable_mtu)
     daemon.serve(lambda: sconfig.load(config_path, overrides), config_path, _switch, check=check)

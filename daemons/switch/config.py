@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import constants as C
+from ..io.pmtu import check_mtu, family_of
 from ..io.udp import resolve
 from ..link.link import Timers
 from ..runtime.config import ConfigError, Section, in_range, load_toml
@@ -20,6 +21,7 @@ class PortConfig:
     cable_id: int
     management: bool = False  # configuration Admin (CHANGE_ROUTE, ...) accepted from this port
     trust_source: bool = False  # Messages' S_ULA not checked: an uplink to another switch
+    mtu: int | None = None  # the underlay's MTU on this cable's path; None: the kernel's path MTU
 
 
 @dataclass
@@ -32,6 +34,7 @@ class SwitchConfig:
     static: dict[bytes, int] = field(default_factory=dict)
     timers: Timers = field(default_factory=Timers)
     buffers: tuple = C.VC_BUFFER_MPS
+    cable_mtu: int | None = None  # [cable] mtu: every port's, unless the port gives its own
 
     @property
     def control_path(self) -> str:
@@ -41,7 +44,7 @@ class SwitchConfig:
 def load(path: str, overrides: dict) -> SwitchConfig:
     data = load_toml(path)
     cfg = SwitchConfig()
-    unknown = set(data) - {"switch", "port", "static", "link"}
+    unknown = set(data) - {"switch", "port", "static", "link", "cable"}
     if unknown:
         raise ConfigError(f"{path}: [{sorted(unknown)[0]}]: unknown table")
     s = Section(path, "switch", data.get("switch", {}))
@@ -50,6 +53,11 @@ def load(path: str, overrides: dict) -> SwitchConfig:
     cfg.runtime_dir = s.get("runtime_dir", str, cfg.runtime_dir)
     cfg.log_level = s.get("log_level", str, cfg.log_level)
     s.finish()
+    c = Section(path, "cable", data.get("cable", {}))
+    cfg.cable_mtu = c.get("mtu", int, None)
+    c.finish()
+    if overrides.get("cable_mtu") is not None:
+        cfg.cable_mtu = overrides["cable_mtu"]
     ports = data.get("port", [])
     if not isinstance(ports, list) or not ports:
         raise ConfigError(f"{path}: [[port]]: at least one port is required")
@@ -65,8 +73,20 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             p.get("cable_id", int, number, check=in_range(0, 2**32 - 1)),
             p.get("management", bool, False),
             p.get("trust_source", bool, False),
+            mtu=p.get("mtu", int, None),
         ))
         p.finish()
+        port = cfg.ports[-1]
+        if port.mtu is None:
+            port.mtu = cfg.cable_mtu
+            where = "--cable-mtu" if overrides.get("cable_mtu") is not None else f"{path}: cable.mtu"
+        else:
+            where = f"{path}: port[{i}].mtu"
+        if port.mtu is not None:
+            try:
+                check_mtu(port.mtu, family_of(port.peer[0]))
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc} (port {number})") from None
     numbers = {q.number for q in cfg.ports}
     for i, raw in enumerate(data.get("static", [])):
         st = Section(path, f"static[{i}]", raw)
@@ -80,6 +100,6 @@ def load(path: str, overrides: dict) -> SwitchConfig:
         st.finish()
     cfg.timers, cfg.buffers = parse_link(path, data.get("link", {}))
     for key, value in overrides.items():
-        if value is not None:
+        if value is not None and key != "cable_mtu":
             setattr(cfg, key, value)
     return cfg

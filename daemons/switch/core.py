@@ -76,6 +76,7 @@ class Switch:
         rng: random.Random | None = None,
         management_ports: Iterable[int] = (),
         trust_source_ports: Iterable[int] = (),
+        windows: dict[int, int] | None = None,
     ) -> None:
         management, trusted = set(management_ports), set(trust_source_ports)
         for what, ports in (("management", management), ("trust_source", trusted)):
@@ -88,7 +89,8 @@ class Switch:
         self.ula = assigned_ula(switch_id, 0)
         cable_ids = cable_ids or {}
         self.ports = {
-            p: Port(p, CLink(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng),
+            p: Port(p, CLink(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng,
+                             window=(windows or {}).get(p, C.SEQ_WINDOW_MPS)),
                     management=p in management, trust_source=p in trusted)
             for p in port_numbers
         }

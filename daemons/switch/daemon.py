@@ -9,7 +9,7 @@ from functools import partial
 import structlog
 import trio
 
-from ..io.runner import LinkRunner
+from ..io.runner import LinkRunner, cable_window
 from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
 from ..runtime.schema import Schema
@@ -28,12 +28,16 @@ class SwitchDaemon:
     def __init__(self, cfg: SwitchConfig) -> None:
         self.cfg = cfg
         now = trio.current_time()
+        self.transports = {
+            p.number: UdpTransport(p.local, p.peer, mtu=p.mtu,
+                                   on_mtu=lambda st, n=p.number: log.info("cable.mtu", port=n, **st))
+            for p in cfg.ports}
         self.core = Switch(cfg.switch_id, [p.number for p in cfg.ports], now, broadcast=cfg.broadcast,
                            static=cfg.static, cable_ids={p.number: p.cable_id for p in cfg.ports},
                            buffers=cfg.buffers, timers=cfg.timers,
                            management_ports=[p.number for p in cfg.ports if p.management],
-                           trust_source_ports=[p.number for p in cfg.ports if p.trust_source])
-        self.transports = {p.number: UdpTransport(p.local, p.peer) for p in cfg.ports}
+                           trust_source_ports=[p.number for p in cfg.ports if p.trust_source],
+                           windows={n: cable_window(t.max_mps) for n, t in self.transports.items()})
         self.runners = {
             n: LinkRunner(self.core.ports[n].link, self.transports[n],
                           on_input=lambda now, n=n: self._input(n, now), after=self._flush)
@@ -60,7 +64,7 @@ class SwitchDaemon:
     async def _control(self, req: dict) -> dict:
         st = self.core.status()  # "status", the only command CONTROL_SCHEMA lets through
         for n, t in self.transports.items():
-            st["ports"][str(n)]["cable"] = dict(t.counters)
+            st["ports"][str(n)]["cable"] = {**t.status(), **t.counters}
         st["control"] = dict(self.control_counters)
         return {"ok": True, "status": st}
 
@@ -69,6 +73,7 @@ class SwitchDaemon:
             await trio.sleep(1.0)
             now = trio.current_time()
             for n, p in self.core.ports.items():
+                self.transports[n].refresh_mtu()
                 self.drops.update(f"port{n}.link", p.link.counters, now)
                 self.drops.update(f"port{n}", p.counters, now)
                 self.drops.update(f"port{n}.cable", self.transports[n].counters, now)
