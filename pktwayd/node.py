@@ -122,6 +122,9 @@ class Node:
             c["oh_unknown_optional_ignored"] += len(pkt.options)
             pkt = replace(pkt, options=())
         if pkt.pt == PT.RRP and pkt.te == RrpTE.WRU:  # "who are you": say, to whoever asked
+            if not pkt.sa or pkt.sa & 0x800000 or pkt.sa == ADDR_HEY_YOU:  # no node to answer (prefix-coded)
+                c["wru_bad_source"] += 1
+                return None
             self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
             return None
         if pkt.pt == PT.RRP and pkt.te in (RrpTE.RDRC, RrpTE.INFO):

@@ -8,7 +8,7 @@ import pytest
 
 from daemons.wire.ulp import Frame, Op
 from pktwayd import messages as M
-from pktwayd.constants import ETHERTYPE_PKTWAY, PT, ErrTE, RrpTE
+from pktwayd.constants import ADDR_HEY_YOU, ETHERTYPE_PKTWAY, PT, ErrTE, RrpTE
 from pktwayd.eep import OptField, Packet, decode
 from pktwayd.node import Node, PktwayError
 from pktwayd.rrp import Addr
@@ -110,3 +110,12 @@ def test_a_malformed_switch_map_is_refused_not_raised(reply, routes):
     from pktwayd.daemon import map_routes
 
     assert map_routes(reply) == routes
+
+
+
+def test_wru_from_a_prefix_coded_source_is_counted_not_answered():
+    """Found by the fuzz: a WRU whose SA has the prefix bit (no node address) made the
+    node build an INFO to an address that does not encode."""
+    n = node(Packet(dt=ADDR_HEY_YOU, sa=0x800001, pt=PT.RRP, te=RrpTE.WRU).encode())
+    n.poll()
+    assert n.ulp.sent == [] and n.counters["wru_bad_source"] == 1
