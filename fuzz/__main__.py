@@ -70,14 +70,14 @@ def run_atheris(target, seconds: float, max_len: int) -> tuple[int, list[Path]]:
         cmd = [sys.executable, "-m", "fuzz.worker", target.name, f"-max_total_time={max(1, int(seconds))}",
                f"-max_len={max_len}", "-timeout=20", "-rss_limit_mb=2048", "-print_final_stats=1",
                f"-artifact_prefix={art}/", str(corpus)]
+        code = None
         try:
             run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds + 120)
-            out = run.stderr + run.stdout
+            out, code = run.stderr + run.stdout, run.returncode
         except subprocess.TimeoutExpired as exc:
-            out = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        m = re.search(r"stat::number_of_executed_units:\s*(\d+)", out) or \
-            re.findall(r"#(\d+)\s", out) and re.search(r"#(\d+)\s(?!.*#\d+\s)", out, re.S)
-        execs = int(m.group(1)) if m else 0
+            out = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        m = re.search(r"stat::number_of_executed_units:\s*(\d+)", out)
+        execs = int(m.group(1)) if m else max([int(x) for x in re.findall(r"^#(\d+)\s", out, re.M)] or [0])
         found = []
         for f in sorted(Path(art).iterdir()):
             data = f.read_bytes()
@@ -91,8 +91,8 @@ def run_atheris(target, seconds: float, max_len: int) -> tuple[int, list[Path]]:
                 tail = "\n".join(out.splitlines()[-15:])
                 print("    " + tail.replace("\n", "\n    "))
             found.append(saved)
-        if not found and run.returncode not in (0, None) if "run" in locals() else False:
-            print(f"  {target.name}: worker exited {run.returncode}:\n{out[-2000:]}")
+        if not found and code != 0:
+            print(f"  {target.name}: the atheris worker exited {code}:\n{out[-2000:]}")
         return execs, found
 
 
