@@ -244,23 +244,29 @@ def st_core(data: bytes) -> None:
     for _ in range(1 + d.below(4)):
         victim = d.choice([a, b])
         vcs = list(victim.vcs.values())
-        ports = [v.local_port for v in vcs] + [0, 1, 0xFFFF]
-        keys = [v.local_key for v in vcs] + [0]
+        vc = d.choice(vcs) if vcs else None
         op = d.choice(list(Op))
 
-        def pick(pool, nbytes):
+        coherent = vc is not None and d.below(4) != 0  # the live VC's tuple, so the op reaches its handler
+
+        def pick(live, pool, nbytes):
+            if coherent or (vc is not None and d.bool()):
+                return live
             return d.choice(pool) if d.bool() else d.int(nbytes)
 
         h = Header(op, Flag(d.int(1) & 0xFC), d.choice(list(Function)) if op is Op.GET else 0, d.bits(2),
-                   d.int(2), pick(ports, 2), pick(ports, 2), pick(keys, 4), 0, pick([0, 1, 2], 2), d.int(2),
-                   pick([0, 8, 64], 4), d.int(4), pick([0, 64, 1 << 20], 4), pick([0, 1, 2, 0xFFFFFFFF], 4),
-                   pick([1, 2, 3, 0xFFFFFFFF], 4))
-        body = bytearray(h.encode() + d.blob(80))
-        body = bytearray(mutate_bytes(d, bytes(body), offsets=[0, 1, 2, 4, 6, 8, 14, 16, 20, 24, 28, 32, 36]))
-        if len(body) >= 14 and d.below(4):
+                   d.int(2), pick(vc and vc.local_port, [0, 1, 0xFFFF], 2),
+                   pick(vc and vc.peer_port, [0, 1, 0xFFFF], 2), pick(vc and vc.local_key, [0], 4), 0,
+                   pick(0, [0, 1, 2], 2), d.int(2), pick(0, [0, 8, 64], 4), d.int(4), pick(0, [64, 1 << 20], 4),
+                   pick(d.choice([0, 1, 2]), [0xFFFFFFFF], 4), pick(d.choice([1, 2, 3]), [0xFFFFFFFF], 4))
+        body = h.encode() + (d.blob(80) if op is Op.DATA or d.below(4) == 0 else b"")
+        if d.bool():
+            body = mutate_bytes(d, body, offsets=[0, 1, 2, 4, 6, 8, 14, 16, 20, 24, 28, 32, 36])
+        body = bytearray(body)
+        if len(body) >= 14 and d.below(8):
             body[12:14] = b"\0\0"
             body[12:14] = struct.pack(">H", checksum(bytes(body)))
-        src = d.choice([ST_A, ST_B]) if d.below(4) else d.take(6).ljust(6, b"\0")
+        src = (vc.peer if vc is not None else ST_A) if coherent or d.below(8) else d.take(6).ljust(6, b"\0")
         victim.receive(src, bytes(body), now)
         _st_pump(a, b, now, 10)
         if d.bool():
