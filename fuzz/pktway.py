@@ -47,7 +47,8 @@ def record(d: Draw, depth: int = 0):
 
 def packet(d: Draw, dts=None) -> Packet:
     kind = d.below(5)
-    dt, sa = addr(d, dts or ADDRS), addr(d)
+    dt = d.choice(dts[:2]) if dts and d.bool() else addr(d, dts or ADDRS)  # mostly to the router under test
+    sa = addr(d)
     if kind <= 2:
         te = d.choice(list(RrpTE))
         pkt = Packet(dt=dt, sa=sa, pt=PT.RRP, te=te, data=b"".join(encode(record(d)) for _ in range(d.below(4))))
@@ -71,4 +72,4 @@ def wire(d: Draw, dts=None, dialect: str = "pw0") -> bytes:
         raw = pkt.encode(dialect)
     except ValueError:
         raw = pkt.encode()
-    return mutate_bytes(d, raw, offsets=list(range(0, 48)))
+    return mutate_bytes(d, raw, offsets=list(range(0, 48))) if d.bool() else raw

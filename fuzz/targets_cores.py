@@ -183,14 +183,16 @@ def harp_core(data: bytes) -> None:
         core = d.choice(cores)
         if d.bool():
             ip = lambda: IPv4Address(d.choice([0xC0000201, 0xC0000202, 0xC0000203, 0xC0000263, 0x0A010101])
-                                     if d.bool() else d.int(4))
+                                     if d.below(8) != 7 else d.int(4))  # input used up: the LIS
         else:
-            ip = lambda: IPv6Address((0x20010DB8 << 96) | d.int(2) if d.bool() else d.int(16))
+            ip = lambda: IPv6Address((0x20010DB8 << 96) | d.int(1) if d.below(8) != 7 else d.int(16))
         ula = lambda: d.choice(HARP_ULAS + [ULA_HARP_SERVER, C.ULA_BROADCAST]) if d.bool() else d.take(6).ljust(6, b"\0")
-        raw = Harp(d.choice(list(Op)), ip(), ip(), ula(), ula(), d.choice([28, 1, 6])).encode() \
-            if True else b""
-        raw = mutate_bytes(d, raw, offsets=[0, 1, 2, 3, 4, 5, 6, 7])
-        core.receive(ula(), raw, now)
+        hrd = Harp.__dataclass_fields__["hrd"].default
+        rha = ula()  # the sender's own ULA, mostly also the source of the Message (else a spoof)
+        raw = Harp(d.choice(list(Op)), ip(), ip(), rha, ula(), hrd if d.below(4) else d.choice([1, 6])).encode()
+        if d.bool():
+            raw = mutate_bytes(d, raw, offsets=[0, 1, 2, 3, 4, 5, 6, 7])
+        core.receive(rha if d.below(4) != 3 else ula(), raw, now)
         core.outgoing(), core.events()
         if d.bool():
             now += d.choice([0.5, 30.0, 900.0, 1300.0])
