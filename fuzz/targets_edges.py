@@ -32,7 +32,21 @@ def json_value(d: Draw, depth: int = 0):
     return {d.blob(6).decode("latin-1"): json_value(d, depth + 1) for _ in range(d.below(3))}
 
 
-def field_value(d: Draw, spec):
+def _hints() -> dict:
+    from daemons.constants import AdminCmd
+
+    ips = ["192.0.2.1", "192.0.2.7", "10.0.0.1", "2001:db8::1", "::", "0.0.0.0", "255.255.255.255"]
+    return {"command": [c.name for c in AdminCmd] + [c.name.lower() for c in AdminCmd] + ["BOGUS"],
+            "args": ["", "00", "0a" * 16, "ff" * 16, "0" * 31], "ip": ips, "host": ips + ["localhost", ""],
+            "ula": ["02:00:00:00:00:01", "ff:ff:ff:ff:ff:ff", "00:00:00:00:00:00", "02-00-00-00-00-01"],
+            "interface": ["gsn0", "gsn1", "lo", "", "x" * 16]}
+
+
+HINTS = _hints()
+GENERIC = ["gsn0", "192.0.2.1", "02:00:00:00:00:01", "0a", "inc"]
+
+
+def field_value(d: Draw, spec, field: str = ""):
     """A plausible value for one schema field (either schema flavour)."""
     from daemons.runtime import schema as S
 
@@ -45,41 +59,38 @@ def field_value(d: Draw, spec):
     if name == "Bool":
         return d.bool()
     if name == "List":
-        return [field_value(d, spec.item) for _ in range(d.below(spec.max_len + 2))]
+        return [field_value(d, spec.item, field) for _ in range(d.below(spec.max_len + 2))]
     if name == "B64":
         import base64
 
         return base64.b64encode(d.blob(40)).decode() if d.below(4) else d.blob(12).decode("latin-1")
     choices = getattr(spec, "choices", None)
-    if choices and d.bool():
+    if choices and d.below(4) != 3:
         return d.choice(list(choices))
-    hints = ["gsn0", "gsn1", "192.0.2.1", "192.0.2.7", "2001:db8::1", "02:00:00:00:00:01", "0a", "00" * 16,
-             "HERE_IS_ULA", "I_AM", "who_are_you", "127.0.0.1", "localhost", "inc"]
-    from daemons.constants import AdminCmd
-
-    hints += [c.name for c in AdminCmd]
-    return d.choice(hints) if d.bool() else d.blob(getattr(spec, "max_len", 64) + 2).decode("latin-1")
+    if d.below(4) != 3:
+        return d.choice(HINTS.get(field, GENERIC))
+    return d.blob(getattr(spec, "max_len", 64) + 2).decode("latin-1")
 
 
 def request(d: Draw, ops: dict, key: str) -> object:
     """A request for one op with each field valid, mutated or missing; or junk."""
-    if d.below(8) == 0:
+    if d.below(8) == 7:  # (an input used up draws zeros: the valid branch)
         return json_value(d)
     op = d.choice(sorted(ops))
-    req = {key: op if d.below(8) else json_value(d)}
+    req = {key: op if d.below(8) != 7 else json_value(d)}
     for name, spec in ops[op].items():
         how = d.below(6)
-        if how == 0:
+        if how == 5:
             continue
-        req[name] = json_value(d) if how == 1 else field_value(d, spec)
-    if d.below(10) == 0:
+        req[name] = json_value(d) if how == 4 else field_value(d, spec, name)
+    if d.below(10) == 9:
         req[d.blob(8).decode("latin-1")] = json_value(d)
     return req
 
 
 def line(d: Draw, req) -> bytes:
     raw = json.dumps(req).encode()  # NaN/Infinity become the non-JSON words the edge refuses
-    if d.below(8) == 0:
+    if d.below(8) == 7:
         from .mutate import mutate_bytes
 
         raw = mutate_bytes(d, raw)
