@@ -164,10 +164,10 @@ def control_datagram(d: Draw, victim) -> bytes:
 
 def attack(d: Draw, attacker, victim_link, d_ulas, now: float) -> list[bytes]:
     """The datagram(s) the attacker sends this round."""
-    mode = d.below(8)
-    if mode == 0:
+    mode = d.below(8)  # (an input used up draws zeros: a valid upper-layer batch)
+    if mode == 7:
         return [control_datagram(d, victim_link)]
-    if mode == 1:  # raw bytes behind a correct shim, or nothing correct at all
+    if mode == 6:  # raw bytes behind a correct shim, or nothing correct at all
         raw = d.blob(300)
         if d.bool():
             shim = Shim(C.SHIM_FLAG_SEQUENCED, victim_link.cable_id, victim_link.peer_nonce, victim_link.my_nonce,
