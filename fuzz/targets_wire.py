@@ -60,7 +60,8 @@ def message(data: bytes) -> None:
     mps = None if d.bool() else d.below(20)
     msg = decode_stream(vc, raw, mps)
     assert len(msg.payload) <= len(raw)
-    assert mps is not None or mps_for(C.LLC_SNAP_BYTES + len(msg.payload)) <= len(raw) // 32 + 1
+    count = len(raw) // C.MP_DATA_BYTES if mps is None else mps
+    assert mps_for(C.LLC_SNAP_BYTES + len(msg.payload)) <= count, "payload beyond the micropackets counted"
 
 
 @target("wire.admin", rejects=(DecodeError,), seeds=[b"", bytes(range(40)), b"\x01\x80\x02"])
@@ -75,11 +76,6 @@ def admin(data: bytes) -> None:
         raw = mutate_bytes(d, raw)
     adm = A.Admin.decode(raw)
     assert A.Admin.decode(adm.encode()) == adm
-    for parse in (A.parse_i_am, A.parse_ula_list, A.parse_change_route):
-        try:
-            parse(adm.args)
-        except DecodeError:
-            pass
     for name in dir(A):
         if name.startswith("parse_") and callable(getattr(A, name)):
             try:
