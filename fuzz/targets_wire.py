@@ -196,7 +196,7 @@ def eep(data: bytes) -> None:
         again = pkt.encode(dialect)
     except ValueError:
         return  # e.g. an address MessageWay cannot carry back
-    assert decode(again, dialect).dt == pkt.dt
+    assert decode(again, dialect) == pkt, "decode(encode(p)) != p"
 
 
 @target("pktwayd.rrp", rejects=(DecodeError,), seeds=[b"", b"\x07" * 40, b"\x08\x01" * 30])
@@ -209,8 +209,9 @@ def rrp(data: bytes) -> None:
     d = Draw(data)
     raw = b"".join(encode(record(d)) for _ in range(1 + d.below(3)))
     raw = mutate_bytes(d, raw, offsets=[0, 1, 2, 3, 8, 9, 10, 11])
-    recs = decode_records(raw, in_rt=d.bool())
-    assert decode_records(b"".join(encode(r) for r in recs)) is not None
+    in_rt = d.bool()
+    recs = decode_records(raw, in_rt=in_rt)
+    assert decode_records(b"".join(encode(r) for r in recs), in_rt=in_rt) == recs, "records do not round-trip"
 
 
 @target("pktwayd.messages", rejects=(DecodeError,), seeds=[b"", b"\x03" * 40])
