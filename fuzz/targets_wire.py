@@ -176,6 +176,7 @@ def stp_wire(data: bytes) -> None:
             b[12:14] = struct.pack(">H", checksum(bytes(b)))
         body = bytes(b)
     hdr, rest = decode(body)
+    assert decode(hdr.encode() + body[40:]) == (hdr, rest), "header does not round-trip"
     try:
         decode_options(body[40:])
     except DecodeError:
