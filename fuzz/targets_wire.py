@@ -250,3 +250,11 @@ def netlink(data: bytes) -> None:
     raw = mutate_bytes(d, b"".join(msgs), offsets=[0, 1, 4, 16, 20, 28, 29, 30])
     for ifindex, addr in parse_neigh_requests(raw):
         assert addr.version in (4, 6)
+
+
+@target("fastpath", seeds=[bytes([op]) + bytes(range(7)) * 30 for op in range(6)])
+def fastpath(data: bytes) -> None:
+    """daemons._fastpath C kernels against their numpy/Python oracles (tests/fuzz/fastpath_target.py)."""
+    from tests.fuzz.fastpath_target import one_input
+
+    one_input(data)

@@ -12,7 +12,7 @@ def main() -> None:
     import atheris
 
     name, argv = sys.argv[1], [sys.argv[0], *sys.argv[2:]]
-    with atheris.instrument_imports(include=["daemons", "harpd", "stpd", "pktwayd", "fuzz"]):
+    with atheris.instrument_imports(include=["daemons", "harpd", "stpd", "pktwayd", "fuzz", "tests.fuzz", "tests.unit.fastpath_oracle"]):
         from fuzz.registry import load
 
         target = load()[name]
