@@ -95,7 +95,7 @@ def upper_records(d: Draw, d_ulas) -> tuple[int, np.ndarray]:
     """A valid Message or Admin built with the codec, its upper fields (M_len) maybe mutated."""
     vc = d.below(3)
     if d.bool():
-        payload = d.blob(150)
+        payload = d.blob(150) * (1 + (d.int(1) % 64 if d.below(8) == 7 else 0))  # now and then up to ~10 KB
         stream = encode_stream(3, d.choice(d_ulas), S_ULA, d.int(2), payload)
         if d.below(4) == 0:
             stream[12:16] = (d.int(2) % 300 if d.bool() else d.int(4)).to_bytes(4, "big")
@@ -162,8 +162,20 @@ def control_datagram(d: Draw, victim) -> bytes:
     return shim.encode() + b"".join(mps)
 
 
-def attack(d: Draw, attacker, victim_link, d_ulas, now: float) -> list[bytes]:
-    """The datagram(s) the attacker sends this round."""
+def attack(d: Draw, attacker, victim_link, d_ulas, now: float, history: list | None = None) -> list[bytes]:
+    """The datagram(s) the attacker sends this round; with ``history`` (the datagrams sent
+    so far), also replays, reorders and re-sends old ones."""
+    if history and d.below(8) == 7:
+        old = d.choice(history)
+        return [mutate(d, old)[0] if d.bool() else old]
+    out = _attack(d, attacker, victim_link, d_ulas, now)
+    if history is not None:
+        history.extend(out[:8])
+        del history[:-32]
+    return out
+
+
+def _attack(d: Draw, attacker, victim_link, d_ulas, now: float) -> list[bytes]:
     mode = d.below(8)  # (an input used up draws zeros: a valid upper-layer batch)
     if mode == 7:
         return [control_datagram(d, victim_link)]
@@ -180,6 +192,8 @@ def attack(d: Draw, attacker, victim_link, d_ulas, now: float) -> list[bytes]:
     if not dgrams:
         return []
     dgram, _ = mutate(d, dgrams[0])
+    if d.below(8) == 7:  # out of order
+        return [*dgrams[1:], dgram]
     return [dgram, *dgrams[1:]]
 
 

@@ -53,8 +53,9 @@ def link(data: bytes) -> None:
     """Link.receive (daemons.link's Link) from an up peer: valid datagrams, one field mutated, LCRC re-stamped."""
     d = Draw(data)
     attacker, victim, now = _rig("link", _link_pair)
+    history: list[bytes] = []
     for _ in range(1 + d.below(4)):
-        for dgram in attack(d, attacker, victim, [S_ULA, C.ULA_BROADCAST], now):
+        for dgram in attack(d, attacker, victim, [S_ULA, C.ULA_BROADCAST], now, history):
             victim.receive(dgram, now)
         _drain_received(victim)
         for dg in victim.handle_timer(now) + victim.datagrams(now):
@@ -90,9 +91,10 @@ def gsnd_core(data: bytes) -> None:
     """gsnd's Endpoint (link + reassembly + Admin) fed hostile datagrams from its neighbour."""
     d = Draw(data)
     attacker, ep, now = _rig("gsnd", _endpoint)
+    history: list[bytes] = []
     ulas = [ep.configured_ula, C.ULA_BROADCAST, S_ULA, C.ULA_HARP_SERVER]
     for _ in range(1 + d.below(4)):
-        for dgram in attack(d, attacker, ep.link, ulas, now):
+        for dgram in attack(d, attacker, ep.link, ulas, now, history):
             ep.link.receive(dgram, now)
             ep.process(now)
         for dg in ep.handle_timer(now) + ep.link.datagrams(now):
@@ -130,9 +132,10 @@ def switch_core(data: bytes) -> None:
     """The switch core: hostile datagrams on port 1, a well-behaved neighbour on port 2."""
     d = Draw(data)
     sw, attacker, other, now = _rig("switch", _switch)
+    history: list[bytes] = []
     targets = [C.ULA_BROADCAST, C.ULA_NONE, sw.ula, *list(sw.table)[:4]]
     for _ in range(1 + d.below(4)):
-        for dgram in attack(d, attacker, sw.ports[1].link, targets, now):
+        for dgram in attack(d, attacker, sw.ports[1].link, targets, now, history):
             sw.ports[1].link.receive(dgram, now)
             sw.process(1, now)
         for dg in sw.ports[2].link.handle_timer(now) + sw.ports[2].link.datagrams(now):
