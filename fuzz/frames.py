@@ -42,7 +42,9 @@ MUTATIONS = ["none", "type", "vc", "tail", "error", "ecrc", "tseq", "rseq", "vcr
              "src_nonce", "dst_nonce", "cable", "flags", "magic", "version", "lcrc_flip", "truncate", "extend"]
 
 
-def Link():  # noqa: N802 - the class the daemons use (a C CLink may stand in for it later)
+def link_class():
+    """The link class the daemons use: ``daemons.link.Link`` when the package exports one
+    (a C implementation may stand in for it), else daemons.link.link.Link."""
     import daemons.link as pkg
 
     return getattr(pkg, "Link", None) or _link_mod.Link
@@ -198,4 +200,4 @@ def _attack(d: Draw, attacker, victim_link, d_ulas, now: float) -> list[bytes]:
 
 
 def new_link(cable: int, seed: int):
-    return Link()(cable, 0.0, rng=random.Random(seed))
+    return link_class()(cable, 0.0, rng=random.Random(seed))
