@@ -200,7 +200,7 @@ def control(data: bytes) -> None:
     reply = portal.run(edge)
     assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool), reply
     assert counters["internal_error"] == 0, (name, obj, reply)
-    assert "\n" not in reply.get("error", "")
+    assert "\n" not in reply.get("error", ""), (name, obj, reply)
     json.dumps(reply, allow_nan=False)
 
 
