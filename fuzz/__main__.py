@@ -142,7 +142,8 @@ def replay(path: Path) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="./gsn fuzz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="./gsn fuzz", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("targets", nargs="*", help="target names (default: all; see --list)")
     ap.add_argument("--minutes", type=float, default=1.0, help="total wall time, shared between the targets")
     ap.add_argument("--list", action="store_true", help="list the targets")
@@ -179,7 +180,10 @@ def main(argv=None) -> int:
     total, crashes, rows = 0, [], []
     for t in chosen:
         t0 = time.monotonic()
-        n, found = run_atheris(t, share, args.max_len) if engine == "atheris" else run_random(t, share, args.max_len, rng)
+        if engine == "atheris":
+            n, found = run_atheris(t, share, args.max_len)
+        else:
+            n, found = run_random(t, share, args.max_len, rng)
         dt = time.monotonic() - t0
         rows.append((t.name, n, n / dt if dt else 0.0, len(found)))
         print(f"  {t.name:<20} {n:>9} inputs {n / dt if dt else 0:>8.0f}/s  crashes: {len(found)}", flush=True)

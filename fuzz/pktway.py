@@ -41,7 +41,8 @@ def record(d: Draw, depth: int = 0):
     if k == 5:
         return Rcvf(tuple(addr(d) for _ in range(d.below(5))))
     if k in (6, 7):
-        return Srqr(d.int(2), tuple(l2rh_or_symbol(d) for _ in range(d.below(3))), Mtur(d.bits(24)) if d.bool() else None)
+        hops = tuple(l2rh_or_symbol(d) for _ in range(d.below(3)))
+        return Srqr(d.int(2), hops, Mtur(d.bits(24)) if d.bool() else None)
     return Rthd(d.bits(24), d.int(4), tuple(record(d, 1) for _ in range(d.below(5))))
 
 

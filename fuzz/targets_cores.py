@@ -189,7 +189,8 @@ def harp_core(data: bytes) -> None:
                                      if d.below(8) != 7 else d.int(4))  # input used up: the LIS
         else:
             ip = lambda: IPv6Address((0x20010DB8 << 96) | d.int(1) if d.below(8) != 7 else d.int(16))
-        ula = lambda: d.choice(HARP_ULAS + [ULA_HARP_SERVER, C.ULA_BROADCAST]) if d.bool() else d.take(6).ljust(6, b"\0")
+        known = HARP_ULAS + [ULA_HARP_SERVER, C.ULA_BROADCAST]
+        ula = lambda: d.choice(known) if d.bool() else d.take(6).ljust(6, b"\0")
         hrd = Harp.__dataclass_fields__["hrd"].default
         rha = ula()  # the sender's own ULA, mostly also the source of the Message (else a spoof)
         raw = Harp(d.choice(list(Op)), ip(), ip(), rha, ula(), hrd if d.below(4) else d.choice([1, 6])).encode()

@@ -12,7 +12,8 @@ def main() -> None:
     import atheris
 
     name, argv = sys.argv[1], [sys.argv[0], *sys.argv[2:]]
-    with atheris.instrument_imports(include=["daemons", "harpd", "stpd", "pktwayd", "fuzz", "tests.fuzz", "tests.unit.fastpath_oracle"]):
+    covered = ["daemons", "harpd", "stpd", "pktwayd", "fuzz", "tests.fuzz", "tests.unit.fastpath_oracle"]
+    with atheris.instrument_imports(include=covered):
         from fuzz.registry import load
 
         target = load()[name]

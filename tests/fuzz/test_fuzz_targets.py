@@ -64,7 +64,8 @@ def _gsn_fuzz(*args, env=None):
 def test_runner_minimises_saves_and_replays_a_crash(engine):
     run = _gsn_fuzz("--minutes", "0.25", "--engine", engine, "--seed", "1", "selftest")  # stops at the crash
     assert run.returncode == 1, run.stdout + run.stderr
-    saved = [ROOT / line.split()[-1] for line in run.stdout.splitlines() if line.strip().startswith("./gsn fuzz --replay")]
+    saved = [ROOT / line.split()[-1] for line in run.stdout.splitlines()
+             if line.strip().startswith("./gsn fuzz --replay")]
     assert saved, run.stdout
     try:
         assert saved[0].read_bytes() == b"\xde\xad"  # minimised to the two bytes that matter
