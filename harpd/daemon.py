@@ -46,6 +46,12 @@ CONTROL_SCHEMA = Schema({
 ADDRESS_POLL_S = 2.0
 
 
+def _shown(text: str) -> str:
+    """``text`` as typed, or quoted (escaped) when it holds a newline or other control
+    character: a refusal is one line."""
+    return text if text.isprintable() else repr(text)
+
+
 class StaticStore:
     """Static entries added with gsnarp -s, kept across restarts (harpd.options syntax)."""
 
@@ -238,7 +244,7 @@ class Harpd:
         text, _, scope = text.partition("%")
         if scope:
             if interface not in (None, scope):
-                raise ValueError(f"{text}%{scope} is scoped to {scope}, not {interface}")
+                raise ValueError(f"{_shown(text + '%' + scope)} is scoped to {_shown(scope)}, not {_shown(interface)}")
             interface = scope
         if interface is not None and interface not in self.agents:
             raise ValueError(f"harpd serves no interface {interface!r} ({', '.join(self.agents)})")

@@ -150,6 +150,9 @@ def test_control_ops_validate_fields(harpd):
     assert request(path, {"cmd": "set", "ip": "192.0.2.9", "ula": None})["error"] == "bad request: set.ula: must not be null"
     assert request(path, {"cmd": "delete", "ip": "fe80::1%gsn0", "interface": "gsn1"})["error"] == \
         "fe80::1%gsn0 is scoped to gsn0, not gsn1"
+    # found by ./gsn fuzz control (fuzz/crashes/control-2ad0681af840.bin): the scope was echoed raw
+    assert request(path, {"cmd": "delete", "ip": "%\n", "interface": "gsn0"})["error"] == \
+        "'%\\n' is scoped to '\\n', not gsn0"
     assert request(path, {"cmd": "neighbours", "interface": "gsn7"})["ok"] is False
     n = request(path, {"cmd": "neighbours", "interface": "gsn1"})
     assert n["ok"] and {r["ip"] for r in n["neighbours"]} == {"127.0.0.1", "127.0.0.9"}

@@ -9,6 +9,9 @@ cable/flags, Admin command/hop counts/route) and the LCRC is re-stamped, so the
 mutation reaches the layer it targets.  Fed to a Link, to the gsnd endpoint core
 and to the switch core: nothing may raise, and a mutation that makes the input
 invalid must move a drop counter.
+
+The field helpers and the bring-up are shared with the coverage-guided targets in
+fuzz/frames.py (``./gsn fuzz link gsnd.core switch.core``).
 """
 
 from __future__ import annotations
@@ -26,44 +29,13 @@ from daemons.gsnd.core import Endpoint
 from daemons.link.link import Link, Received
 from daemons.switch.core import Switch
 from daemons.wire.message import encode_stream, mps_for, single_records, stream_records
-from daemons.wire.micropacket import MP_DTYPE, Micropacket, restamp
+from daemons.wire.micropacket import MP_DTYPE, Micropacket
 from daemons.wire.shim import Shim
+from fuzz.frames import (CABLE, CONTROL_TYPES, FIELDS, NOT_SEQUENCED, S_ULA, bring_up, drops,  # shared builders
+                          get_field, set_field)
 from tests.unit.linkpair import each_impl
 
-S_ULA = bytes.fromhex("020000000009")
-CABLE = 1
 SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-# Counters that record normal operation, not a drop.
-NOT_DROPS = {
-    "rx_mps", "tx_mps", "rtx_mps", "link_up", "link_down", "tx_reset", "rx_reset", "rx_init", "window_full",
-    "duplicate_reset", "rx_messages", "tx_messages", "rx_admin", "tx_admin", "rx_admin_request", "admin_retry",
-    "ulas_assigned",
-}
-# TYPEs that may not appear in a sequenced batch: control and reserved.
-CONTROL_TYPES = {MpType.NULL, MpType.RESET, MpType.RESET_ACK, MpType.INIT, MpType.INIT_ACK}
-NOT_SEQUENCED = [t for t in range(16) if t not in {int(x) for x in C.SEQUENCED_TYPES}]
-FIELDS = {"vc": (C.CTRL_VC_SHIFT, 2), "type": (C.CTRL_TYPE_SHIFT, 4), "tail": (C.CTRL_TAIL_SHIFT, 1),
-          "error": (C.CTRL_ERROR_SHIFT, 1), "vcr": (C.CTRL_VCR_SHIFT, 2), "cr": (C.CTRL_CR_SHIFT, 6),
-          "rseq": (C.CTRL_RSEQ_SHIFT, 8), "tseq": (C.CTRL_TSEQ_SHIFT, 8), "ecrc": (C.CTRL_ECRC_SHIFT, 16)}
-
-
-def drops(*counters) -> int:
-    return sum(v for c in counters for k, v in c.items() if k not in NOT_DROPS and not k.startswith("link_down_"))
-
-
-def set_field(recs: np.ndarray, i: int, name: str, value: int) -> None:
-    """Set one control field of micropacket ``i`` and re-stamp its LCRC."""
-    shift, width = FIELDS[name]
-    mask = np.uint64(((1 << width) - 1) << shift)
-    ctrl = recs["ctrl"][i : i + 1].astype(np.uint64)
-    ctrl = (ctrl & ~mask) | np.uint64(value << shift)
-    restamp(recs[i : i + 1], ctrl)
-
-
-def get_field(recs: np.ndarray, i: int, name: str) -> int:
-    shift, width = FIELDS[name]
-    return (int(recs["ctrl"][i]) >> shift) & ((1 << width) - 1)
 
 
 # --- what the attacker sends ---------------------------------------------------------
@@ -173,19 +145,6 @@ def control_datagram(draw, victim: Link) -> tuple[bytes, str | None]:
 
 
 # --- harness ---------------------------------------------------------------------------
-def bring_up(attacker: Link, victim_receive, victim_out, now: float = 0.0) -> float:
-    for _ in range(6):
-        now += 0.001
-        for d in attacker.handle_timer(now) + attacker.datagrams(now):
-            victim_receive(d, now)
-        for d in victim_out(now):
-            attacker.receive(d, now)
-        for ev in attacker.events():
-            if isinstance(ev, Received):
-                attacker.release(ev.vc, len(ev.recs))
-    return now
-
-
 def attack(draw, attacker: Link, victim_link: Link, d_ulas, now: float) -> tuple[list[bytes], str | None]:
     """The datagram(s) the attacker sends this round and which layer must count them."""
     if draw(st.integers(0, 4)) == 0:
