@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,14 +36,16 @@ def to_group(path, gid: int = NOBODY) -> None:
     os.chown(path, -1, gid)
 
 
-def as_user(fn, uid: int = NOBODY, gid: int = NOBODY):
+def as_user(fn, uid: int = NOBODY, gid: int = NOBODY, timeout: int = 30):
     """``fn()`` in a child running as uid/gid; its (picklable) result, or RuntimeError
-    carrying the child's exception as one line."""
+    carrying the child's exception as one line (or saying it was killed after
+    ``timeout`` seconds, e.g. waiting on a request that should have been refused)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         try:
             os.close(r)
+            signal.alarm(timeout)  # SIGALRM's default action ends the child
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
@@ -59,6 +62,8 @@ def as_user(fn, uid: int = NOBODY, gid: int = NOBODY):
         while chunk := f.read(65536):
             chunks.append(chunk)
     os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError(f"the child as uid {uid} gave no answer (killed after {timeout} s?)")
     kind, value = pickle.loads(b"".join(chunks))
     if kind == "error":
         raise RuntimeError(value)
