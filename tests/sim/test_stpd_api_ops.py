@@ -382,6 +382,9 @@ def test_another_client_can_neither_use_nor_take_a_connection_or_port(shared_pai
     incoming connection meant for A.  Now every request naming another client's
     connection (its transfers, regions) or listened port is refused, one line,
     counted; a member of the group (uid 65534) sees only its own objects in status."""
+    from click.testing import CliRunner
+
+    from stpd.cli import stp_main
     from tests.asuser import as_user
 
     p = shared_pair
@@ -410,6 +413,8 @@ def test_another_client_can_neither_use_nor_take_a_connection_or_port(shared_pai
         assert got == want
         st = as_user(lambda: StClient(target).status())
         assert (st["vcs"], st["listeners"], st["scope"]) == ([], [], "own")
+        out = as_user(lambda: CliRunner().invoke(stp_main, ["--socket", target, "status"]).output)
+        assert "(this client's connections only: every client's are shown to root)" in out
     api = p.inside(lambda ds: [dict(d.api_counters) for d in ds])
     assert api[0]["refused_not_owner"] == 15 and api[1]["refused_not_owner"] == 17
     # root, not the owner: sees all, may end things (stp abort/release/close), never use or take them
