@@ -67,6 +67,11 @@ ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_ARP = 0x0806
 ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_ST = 0x8181
+# EtherTypes a ULP client may BIND or SEND only when privileged (PC, issue 12): its
+# peer uid (SO_PEERCRED) is 0 or gsnd's own.  Binding them would show a member of the
+# socket's group every IP packet and HARP exchange; sending them would let it forge
+# IP and HARP replies.  harpd (0x0806) runs as gsnd's user under systemd.
+ULP_PRIVILEGED_ETHERTYPES = frozenset({ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ARP})
 
 # --- ULAs (spec §5) -----------------------------------------------------------
 ULA_BROADCAST = bytes.fromhex("ffffffffffff")  # FACT

@@ -27,7 +27,10 @@ status     [vc]                                            vcs, counters  (or th
 close      vc                                              {}
 =========  ==============================================  ==================================
 
-Every answer has ``ok``; failures carry ``error`` (one line).  Every request is
+Every answer has ``ok``; failures carry ``error`` (one line).  A connection (vc,
+with its transfers and regions) and a listened port belong to the API connection
+that made them; requests naming another client's are refused (README, "Security
+model").  Every request is
 checked against ``SCHEMA`` before stpd acts on it: unknown ops or fields, wrong
 types (a bool is not an integer), NaN/Infinity, integers outside the wire field's
 range, long strings, nesting and oversized datagrams are refused as

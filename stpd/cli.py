@@ -199,6 +199,8 @@ def status(sock, as_json) -> None:
         click.echo(json.dumps(r, indent=2))
         return
     click.echo(f"stpd on ULA {r['ula'] or 'none (gsnd down?)'}")
+    if r.get("scope") == "own":
+        click.echo("(this client's connections only: every client's are shown to root)")
     click.echo(f"{'vc':>4} {'peer':<18} {'state':<10} {'uport':>6} {'slots':>6} {'tx':>3} {'rx':>3} {'regions':>7}")
     for v in r["vcs"]:
         click.echo(f"{v['vc']:>4} {v['peer']:<18} {v['state']:<10} {v['uport']:>6} {v['peer_slots']:>6} "

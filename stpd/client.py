@@ -11,7 +11,10 @@
 
 Reads (RTR): one side calls ``serve(vc, f)`` (answers the peer's next RTR from
 ``f``), the other ``read(vc, f, n)``.  ``abort(vc, xid)`` ends a running transfer
-(its id is in ``status()`` and in every progress message) from another client.
+(its id is in ``status()`` and in every progress message).  A connection, and
+everything on it, belongs to the client (this StClient's socket) that made or
+accepted it: other clients are refused, except root, which may end transfers,
+regions and connections (``stp abort``) and sees every client's in ``status()``.
 """
 
 from __future__ import annotations

@@ -120,3 +120,13 @@ STP_PORT = 5001  # `stp send`/`stp recv` meet on this ULP port
 STP_SERVE_PORT = 5002  # `stp serve`/`stp read` (RTR reads) meet on this one
 MAX_LISTENERS = 1024  # ULP ports listened on at once (API listen/accept), daemon-wide
 MAX_CONNECT_VCS = 4096  # an API connect is refused while this many VCs exist
+# Local clients are isolated (issue 12): a connection (with its transfers, regions and
+# exposures) and a listened port belong to the API connection that made them; only
+# that client may use them.  When it hangs up, its ports are withdrawn and its
+# connections closed at once (no grace period: nobody else could take them over).
+# A client whose peer uid (SO_PEERCRED) is this one is an administrator: `status`
+# shows it every client's objects, and it may end (`abort`, `release`, `close`)
+# any connection's transfers, regions or the connection itself -- `stp abort`,
+# `stp release` from another process -- but never send, receive or take them.
+API_ADMIN_UID = 0
+API_ADMIN_OPS = frozenset({"status", "abort", "release", "close"})

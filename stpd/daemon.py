@@ -16,7 +16,7 @@ from itertools import chain
 import structlog
 import trio
 
-from daemons.runtime.control import bind_unix, request as control_request
+from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
@@ -56,6 +56,30 @@ class ApiError(Exception):
     pass
 
 
+@dataclass(eq=False)
+class ApiClient:
+    """One API connection: the identity that owns connections and listened ports
+    (``constants.API_ADMIN_UID`` explains who may see or end the others')."""
+
+    conn: socket.socket
+    pid: int = -1
+    uid: int = -1
+    ports: set = field(default_factory=set)  # ULP ports it listens on
+    vcs: set = field(default_factory=set)  # connections it made or accepted (and those waiting to be)
+
+    @classmethod
+    def of(cls, conn: socket.socket) -> "ApiClient":
+        try:
+            pid, uid, _gid = peer_cred(conn)
+        except OSError:
+            pid, uid, _gid = NOBODY
+        return cls(conn, pid, uid)
+
+    @property
+    def admin(self) -> bool:
+        return self.uid == K.API_ADMIN_UID
+
+
 def claim_api_path(path: str) -> socket.socket:
     """Bind and listen on the API socket at ``path``; a live stpd there is refused
     (``bind_unix``: only a stale socket is removed, never a file that is not one)."""
@@ -80,6 +104,8 @@ class Stpd:
         self.pending: dict[tuple, trio.Event] = {}  # keys somebody waits for
         self.results: dict[tuple, object] = {}
         self.accepted: dict[int, deque] = defaultdict(deque)
+        self.owner: dict[int, ApiClient] = {}  # vc -> the client it belongs to
+        self.port_owner: dict[int, ApiClient] = {}  # listened ULP port -> the client listening
         self.accept_wake: dict[int, trio.Event] = {}
         self.read_requests: dict[int, deque] = {}  # vc -> the peer's RTRs waiting for a `serve`
         self.vc_wake: dict[int, trio.Event] = {}  # vc -> set when an RTR arrives or the VC closes
@@ -118,6 +144,7 @@ class Stpd:
             ev.set()
 
     def _events(self, events: list) -> None:
+        orphans = False
         for ev in events:
             if isinstance(ev, Connected):
                 self._signal(("conn", ev.vc), None)
@@ -125,11 +152,22 @@ class Stpd:
                 self._signal(("conn", ev.vc), ev.reason)
                 log.info("st.closed", vc=ev.vc, reason=ev.reason)
                 self.read_requests.pop(ev.vc, None)
+                owner = self.owner.pop(ev.vc, None)
+                if owner is not None:
+                    owner.vcs.discard(ev.vc)
                 self._wake_vc(ev.vc)
                 for key in [k for k in self.pending if k[0] in ("buf", "op", "xfer", "status") and k[1] == ev.vc]:
                     self._signal(key, Closed(ev.vc, ev.reason))
                 self._sweep_shared()
             elif isinstance(ev, Accepted):
+                owner = self.port_owner.get(ev.uport)
+                if owner is None:  # nobody listens any more (never expected: listens are owned)
+                    self.api_counters["accepted_without_listener"] += 1
+                    self.core.close(ev.vc, trio.current_time())
+                    orphans = True
+                    continue
+                self.owner[ev.vc] = owner  # only the client listening on the port may accept it
+                owner.vcs.add(ev.vc)
                 self.accepted[ev.uport].append((ev.vc, ev.peer))
                 wake = self.accept_wake.pop(ev.uport, None)
                 if wake is not None:
@@ -150,6 +188,8 @@ class Stpd:
                     self.api_counters["read_requests_dropped"] += 1
                 q.append(ev)
                 self._wake_vc(ev.vc)
+        if orphans:
+            self.runner.step()
 
     def _frame(self, frame, now: float) -> None:
         self.core.receive(frame.ula, frame.payload, now)
@@ -242,26 +282,38 @@ class Stpd:
                         continue
                     conn.setblocking(False)
                     self.api_clients += 1
-                    nursery.start_soon(self._api_conn, conn)
+                    nursery.start_soon(self._api_conn, ApiClient.of(conn))
         finally:
             lsock.close()
 
-    async def _api_conn(self, conn: socket.socket) -> None:
-        mine: set[int] = set()  # ULP ports this client listens on
+    async def _api_conn(self, client: ApiClient) -> None:
         try:
-            await self._api_loop(conn, mine)
+            await self._api_loop(client)
         except Exception as exc:  # no client may end stpd: one line, counted
             self.api_counters["internal_error"] += 1
             log.error("api.internal_error", error=f"{type(exc).__name__}: {exc}"[:200])
         finally:
             self.api_clients -= 1
-            conn.close()
-            for uport in mine:  # nobody will accept these any more
+            client.conn.close()
+            self._forget(client)
+
+    def _forget(self, client: ApiClient) -> None:
+        """A client hung up: its ports are withdrawn and its connections (accepted or
+        not) closed at once -- nobody else may take them over."""
+        now = trio.current_time()
+        for uport in client.ports:
+            if self.port_owner.get(uport) is client:
+                del self.port_owner[uport]
                 self.core.unlisten(uport)
-                while self.accepted[uport]:
-                    self.core.close(self.accepted[uport].popleft()[0], trio.current_time())
-                self.accepted.pop(uport, None)
-            self.runner.step()
+                self.accepted.pop(uport, None)  # its connections are closed below
+        for vid in sorted(client.vcs):
+            if self.owner.get(vid) is client:
+                del self.owner[vid]
+                self.core.close(vid, now)
+                self.api_counters["closed_client_gone"] += 1
+        client.ports.clear()
+        client.vcs.clear()
+        self.runner.step()
 
     async def _reply(self, conn: socket.socket, msg: dict) -> bool:
         data = api.encode(msg)
@@ -288,7 +340,8 @@ class Stpd:
         self.api_counters["dropped_not_reading"] += 1
         return False
 
-    async def _api_loop(self, conn: socket.socket, mine: set[int]) -> None:
+    async def _api_loop(self, client: ApiClient) -> None:
+        conn = client.conn
         first = True
         while True:
             timeout = self.cfg.api_first_request_timeout if first else self.cfg.api_idle_timeout
@@ -315,15 +368,10 @@ class Stpd:
                     raise api.RequestError(f"request larger than {api.MAX_MSG} bytes or {api.MAX_FDS} descriptors")
                 msg = api.decode(data)
                 op = msg["op"]
-                if op in ("listen", "accept"):
-                    if msg["uport"] not in self.core.listeners and len(self.core.listeners) >= K.MAX_LISTENERS:
-                        self.api_counters["refused_listeners"] += 1
-                        raise ApiError(f"{op}: {K.MAX_LISTENERS} ports are listened on already")
-                    mine.add(msg["uport"])
                 if op in UNBOUNDED_OPS:
-                    reply = await self._guarded(msg, fds, conn)
+                    reply = await self._guarded(msg, fds, client)
                 else:  # bounded by a core or API timeout: no hang-up watch needed
-                    reply = await self._api(msg, fds, conn)
+                    reply = await self._api(msg, fds, client)
                 reply["ok"] = True
             except api.RequestError as exc:
                 self.api_counters["refused_bad_request"] += 1
@@ -344,10 +392,11 @@ class Stpd:
             if not await self._reply(conn, reply):
                 return
 
-    async def _guarded(self, msg: dict, fds: list[int], conn: socket.socket) -> dict:
+    async def _guarded(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
         """Run one request; if the client hangs up meanwhile, the request is cancelled
         (its transfer ended, its buffers released)."""
         result: dict = {}
+        conn = client.conn
 
         async def watch(scope: trio.CancelScope) -> None:
             await trio.lowlevel.wait_readable(conn)
@@ -363,7 +412,7 @@ class Stpd:
         async with trio.open_nursery() as nursery:
             async def run() -> None:
                 try:
-                    result["reply"] = await self._api(msg, fds, conn)
+                    result["reply"] = await self._api(msg, fds, client)
                 except Exception as exc:  # re-raised below, not as an exception group
                     result["error"] = exc
                 finally:
@@ -386,28 +435,51 @@ class Stpd:
                 pass
         return progress
 
-    def _vc(self, msg: dict) -> int:
+    def _vc(self, msg: dict, client: ApiClient) -> int:
+        """The request's connection, if it is the client's own (an administrator may
+        also name another's for ``API_ADMIN_OPS``)."""
         vid = msg["vc"]
         if vid not in self.core.vcs:
             raise ApiError(f"no connection {vid}")
+        if self.owner.get(vid) is not client and not (client.admin and msg["op"] in K.API_ADMIN_OPS):
+            self.api_counters["refused_not_owner"] += 1
+            raise ApiError(f"{msg['op']}: connection {vid} belongs to another client")
         return vid
+
+    def _claim_port(self, op: str, uport: int, client: ApiClient) -> None:
+        """``listen``/``accept``: the port becomes the client's until it hangs up; a port
+        another client listens on is refused."""
+        owner = self.port_owner.get(uport)
+        if owner is client:
+            return
+        if owner is not None:
+            self.api_counters["refused_not_owner"] += 1
+            raise ApiError(f"{op}: port {uport} belongs to another client")
+        if len(self.core.listeners) >= K.MAX_LISTENERS:
+            self.api_counters["refused_listeners"] += 1
+            raise ApiError(f"{op}: {K.MAX_LISTENERS} ports are listened on already")
+        self.port_owner[uport] = client
+        client.ports.add(uport)
 
     @staticmethod
     def _take(fds: list[int]) -> FdHandle:
         """Take ownership of the request's first descriptor (the others are closed)."""
         return FdHandle(fds.pop(0))
 
-    async def _api(self, msg: dict, fds: list[int], conn) -> dict:
+    async def _api(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
         op = msg["op"]
+        conn = client.conn
         now = trio.current_time()
         core = self.core
         if fds and op not in ("send", "recv", "read", "serve", "expose"):
             raise ApiError(f"{op} takes no file descriptor")
         if op == "listen":
+            self._claim_port(op, msg["uport"], client)
             core.listen(msg["uport"])
             return {}
         if op == "accept":
             uport = msg["uport"]
+            self._claim_port(op, uport, client)
             core.listen(uport)
             while not self.accepted[uport]:
                 await self.accept_wake.setdefault(uport, trio.Event()).wait()
@@ -419,6 +491,8 @@ class Stpd:
                 raise ApiError(f"connect: {K.MAX_CONNECT_VCS} connections exist already")
             ula = await self.resolve(msg["host"])
             vid = core.connect(ula, msg["uport"], trio.current_time())
+            self.owner[vid] = client
+            client.vcs.add(vid)
             self._expect(("conn", vid))
             self.runner.step()
             reason = await self._wait(("conn", vid))
@@ -426,28 +500,33 @@ class Stpd:
                 raise ApiError(f"connect to {msg['host']}: {reason}")
             return {"vc": vid}
         if op == "close":
-            core.close(self._vc(msg), now)
+            core.close(self._vc(msg, client), now)
             self.runner.step()
             return {}
         if op == "status":
             if "vc" in msg:
-                vid = self._vc(msg)
+                vid = self._vc(msg, client)
                 if not core.status(vid, now):
                     raise ApiError(f"connection {vid} is not open")
                 self._expect(("status", vid))
                 self.runner.step()
                 st = await self._wait(("status", vid), timeout=5.0)
                 return {"slots": st.slots}
-            return {"vcs": core.status_table(), "listeners": sorted(core.listeners),
+            if client.admin:  # every client's objects
+                vcs, ports = core.status_table(), core.listeners
+            else:  # the caller's own
+                vcs = [v for v in core.status_table() if self.owner.get(v["vc"]) is client]
+                ports = client.ports
+            return {"vcs": vcs, "listeners": sorted(ports), "scope": "all" if client.admin else "own",
                     "counters": dict(core.counters), "api": dict(self.api_counters),
                     "api_clients": self.api_clients, "exposed_objects": len(self.shared),
                     "ula": format_ula(self.ula) if self.ula else None}
         if op in ("send", "serve"):
-            return await self._send(msg, fds, conn)
+            return await self._send(msg, fds, client)
         if op in ("recv", "read"):
-            return await self._recv(msg, fds, conn)
+            return await self._recv(msg, fds, client)
         if op == "abort":
-            vid = self._vc(msg)
+            vid = self._vc(msg, client)
             vc = core.vcs[vid]
             if msg["xid"] not in vc.tx and msg["xid"] not in vc.rx:
                 raise ApiError(f"no transfer {msg['xid']} on connection {vid}")
@@ -455,16 +534,16 @@ class Stpd:
             self.runner.step()
             return {}
         if op == "release":
-            vid = self._vc(msg)
+            vid = self._vc(msg, client)
             if msg["rid"] not in core.vcs[vid].remote_regions:
                 raise ApiError(f"no region {msg['rid']} of the peer on connection {vid}")
             core.end(vid, msg["rid"], now)
             self.runner.step()
             return {}
         if op == "expose":
-            return self._expose(msg, fds)
+            return self._expose(msg, fds, client)
         if op == "region":
-            vid = self._vc(msg)
+            vid = self._vc(msg, client)
             gid = core.request_region(vid, msg["size"], now)
             if gid is None:
                 raise ApiError(f"connection {vid} is not open")
@@ -475,7 +554,7 @@ class Stpd:
                 raise ApiError(f"region refused: {r.reason}")
             return {"rid": r.rid, "size": r.size}
         if op in ("put", "get", "fetchop"):
-            vid = self._vc(msg)
+            vid = self._vc(msg, client)
             rid, off = msg["rid"], msg["offset"]
             if op == "put":
                 gid = core.put(vid, rid, off, msg["data"], now)
@@ -494,8 +573,8 @@ class Stpd:
                 {"data": base64.b64encode(r.data).decode()} if op == "get" else {})
         raise ApiError(f"unknown op {op!r}")  # unreachable: the schema knows every op
 
-    def _expose(self, msg: dict, fds: list[int]) -> dict:
-        vid = self._vc(msg)
+    def _expose(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
+        vid = self._vc(msg, client)
         if not fds:
             raise ApiError("expose needs a file descriptor (memfd or shared memory)")
         size = msg["size"]
@@ -548,8 +627,9 @@ class Stpd:
             return msg["data"], None
         raise ApiError(f"{msg['op']} needs a file descriptor or inline data")
 
-    async def _send(self, msg: dict, fds: list[int], conn) -> dict:
-        vid = self._vc(msg)
+    async def _send(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
+        conn = client.conn
+        vid = self._vc(msg, client)
         buf, handle = self._source(msg, fds)
         try:
             reply_to, asked = NO_ID, None
@@ -584,8 +664,9 @@ class Stpd:
             if handle is not None:
                 handle.close()
 
-    async def _recv(self, msg: dict, fds: list[int], conn) -> dict:
-        vid = self._vc(msg)
+    async def _recv(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
+        conn = client.conn
+        vid = self._vc(msg, client)
         reading = msg["op"] == "read"
         size = msg["length"] if reading else msg["max"]
         handle = None

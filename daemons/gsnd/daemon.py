@@ -13,7 +13,7 @@ from ..constants import ETHERTYPE_ARP, ULA_BROADCAST, ULA_NONE, ULP_MAX_PAYLOAD,
 from ..io.runner import LinkRunner, cable_window
 from ..io.udp import UdpTransport
 from ..io.ulp import UlpServer
-from ..runtime.control import serve_control
+from ..runtime.control import PEER, privileged, serve_control
 from ..runtime.schema import Int, List, Schema, Str
 from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify
@@ -199,6 +199,11 @@ class Gsnd:
         if cmd == "ulas":
             return await self._list_ulas()
         if cmd == "admin":
+            peer = PEER.get()  # None: called in-process, not through the socket
+            if peer is not None and not privileged(peer[1]):
+                self.control_counters["refused_admin_unprivileged"] += 1
+                return {"ok": False, "error": f"admin: uid {peer[1]} may not send Admin requests "
+                                              f"(root or gsnd's own user only)"}
             try:
                 command = AdminCmd[req["command"].upper()]
             except KeyError:

@@ -5,7 +5,9 @@ shared by all clients (a frame's payload is copied out of it, so an idle client
 costs no buffer), at most ``ULP_MAX_CLIENTS`` clients are served (more, or an
 accept that finds no free fd, are refused and counted, never fatal), a client
 binds at most ``ULP_MAX_BINDINGS`` EtherTypes, and every malformed frame is
-answered with ERROR and counted.  Received Messages reach clients through the
+answered with ERROR and counted.  IP's EtherTypes (``ULP_PRIVILEGED_ETHERTYPES``)
+are bound and sent only by a privileged client: one whose peer uid (SO_PEERCRED,
+taken at accept) is root or gsnd's own user; others get ERROR, counted.  Received Messages reach clients through the
 sans-IO :class:`~daemons.gsnd.delivery.Delivery`, which holds them (and, through
 gsnd, the link's credits) while a client's socket is full.
 """
@@ -28,10 +30,11 @@ from ..constants import (
     ULP_MAX_CLIENTS,
     ULP_MAX_PAYLOAD,
     ULP_NOTICE_PROTOCOL,
+    ULP_PRIVILEGED_ETHERTYPES,
     ULP_PUMP_RETRY_S,
 )
 from ..gsnd.delivery import Delivery
-from ..runtime.control import bind_unix
+from ..runtime.control import NOBODY, bind_unix, peer_cred, privileged
 from ..wire.errors import DecodeError
 from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
@@ -46,6 +49,11 @@ _NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 class _Client:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        try:
+            self.pid, self.uid, _gid = peer_cred(sock)
+        except OSError:
+            self.pid, self.uid, _gid = NOBODY
+        self.privileged = privileged(self.uid)  # may bind and send ULP_PRIVILEGED_ETHERTYPES
         self.ethertypes: set[int] = set()
         self.wake = trio.Event()  # the delivery backlog has something for the writer
 
@@ -221,6 +229,11 @@ class UlpServer:
                 self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
                                           b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
                 return
+            if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
+                self.counters["tx_refused_unprivileged"] += 1
+                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, self._unprivileged(
+                    client, frame.ethertype, "send")))
+                return
             await self._wait_room(frame.vc)
             why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
             if why:
@@ -229,6 +242,11 @@ class UlpServer:
             else:
                 self.counters["tx_messages"] += 1
         elif frame.op is Op.BIND:
+            if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
+                self.counters["refused_bind_unprivileged"] += 1
+                self._reply(client, Frame(Op.ERROR, 0, frame.ethertype, payload=self._unprivileged(
+                    client, frame.ethertype, "bind")))
+                return
             if frame.ethertype not in client.ethertypes and len(client.ethertypes) >= ULP_MAX_BINDINGS:
                 self.counters["refused_binding_cap"] += 1
                 self._reply(client, Frame(Op.ERROR, 0, frame.ethertype, payload=(
@@ -241,6 +259,11 @@ class UlpServer:
         else:
             self.counters["rx_unexpected_op"] += 1
             self._reply(client, Frame(Op.ERROR, payload=f"op {frame.op.name} is not for clients".encode()))
+
+    @staticmethod
+    def _unprivileged(client: _Client, ethertype: int, what: str) -> bytes:
+        return (f"uid {client.uid} may not {what} EtherType 0x{ethertype:04X} (IP's: root or gsnd's own user "
+                f"only)").encode()
 
     # --- to clients ------------------------------------------------------------------
     def _send_frame(self, client: _Client, frame: bytes) -> str:

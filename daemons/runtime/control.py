@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import errno
 import json
+import contextvars
 import os
 import socket
+import struct
 from collections import Counter
 from typing import Awaitable, Callable
 
@@ -32,6 +34,25 @@ IDLE_TIMEOUT_S = 3.0  # to send the request line
 SEND_TIMEOUT_S = 3.0  # to take the reply
 ACCEPT_BACKOFF_S = 0.05  # after accept() failed for want of file descriptors
 _NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# The credentials (pid, uid, gid) of the control client whose request a handler is
+# serving (SO_PEERCRED, taken when the connection is accepted); None outside a request.
+PEER: contextvars.ContextVar[tuple[int, int, int] | None] = contextvars.ContextVar("control_peer", default=None)
+
+
+NOBODY = (-1, -1, -1)  # credentials that could not be read: privileged() is False
+
+
+def peer_cred(sock) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected the Unix socket ``sock`` (SO_PEERCRED)."""
+    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+
+
+def privileged(uid: int) -> bool:
+    """Root, or the user this daemon runs as (the gsn service user under systemd)."""
+    return uid == 0 or uid == os.geteuid()
 
 
 class SocketInUse(OSError):
@@ -194,6 +215,10 @@ def _refuse(conn, error: str) -> None:
 
 
 async def _serve_one(conn, handler: Handler, schema: Schema, counters: Counter, idle_timeout: float) -> None:
+    try:
+        PEER.set(peer_cred(conn))  # this task's context only: handlers read it with PEER.get()
+    except OSError:  # never seen on a Unix socket; if it were, the client is nobody in particular
+        PEER.set(NOBODY)
     stream = trio.SocketStream(conn)
     async with stream:
         buf = b""

@@ -200,16 +200,16 @@ def test_stp_read_serve_abort_release(pair):
 
         errors = []
 
-        def waiting_send():
+        def waiting_send():  # only a, the connection's owner, may send on it
             try:
-                with StClient(pair.apis[0]) as a2:
-                    a2.send_bytes(vc, b"nobody receives this")
+                a.send_bytes(vc, b"nobody receives this")
             except StError as exc:
                 errors.append(str(exc))
 
         t = threading.Thread(target=waiting_send)
         t.start()
-        xid = poll(lambda: [x["xid"] for v in a.status()["vcs"] for x in v["transfers"]], 10, what="a transfer")[0]
+        xid = poll(lambda: [x["xid"] for v in StClient(pair.apis[0]).status()["vcs"] for x in v["transfers"]], 10,
+                   what="a transfer")[0]  # root's status: every client's
         r = subprocess.run([str(BIN / "stp"), "--socket", pair.apis[0], "abort", str(vc), str(xid)],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr

@@ -2,6 +2,7 @@
 sockets, StClient): truncated files never kill stpd, exposed memory does not leak
 descriptors, and the read/serve, abort and release operations."""
 
+import itertools
 import os
 import threading
 import time
@@ -20,11 +21,16 @@ def pair(tmp_path):
             yield p
 
 
+PORTS = itertools.count(100)
+
+
 def connected(p):
-    """(a, vc on A, b, vc on B): a fresh connection A -> B."""
+    """(a, vc on A, b, vc on B): a fresh connection A -> B, each end its client's own."""
     a, b = StClient(p.paths[0]), StClient(p.paths[1])
-    vc = a.connect("192.0.2.2", 9)
-    bvc = p.inside(lambda ds: max(ds[1].core.vcs))
+    port = next(PORTS)
+    b.listen(port)
+    vc = a.connect("192.0.2.2", port)
+    bvc, _ = b.accept(port)
     return a, vc, b, bvc
 
 
@@ -271,28 +277,30 @@ def test_cli_abort_and_release(pair):
         assert h.returncode == 0 and "Usage: stp " + cmd in h.stdout
 
 
-def test_a_client_hanging_up_mid_request_withdraws_it(pair):
+def test_a_client_hanging_up_mid_request_withdraws_it_and_closes_its_connections(pair):
+    """The request is cancelled (receive unposted, descriptor closed); the connection,
+    which nobody else may use, is closed at both ends and its port withdrawn."""
     import json
     import socket
 
     a, vc, b, bvc = connected(pair)
+    port = pair.inside(lambda ds: ds[1].core.vcs[bvc].uport)
     before = fd_count()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.connect(pair.paths[1])
     f = memfd(b"")
-    socket.send_fds(s, [json.dumps({"op": "recv", "vc": bvc, "max": 1 << 20}).encode()], [f.fileno()])
+    socket.send_fds(b.sock, [json.dumps({"op": "recv", "vc": bvc, "max": 1 << 20}).encode()], [f.fileno()])
     time.sleep(0.3)
     assert pair.inside(lambda ds: len(ds[1].core.vcs[bvc].posted)) == 1
-    s.close()
+    b.sock.close()
     f.close()
     time.sleep(0.3)
-    assert pair.inside(lambda ds: len(ds[1].core.vcs[bvc].posted)) == 0
+    assert pair.inside(lambda ds: bvc in ds[1].core.vcs or port in ds[1].core.listeners) is False
     assert fd_count() <= before  # stpd closed its copy of the descriptor
-    assert pair.inside(lambda ds: ds[1].api_counters["cancelled_client_gone"]) == 1
-    # a write now waits for a new receive instead of landing in a dead one
-    t, box = in_thread(a.send_bytes, vc, b"for the next receive")
-    assert b.recv_bytes(bvc) == b"for the next receive"
-    t.join(10)
+    api = pair.inside(lambda ds: dict(ds[1].api_counters))
+    assert api["cancelled_client_gone"] == 1 and api["closed_client_gone"] == 1
+    with pytest.raises(StError, match=f"no connection {vc}"):  # RD reached A: its end is closed too
+        a.send_bytes(vc, b"for nobody")
+    with pytest.raises(StError, match=r"refused \(NO_LISTENER\)"):
+        a.connect("192.0.2.2", port)
 
 
 def test_listeners_and_connections_are_bounded(pair, monkeypatch):
@@ -313,3 +321,125 @@ def test_listeners_and_connections_are_bounded(pair, monkeypatch):
             a.connect("192.0.2.2", 9)
         api = a.status()["api"]
     assert api["refused_listeners"] == 1 and api["refused_connect_vcs"] == 1
+
+
+# --- local clients are isolated (issue 12, item 4) ---------------------------------------------
+def _attempts(vc: int, rid: int, xid: int, port: int) -> list[tuple[dict, bool]]:
+    """Every request that names another client's connection or port: (request, needs a descriptor)."""
+    b64 = "eHg="
+    return [({"op": "send", "vc": vc, "data": b64}, False), ({"op": "send", "vc": vc, "length": 2}, True),
+            ({"op": "recv", "vc": vc, "max": 100}, False), ({"op": "recv", "vc": vc, "max": 100}, True),
+            ({"op": "read", "vc": vc, "length": 100}, False), ({"op": "serve", "vc": vc, "data": b64}, False),
+            ({"op": "abort", "vc": vc, "xid": xid}, False), ({"op": "expose", "vc": vc, "size": 64}, True),
+            ({"op": "region", "vc": vc, "size": 64}, False),
+            ({"op": "put", "vc": vc, "rid": rid, "offset": 0, "data": b64}, False),
+            ({"op": "get", "vc": vc, "rid": rid, "offset": 0, "length": 2}, False),
+            ({"op": "fetchop", "vc": vc, "rid": rid, "offset": 0}, False),
+            ({"op": "release", "vc": vc, "rid": rid}, False), ({"op": "status", "vc": vc}, False),
+            ({"op": "close", "vc": vc}, False),
+            ({"op": "listen", "uport": port}, False), ({"op": "accept", "uport": port}, False)]
+
+
+def _try_all(path: str, attempts) -> list[str]:
+    """Each attempt from one new API client: its errors (or "ok")."""
+    out = []
+    with StClient(path) as c:
+        c.sock.settimeout(10)
+        for msg, with_fd in attempts:
+            fd = os.memfd_create("x")
+            os.ftruncate(fd, 64)
+            try:
+                c.call(msg, [fd] if with_fd else [])
+                out.append("ok")
+            except StError as exc:
+                out.append(str(exc))
+            finally:
+                os.close(fd)
+    return out
+
+
+def _live(p, a, vc, b, bvc):
+    """A's and B's ends still work: data from A reaches B, a PUT lands in B's memory."""
+    t, box = in_thread(a.send_bytes, vc, b"still private")
+    assert b.recv_bytes(bvc) == b"still private"
+    t.join(10)
+    assert box["value"] == 13
+
+
+@pytest.fixture
+def shared_pair():
+    """A pair whose API sockets a member of their group (uid 65534) can reach."""
+    from tests.asuser import shared_dir, to_group
+
+    with shared_dir() as d, PairThread(d) as p:
+        for path in p.paths:
+            to_group(path)
+        yield p
+
+
+def test_another_client_can_neither_use_nor_take_a_connection_or_port(shared_pair):
+    """Issue 12: client B read the data of client A's connection, closed it and took an
+    incoming connection meant for A.  Now every request naming another client's
+    connection (its transfers, regions) or listened port is refused, one line,
+    counted; a member of the group (uid 65534) sees only its own objects in status."""
+    from click.testing import CliRunner
+
+    from stpd.cli import stp_main
+    from tests.asuser import as_user
+
+    p = shared_pair
+    a, vc, b, bvc = connected(p)
+    port = next(PORTS)
+    b.listen(port)
+    f = memfd(bytes(64))
+    b.expose(bvc, f.fileno(), 64)
+    rid = a.region(vc, 64)["rid"]
+    t, box = in_thread(a.send_bytes, vc, b"x" * 10)  # waits: a transfer of A's for someone to abort
+    end = time.monotonic() + 5
+    while not (xids := [x["xid"] for v in StClient(p.paths[0]).status()["vcs"] if v["vc"] == vc
+                        for x in v["transfers"]]):
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    assert b.recv_bytes(bvc) == b"x" * 10
+    t.join(10)
+
+    # uid 65534, a member of the socket's group: nothing at all
+    for i, (target, theirs) in enumerate([(p.paths[0], vc), (p.paths[1], bvc)]):
+        attempts = _attempts(theirs, rid, xids[0], port)[:None if i else -2]  # B's port is on B's stpd
+        got = as_user(lambda: _try_all(target, attempts))
+        want = [f"{m['op']}: connection {theirs} belongs to another client" for m, _ in attempts[:15]]
+        if i:
+            want += [f"listen: port {port} belongs to another client", f"accept: port {port} belongs to another client"]
+        assert got == want
+        st = as_user(lambda: StClient(target).status())
+        assert (st["vcs"], st["listeners"], st["scope"]) == ([], [], "own")
+        out = as_user(lambda: CliRunner().invoke(stp_main, ["--socket", target, "status"]).output)
+        assert "(this client's connections only: every client's are shown to root)" in out
+    api = p.inside(lambda ds: [dict(d.api_counters) for d in ds])
+    assert api[0]["refused_not_owner"] == 15 and api[1]["refused_not_owner"] == 17
+    # root, not the owner: sees all, may end things (stp abort/release/close), never use or take them
+    st = StClient(p.paths[1]).status()
+    assert st["scope"] == "all" and bvc in [v["vc"] for v in st["vcs"]] and port in st["listeners"]
+    data_ops = [(m, fd) for m, fd in _attempts(bvc, rid, 1, port) if m["op"] not in ("abort", "release", "status",
+                                                                                      "close")]
+    got = _try_all(p.paths[1], data_ops)
+    assert got == [f"{m['op']}: connection {bvc} belongs to another client" for m, _ in data_ops[:-2]] + [
+        f"listen: port {port} belongs to another client", f"accept: port {port} belongs to another client"]
+    # the owners' connection is untouched, the data went nowhere else
+    _live(p, a, vc, b, bvc)
+    a.put(vc, rid, 0, b"ok")
+    assert os.pread(f.fileno(), 2, 0) == b"ok"
+    # an incoming connection goes to the client listening on its port, and only to it
+    vc2 = a.connect("192.0.2.2", port)
+    got = _try_all(p.paths[1], [({"op": "accept", "uport": port}, False)])
+    assert got == [f"accept: port {port} belongs to another client"]
+    bvc2, _ = b.accept(port)
+    t, box = in_thread(a.send_bytes, vc2, b"to the listener")
+    assert b.recv_bytes(bvc2) == b"to the listener"
+    t.join(10)
+    # root may close another client's connection (administration); the owner sees it go
+    with StClient(p.paths[1]) as root:
+        root.close(bvc2)
+    time.sleep(0.3)
+    with pytest.raises(StError, match=f"no connection {bvc2}"):
+        b.recv_bytes(bvc2)

@@ -205,3 +205,46 @@ def test_gsnctl_admin_change_route_from_the_management_port_is_obeyed(tmp_path):
         assert r.stdout.startswith("INVALID_ADMIN status=1 args=09")
         st = fab.switch()
         assert _table(st)[alias] == 1 and st["ports"]["2"]["management"] is True
+
+
+# --- who may send Admin (issue 12, item 4) ----------------------------------------------------
+async def test_admin_needs_root_or_gsnds_user_status_and_ulas_stay_open():
+    """A member of the socket's group (uid 65534 here) may ask for status and ULAs but
+    not send Admin requests (it could reassign ULAs, redirect the switch); root may."""
+    from collections import Counter
+    from functools import partial
+
+    import trio
+
+    from daemons.gsnd import config as gconfig
+    from daemons.gsnd.daemon import CONTROL_SCHEMA, Gsnd
+    from daemons.runtime.control import serve_control
+    from tests.asuser import as_user, shared_dir, to_group
+
+    with shared_dir() as d:
+        cfg = gconfig.load(None, dict(interface="gsn0", local=f"127.0.0.1:{_free_udp()}", peer="127.0.0.1:9",
+                                      runtime_dir=str(d), no_tap=True))
+        g = Gsnd(cfg)
+        ctl = str(d / "gsn0.ctl")
+        admin = {"cmd": "admin", "command": "WHAT_ARE_YOU", "hops": 0}
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(partial(serve_control, ctl, g._control, CONTROL_SCHEMA,
+                                            counters=g.control_counters))
+                to_group(ctl)
+
+                def ask(req):
+                    return trio.to_thread.run_sync(lambda: as_user(lambda: request(ctl, req)))
+
+                r = await ask(admin)
+                assert r == {"ok": False, "error": "admin: uid 65534 may not send Admin requests (root or gsnd's "
+                                                   "own user only)"}
+                assert g.control_counters["refused_admin_unprivileged"] == 1
+                assert (await ask({"cmd": "status"}))["ok"]
+                assert (await ask({"cmd": "ulas"}))["error"].startswith("no answer to LIST_ULAS")  # no link here
+                r = await trio.to_thread.run_sync(lambda: request(ctl, admin))  # root
+                assert r["ok"] and r["responses"][0]["command"] == "I_AM"
+                assert g.control_counters["refused_admin_unprivileged"] == 1
+                nursery.cancel_scope.cancel()
+        finally:
+            g.transport.close()

@@ -66,20 +66,37 @@ def pair(tmp_path_factory):
             yield p
 
 
-def raw(path, data: bytes, fds=(), timeout=2.0) -> dict | None:
-    """One datagram to stpd, its answer (skipping progress), None if none came in time."""
+def raw(path, data: bytes, fds=(), timeout=2.0, owning: bool = False) -> dict | None:
+    """One datagram to stpd, its answer (skipping progress), None if none came in time.
+    ``owning``: the same API connection first connects to 192.0.2.2:9, and a small
+    ``vc`` (1..4) in a JSON request becomes that connection (only its owner may use it)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.settimeout(timeout)
-    try:
-        s.connect(path)
-        socket.send_fds(s, [data], list(fds)) if fds else s.send(data)
+
+    def answer() -> dict | None:
         while True:
-            answer = s.recv(K.API_MAX_MSG + 1)
-            if not answer:  # an empty datagram reads as end of connection: stpd hangs up
+            got = s.recv(K.API_MAX_MSG + 1)
+            if not got:  # an empty datagram reads as end of connection: stpd hangs up
                 return None
-            reply = json.loads(answer)
+            reply = json.loads(got)
             if "progress" not in reply:
                 return reply
+
+    try:
+        s.connect(path)
+        if owning:
+            s.send(b'{"op":"connect","host":"192.0.2.2","uport":9}')
+            s.settimeout(5.0)
+            vc = answer()["vc"]
+            s.settimeout(timeout)
+            try:
+                msg = json.loads(data)
+            except (ValueError, RecursionError):  # junk goes as it is
+                msg = None
+            if isinstance(msg, dict) and type(msg.get("vc")) is int and 1 <= msg["vc"] <= 4:
+                data = json.dumps({**msg, "vc": vc}, allow_nan=True).encode()
+        socket.send_fds(s, [data], list(fds)) if fds else s.send(data)
+        return answer()
     except (TimeoutError, ConnectionResetError, BrokenPipeError):
         return None
     finally:
@@ -153,12 +170,10 @@ def requests(draw):
 @given(data=requests())
 def test_fuzz_api_handler_never_fails_internally(pair, data):
     """Valid ops with mutated fields, junk and nesting against the real API loop of a
-    daemon with a live connection (vc 1): every answer is ok or a one-line refusal;
-    requests that would wait (accept, recv ...) are abandoned after a moment."""
-    if not pair.inside(lambda ds: ds[0].core.vcs):
-        with StClient(pair.paths[0]) as a:
-            a.connect("192.0.2.2", 9)
-    reply = raw(pair.paths[0], data, timeout=0.3)
+    daemon with a live connection (a small vc names it): every answer is ok or a one-line refusal;
+    requests that would wait (accept, recv ...) are abandoned after a moment.  The
+    fuzzing client owns that connection (another client's is refused before any use)."""
+    reply = raw(pair.paths[0], data, timeout=0.3, owning=True)
     if reply is not None and not reply["ok"]:
         assert_refusal(reply)
     assert pair.inside(lambda ds: ds[0].api_counters.get("internal_error", 0)) == 0
@@ -198,24 +213,27 @@ def test_many_idle_clients_are_capped_and_timed_out(tmp_path):
 
 def test_idle_timeout_spares_a_client_waiting_on_its_request(tmp_path):
     with PairThread(tmp_path, api_first_request_timeout=0.3, api_idle_timeout=0.3) as p:
-        with StClient(p.paths[1]) as b, StClient(p.paths[0]) as a:
+        with StClient(p.paths[1]) as b, StClient(p.paths[0]) as a, StClient(p.paths[0]) as idle:
+            idle.status()
             b.listen(9)
             vc = a.connect("192.0.2.2", 9)
+            bvc, _ = b.accept(9)
             got = {}
 
-            def late_sender():
-                time.sleep(1.5)
-                with StClient(p.paths[0]) as a2:
-                    a2.send_bytes(vc, b"x" * 1000)
+            def late_sender():  # `a` keeps clear of the idle timeout (closing it would close vc)
+                end = time.monotonic() + 1.5
+                while time.monotonic() < end:
+                    a.status()
+                    time.sleep(0.1)
+                a.send_bytes(vc, b"x" * 1000)
 
             t = threading.Thread(target=late_sender)
             t.start()
-            bvc = p.inside(lambda ds: next(iter(ds[1].core.vcs)))
             got["data"] = b.recv_bytes(bvc, 4096)  # waits 1.5 s > the idle timeout
             t.join(10)
             assert got["data"] == b"x" * 1000
         with StClient(p.paths[0]) as a:
-            assert a.status()["api"].get("closed_idle", 0) >= 1  # `a` sat idle while b waited
+            assert a.status()["api"].get("closed_idle", 0) >= 1  # `idle` sat idle while b waited
 
 
 def test_accept_emfile_is_counted_and_survived(tmp_path):

@@ -218,3 +218,54 @@ async def test_a_client_cannot_forge_drop_notices(tmp_path):
         await sock.send(Frame(Op.SEND, 0, other[0], ULA, other[1]).encode())
         assert (await bind(sock)).op is Op.STATUS
         assert srv.sent == [(0, ULA, C.ETHERTYPE_OUI_EXTENDED, len(other[1]))]
+
+
+def _as_nobody(path: str, frames: list[Frame]) -> list[tuple]:
+    """Connect as uid 65534 (a member of the socket's group), send ``frames`` one by
+    one, each answered by one frame: [(op name, ethertype, payload)]."""
+    from tests.asuser import as_user
+
+    def run():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(5)
+            s.connect(path)
+            out = []
+            for f in frames:
+                s.send(f.encode())
+                got = Frame.decode(s.recv(C.ULP_MAX_PAYLOAD + HEADER.size + 1))
+                out.append((got.op.name, got.ethertype, bytes(got.payload)))
+            return out
+
+    return as_user(run)
+
+
+async def test_ip_ethertypes_are_bound_and_sent_only_by_root_or_gsnds_user():
+    """Issue 12: any member of the socket's group could bind 0x0800 and read every IP
+    packet on the interface (or forge HARP replies).  IP's EtherTypes now need the
+    peer uid 0 or gsnd's own; ST, pktway and other EtherTypes stay open."""
+    from tests.asuser import shared_dir, to_group
+
+    with shared_dir() as d:
+        async with server(d) as srv:
+            to_group(srv.path)
+            frames = [Frame(Op.BIND, ethertype=et) for et in sorted(C.ULP_PRIVILEGED_ETHERTYPES)]
+            frames += [Frame(Op.SEND, 1, C.ETHERTYPE_ARP, ULA, b"forged HARP reply"),
+                       Frame(Op.BIND, ethertype=C.ETHERTYPE_ST)]
+            got = await trio.to_thread.run_sync(_as_nobody, srv.path, frames)
+            for (op, et, why), want in zip(got[:3], sorted(C.ULP_PRIVILEGED_ETHERTYPES)):
+                assert (op, et) == ("ERROR", want)
+                assert why == f"uid 65534 may not bind EtherType 0x{want:04X} (IP's: root or gsnd's own user " \
+                              f"only)".encode()
+            assert got[3] == ("ERROR", C.ETHERTYPE_ARP, b"uid 65534 may not send EtherType 0x0806 (IP's: root or "
+                                                        b"gsnd's own user only)")
+            assert got[4][0] == "STATUS"  # ST: any member of the group
+            assert srv.sent == []
+            assert (srv.counters["refused_bind_unprivileged"], srv.counters["tx_refused_unprivileged"]) == (3, 1)
+            assert not srv.wants(C.ETHERTYPE_IPV4)
+            # root (the tests' user; gsnd's own under systemd is the other allowed one)
+            sock = await connect(srv)
+            assert (await bind(sock, C.ETHERTYPE_IPV4)).op is Op.STATUS
+            assert srv.wants(C.ETHERTYPE_IPV4)
+            await sock.send(Frame(Op.SEND, 1, C.ETHERTYPE_ARP, ULA, b"real").encode())
+            assert (await bind(sock, C.ETHERTYPE_ARP)).op is Op.STATUS
+            assert srv.sent == [(1, ULA, C.ETHERTYPE_ARP, 4)]
