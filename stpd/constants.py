@@ -123,7 +123,8 @@ MAX_CONNECT_VCS = 4096  # an API connect is refused while this many VCs exist
 # Local clients are isolated (issue 12): a connection (with its transfers, regions and
 # exposures) and a listened port belong to the API connection that made them; only
 # that client may use them.  When it hangs up, its ports are withdrawn and its
-# connections closed at once (no grace period: nobody else could take them over).
+# connections orphaned: kept (the peer may still use what was exposed on them) but
+# usable by nobody; the peer's close or root's `close` ends them.
 # A client whose peer uid (SO_PEERCRED) is this one is an administrator: `status`
 # shows it every client's objects, and it may end (`abort`, `release`, `close`)
 # any connection's transfers, regions or the connection itself -- `stp abort`,

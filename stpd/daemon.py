@@ -298,19 +298,18 @@ class Stpd:
             self._forget(client)
 
     def _forget(self, client: ApiClient) -> None:
-        """A client hung up: its ports are withdrawn and its connections (accepted or
-        not) closed at once -- nobody else may take them over."""
-        now = trio.current_time()
+        """A client hung up: its ports are withdrawn.  Its connections stay up (the peer
+        may still be using what it exposed) but belong to nobody: no other client may
+        use them; the peer's END/close or root's `close` ends them."""
         for uport in client.ports:
             if self.port_owner.get(uport) is client:
                 del self.port_owner[uport]
                 self.core.unlisten(uport)
-                self.accepted.pop(uport, None)  # its connections are closed below
+                self.accepted.pop(uport, None)  # not yet accepted: orphaned below with the rest
         for vid in sorted(client.vcs):
             if self.owner.get(vid) is client:
-                del self.owner[vid]
-                self.core.close(vid, now)
-                self.api_counters["closed_client_gone"] += 1
+                self.owner[vid] = None  # orphaned: nobody's (root may close it)
+                self.api_counters["orphaned_client_gone"] += 1
         client.ports.clear()
         client.vcs.clear()
         self.runner.step()
