@@ -218,3 +218,25 @@ async def test_a_client_cannot_forge_drop_notices(tmp_path):
         await sock.send(Frame(Op.SEND, 0, other[0], ULA, other[1]).encode())
         assert (await bind(sock)).op is Op.STATUS
         assert srv.sent == [(0, ULA, C.ETHERTYPE_OUI_EXTENDED, len(other[1]))]
+
+
+def test_unread_probe_is_the_bytes_the_client_has_not_read():
+    """The delivery bound judges reading by SIOCOUTQ of gsnd's end of the socket."""
+    import socket as _socket
+
+    from daemons.io.ulp import UlpServer, _Client
+
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    with a, b:
+        c = _Client.__new__(_Client)
+        c.sock = a
+        assert UlpServer._unread(c) == 0
+        a.send(b"x" * 50_000)
+        a.send(b"y" * 50_000)
+        both = UlpServer._unread(c)
+        assert both >= 100_000
+        b.recv(60_000)
+        assert 50_000 <= UlpServer._unread(c) < both
+        b.recv(60_000)
+        assert UlpServer._unread(c) == 0
+    assert UlpServer._unread(c) is None  # closed: no answer, not an exception
