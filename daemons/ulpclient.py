@@ -201,11 +201,14 @@ class AsyncUlpClient:
 
 async def ulp_session(path: str, ethertype: int, *, on_client: Callable[["AsyncUlpClient | None"], None],
                       on_status: Callable[[bytes | None], None], on_frame: Callable[[Frame, float], None],
-                      after_burst: Callable[[], None], reconnect: float = 1.0) -> None:
+                      after_burst: Callable[[], None], reconnect: float = 1.0,
+                      on_error: Callable[[Frame], None] | None = None) -> None:
     """Stay connected to gsnd's ULP socket, bound to ``ethertype``, for ever.
 
     ``on_status`` gets the port's ULA (None while the link or gsnd is down),
-    ``on_frame`` every RECV frame, ``after_burst`` runs once per drained burst."""
+    ``on_frame`` every RECV frame, ``on_error`` every ERROR frame (e.g. gsnd's drop
+    notice: a peer's gsnd dropped Messages we sent), ``after_burst`` runs once per
+    drained burst."""
     while True:
         try:
             client = await AsyncUlpClient.connect(path)
@@ -230,6 +233,8 @@ async def ulp_session(path: str, ethertype: int, *, on_client: Callable[["AsyncU
                             on_status(frame.ula if frame.vc == 1 else None)
                         elif frame.op is Op.RECV and frame.ethertype == ethertype:
                             on_frame(frame, now)
+                        elif frame.op is Op.ERROR and on_error is not None:
+                            on_error(frame)
                     after_burst()
                     await trio.lowlevel.checkpoint()
             except (UlpError, OSError, DecodeError):
