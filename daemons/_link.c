@@ -85,7 +85,7 @@ typedef struct {
     int max_mps;
     int64_t window;
     int64_t buffers[NUM_VCS];
-    double t_ack, t_rtx, t_reset, t_keepalive, t_dead;
+    double t_ack, t_rtx, t_reset, t_keepalive, t_dead, t_rtx_max;
     long rtx_limit;
     PyObject *rng;
     PyObject *events;      /* list */
@@ -730,15 +730,16 @@ static int Core_init(Core *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"cable_id", "now", "buffers", "timers", "rng", "window", "max_mps", NULL};
     unsigned long cable;
-    double now, t[5];
+    double now, t[6];
     PyObject *buffers, *rng;
     long rtx_limit;
     long long window;
     int max_mps;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "kdO(dddddl)OLi:Core", kwlist, &cable, &now, &buffers, &t[0],
-                                     &t[1], &t[2], &t[3], &t[4], &rtx_limit, &rng, &window, &max_mps))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "kdO(dddddld)OLi:Core", kwlist, &cable, &now, &buffers, &t[0],
+                                     &t[1], &t[2], &t[3], &t[4], &rtx_limit, &t[5], &rng, &window, &max_mps))
         return -1;
-    /* timers tuple order: ack_delay, rtx_timeout, reset_interval, keepalive, dead_interval, rtx_limit */
+    /* timers tuple order: ack_delay, rtx_timeout, reset_interval, keepalive, dead_interval, rtx_limit,
+       rtx_timeout_max */
     if (s->ready) {
         PyErr_SetString(PyExc_RuntimeError, "Core already initialised");
         return -1;
@@ -776,6 +777,7 @@ static int Core_init(Core *s, PyObject *args, PyObject *kw)
     s->max_mps = max_mps;
     s->window = window;
     s->t_ack = t[0], s->t_rtx = t[1], s->t_reset = t[2], s->t_keepalive = t[3], s->t_dead = t[4];
+    s->t_rtx_max = t[5];
     s->rtx_limit = rtx_limit;
     Py_INCREF(rng);
     s->rng = rng;
@@ -901,7 +903,12 @@ static PyObject *Core_handle_timer(Core *s, PyObject *arg)
             return NULL;
         return PyList_New(0);
     }
-    s->rtx_deadline = now + s->t_rtx;
+    /* back off: each timeout without progress doubles the next, up to t_rtx_max (a
+       late peer is neither flooded with the window nor reset in 9 x t_rtx) */
+    double backoff = s->t_rtx * (double)(1LL << (s->rtx_count < 30 ? s->rtx_count : 30));
+    if (backoff > s->t_rtx_max)
+        backoff = s->t_rtx_max;
+    s->rtx_deadline = now + (backoff > s->t_rtx ? backoff : s->t_rtx);
     PyObject *out = PyList_New(s->ring_len);
     if (!out)
         return NULL;

@@ -147,11 +147,26 @@ ADMIN_MANAGEMENT_COMMANDS = frozenset({
 # (DESIGN §4).  A full-MTU IP datagram is 2041 micropackets.
 VC_BUFFER_MPS = (512, 16384, 4096, 16384)
 ACK_DELAY_S = 0.001  # spec default 1 ms
-RTX_TIMEOUT_S = 0.020  # spec default 20 ms
+RTX_TIMEOUT_S = 0.020  # spec default 20 ms: the first retransmission
 RTX_LIMIT = 8  # consecutive timeouts without progress -> link reset
+# PROJECT CHOICE: each consecutive timeout without progress doubles the next one
+# (as TCP's RTO backs off), up to RTX_TIMEOUT_MAX_S; progress resets it to
+# RTX_TIMEOUT_S.  A lost datagram is still resent after 20 ms, but a peer that is
+# alive and merely late to acknowledge (a userspace process off the CPU on a
+# loaded host) gets 20+40+...+640+3x1000 ms = 4.26 s before the link is reset,
+# instead of 9 x 20 ms = 180 ms, far shorter than the bound for a peer that
+# says nothing at all (DEAD_INTERVAL_S).  A fixed 20 ms also resent the whole window
+# (go-back-N, up to SEQ_WINDOW_MPS) 50 times a second to a peer that was
+# already behind.
+RTX_TIMEOUT_MAX_S = 1.0
 RESET_INTERVAL_S = 0.010  # RESET repeated every 10 ms until answered
 KEEPALIVE_S = 0.100  # NULL when idle this long (emulation choice)
-DEAD_INTERVAL_S = 1.0  # nothing heard this long -> link down (emulation choice)
+# Nothing heard this long -> link down (emulation choice).  Was 1 s: under load
+# (2 cores, load ~10) a live gsnd or switch busy with a burst of datagrams sent
+# nothing, not even a keepalive, for over 1 s; its peer reset the link and the
+# 1 GiB stp send lost 32,768 micropackets ("timed out (peer silent)").  3 s is 30
+# missed keepalives; a stopped process is still noticed within seconds.
+DEAD_INTERVAL_S = 3.0
 # Wide sequence window, micropackets in flight unacknowledged.
 SEQ_WINDOW_MPS = sum(VC_BUFFER_MPS) + 1024
 VC_QUANTUM_MPS = 512  # round-robin quantum per VC per datagram

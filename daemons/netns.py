@@ -25,6 +25,7 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 _counter = itertools.count()
+LIVE: "set[Fabric]" = set()  # fabrics not yet closed (a test's failure report dumps them)
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -57,6 +58,7 @@ class Fabric:
         self.host_ns = [f"gsn{self.tag}h{i}" for i in range(1, n_hosts + 1)]
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
+        LIVE.add(self)
         try:
             self._create()
         except BaseException:
@@ -78,6 +80,7 @@ class Fabric:
             sh("ip", "-n", ns, "link", "set", "ul0", "mtu", str(self.underlay_mtu), "up")
 
     def close(self) -> None:
+        LIVE.discard(self)
         for name in list(self.procs):
             self.kill(name)
         for ns in [self.sw_ns, *self.host_ns]:
@@ -190,8 +193,42 @@ class Fabric:
                 p.wait()
 
     def ctl(self, path: Path | str, *args: str) -> dict | None:
-        r = sh(str(BIN / "gsnctl"), "-s", str(path), *args, "--json", check=False)
-        return json.loads(r.stdout) if r.returncode == 0 else None
+        try:
+            r = subprocess.run([str(BIN / "gsnctl"), "-s", str(path), *args, "--json"], capture_output=True,
+                               text=True, timeout=10)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            return None
+
+    def diagnostics(self, tail: int = 60) -> str:
+        """What a failing test should show: each daemon's exit status and the tail of
+        its log, and every gsnd's and the switch's ``gsnctl status --json``."""
+        out = []
+        for name, log in sorted(self.logs.items()):
+            p = self.procs.get(name)
+            state = "stopped" if p is None else ("running" if p.poll() is None else f"exited {p.returncode}")
+            try:
+                lines = log.read_text(errors="replace").splitlines()
+            except OSError as exc:
+                lines = [f"(no log: {exc})"]
+            out.append(f"--- {name} ({state}), last {min(tail, len(lines))} of {len(lines)} log lines ---")
+            out.extend(lines[-tail:])
+        for i in range(1, self.n + 1):
+            out.append(f"--- gsnctl status gsnd{i} ---")
+            out.append(json.dumps(self.gsnd_status(i), indent=1, sort_keys=True))
+        for i in range(1, self.n + 1):
+            api = self.tmp / f"h{i}" / "stpd" / "api.sock"
+            if f"stpd{i}" in self.logs and api.exists():
+                out.append(f"--- stpd{i} status ---")
+                try:
+                    from stpd.client import StClient
+
+                    out.append(json.dumps(StClient(str(api)).status(), indent=1, sort_keys=True, default=str))
+                except Exception as exc:
+                    out.append(f"(no status: {exc!r})")
+        out.append("--- gsnctl status switch ---")
+        out.append(json.dumps(self.switch_status(), indent=1, sort_keys=True))
+        return "\n".join(out)
 
     def gsnd_status(self, i: int) -> dict | None:
         return self.ctl(self.runtime(i) / "gsn0.ctl", "status")

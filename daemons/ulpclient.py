@@ -30,6 +30,9 @@ from .wire.errors import DecodeError
 from .wire.ulp import HEADER, Frame, Op
 
 _BUF = ULP_MAX_PAYLOAD + HEADER.size + 1
+# A drained burst stops after this many bytes (16 frames of 64 KiB ST DATA): the
+# caller handles each burst before it reads again.
+DRAIN_MAX_BYTES = 1 << 20
 _local = threading.local()
 
 
@@ -173,12 +176,16 @@ class AsyncUlpClient:
         await self.flush()
 
     # receiving
-    def drain(self, limit: int = 256) -> list[Frame]:
-        """Frames available now, without waiting."""
+    def drain(self, limit: int = 256, max_bytes: int = DRAIN_MAX_BYTES) -> list[Frame]:
+        """Frames available now, without waiting: at most ``limit`` frames, and no
+        more once ``max_bytes`` are taken, so the caller, which handles the burst
+        before reading again, comes back to its socket often (gsnd judges a client
+        that reads nothing for ULP_HOLD_S as stalled)."""
         out = list(self._ready)
         self._ready.clear()
         buf = _recv_buffer()
-        while len(out) < limit:
+        taken = 0
+        while len(out) < limit and taken < max_bytes:
             try:
                 n = self.sock.recv_into(buf)
             except BlockingIOError:
@@ -186,6 +193,7 @@ class AsyncUlpClient:
             if n == 0:  # gsnd never sends an empty frame
                 raise UlpError("gsnd closed the ULP socket")
             out.append(Frame.decode(memoryview(buf)[:n]))
+            taken += n
         return out
 
     async def wait_readable(self) -> None:
@@ -201,11 +209,14 @@ class AsyncUlpClient:
 
 async def ulp_session(path: str, ethertype: int, *, on_client: Callable[["AsyncUlpClient | None"], None],
                       on_status: Callable[[bytes | None], None], on_frame: Callable[[Frame, float], None],
-                      after_burst: Callable[[], None], reconnect: float = 1.0) -> None:
+                      after_burst: Callable[[], None], reconnect: float = 1.0,
+                      on_error: Callable[[Frame], None] | None = None) -> None:
     """Stay connected to gsnd's ULP socket, bound to ``ethertype``, for ever.
 
     ``on_status`` gets the port's ULA (None while the link or gsnd is down),
-    ``on_frame`` every RECV frame, ``after_burst`` runs once per drained burst."""
+    ``on_frame`` every RECV frame, ``on_error`` every ERROR frame (e.g. gsnd's drop
+    notice: a peer's gsnd dropped Messages we sent), ``after_burst`` runs once per
+    drained burst."""
     while True:
         try:
             client = await AsyncUlpClient.connect(path)
@@ -230,6 +241,8 @@ async def ulp_session(path: str, ethertype: int, *, on_client: Callable[["AsyncU
                             on_status(frame.ula if frame.vc == 1 else None)
                         elif frame.op is Op.RECV and frame.ethertype == ethertype:
                             on_frame(frame, now)
+                        elif frame.op is Op.ERROR and on_error is not None:
+                            on_error(frame)
                     after_burst()
                     await trio.lowlevel.checkpoint()
             except (UlpError, OSError, DecodeError):

@@ -173,6 +173,8 @@ class Stpd:
                 if wake is not None:
                     wake.set()
             elif isinstance(ev, TransferDone):
+                if not ev.ok:
+                    log.warning("st.transfer_failed", vc=ev.vc, xid=ev.xid, incoming=ev.incoming, reason=ev.reason)
                 if ev.incoming and ev.buf is not None:
                     self._signal(self._buf_key(ev.vc, ev.buf), ev)
                 else:
@@ -193,6 +195,10 @@ class Stpd:
 
     def _frame(self, frame, now: float) -> None:
         self.core.receive(frame.ula, frame.payload, now)
+
+    def _ulp_error(self, frame) -> None:
+        self.core.counters["ulp_error"] += 1
+        log.warning("ulp.error", vc=frame.vc, text=bytes(frame.payload[:200]).decode(errors="replace"))
 
     def _set_client(self, client) -> None:
         self.client = client
@@ -724,7 +730,7 @@ class Stpd:
             await nursery.start(self.serve_api)
             nursery.start_soon(partial(
                 ulp_session, self.cfg.ulp_path, ETHERTYPE_ST, on_client=self._set_client, on_status=self._set_ula,
-                on_frame=self._frame, after_burst=self.runner.step))
+                on_frame=self._frame, after_burst=self.runner.step, on_error=self._ulp_error))
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
             log.info("stpd.started", api=self.cfg.api_path, ulp=self.cfg.ulp_path)

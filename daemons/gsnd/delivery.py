@@ -8,8 +8,14 @@ any backlog holds a Message of VC v the endpoint withholds VC v's credits
 back-pressured.  Withheld credits bound the backlogs: the peer can send at most
 one VC buffer more before it runs dry.
 
-The hold is bounded in time: a client that takes nothing for ``hold_s`` while
-Messages wait loses its backlog.  Each lost Message is counted, and a drop
+The hold is bounded in time: a client that *reads* nothing for ``hold_s`` while
+Messages wait loses its backlog.  Reading is judged by the client's socket, not
+by gsnd's sends: with an ``unread(key) -> bytes | None`` probe (the bytes gsnd
+put in the socket that the client has not read yet, SIOCOUTQ), a client whose
+unread bytes went down since the last look is slow, not stalled, and keeps its
+backlog however long it takes; it is also what keeps a gsnd that was itself
+not scheduled for a while from blaming a client that read meanwhile.  Without a
+probe, a frame taken by the socket is the only sign of reading.  Each lost Message is counted, and a drop
 notice is queued for the gsnd that sent it (``take_notices``); from then on the
 client is *stalled*: Messages it cannot take at once are dropped (counted,
 noticed) instead of held, until it reads again.  Notices are aggregated per
@@ -30,12 +36,14 @@ from ..wire.message import Message
 from ..wire.ulp import DropNotice, DropReason, Frame, Op
 
 Send = Callable[[Hashable, bytes], str]
+Unread = Callable[[Hashable], "int | None"]
 
 
 @dataclass
 class _Backlog:
     queue: deque = field(default_factory=deque)  # (vc, s_ula, ethertype, frame)
-    since: float = 0.0  # last time the client took a frame (or the backlog began)
+    since: float = 0.0  # last time the client was seen reading (or the backlog began)
+    mark: int | None = None  # unread bytes in its socket when last seen reading
     stalled: bool = False
 
 
@@ -49,8 +57,9 @@ class Notice:
 
 class Delivery:
     def __init__(self, *, hold_s: float = C.ULP_HOLD_S, notice_interval: float = C.ULP_NOTICE_INTERVAL_S,
-                 notice_keys: int = C.ULP_NOTICE_KEYS_MAX) -> None:
+                 notice_keys: int = C.ULP_NOTICE_KEYS_MAX, unread: Unread | None = None) -> None:
         self.hold_s = hold_s
+        self.unread = unread
         self.notice_interval = notice_interval
         self.notice_keys = notice_keys
         self.backlogs: dict[Hashable, _Backlog] = {}
@@ -97,7 +106,7 @@ class Delivery:
                 if bl.stalled:
                     self._dropped(msg.s_ula, msg.vc, msg.ethertype, DropReason.NOT_READING)
                     continue
-                bl.since = now
+                bl.since, bl.mark = now, self._unread(key)
             bl.queue.append((msg.vc, msg.s_ula, msg.ethertype, frame))
             self.waiting[msg.vc] += 1
             self.counters["rx_held"] += 1
@@ -112,18 +121,25 @@ class Delivery:
         if bl is None:
             return True
         q = bl.queue
-        while q:
-            how = send(key, q[0][3])
-            if how == "full":
-                return False
-            vc, s_ula, ethertype, _ = q.popleft()
-            self.waiting[vc] -= 1
-            if how == "ok":
-                bl.since = now
-                bl.stalled = False
-            else:
-                self._dropped(s_ula, vc, ethertype, DropReason.CLIENT_GONE)
-        return True
+        took = False
+        try:
+            while q:
+                how = send(key, q[0][3])
+                if how == "full":
+                    return False
+                vc, s_ula, ethertype, _ = q.popleft()
+                self.waiting[vc] -= 1
+                if how == "ok":
+                    took = True
+                else:
+                    self._dropped(s_ula, vc, ethertype, DropReason.CLIENT_GONE)
+            return True
+        finally:
+            if took:
+                bl.since, bl.mark, bl.stalled = now, self._unread(key), False
+
+    def _unread(self, key: Hashable) -> int | None:
+        return None if self.unread is None else self.unread(key)
 
     # --- the bound ---------------------------------------------------------------
     def timer(self) -> float:
@@ -136,8 +152,14 @@ class Delivery:
         return t
 
     def handle_timer(self, now: float) -> None:
-        for bl in self.backlogs.values():
+        for key, bl in self.backlogs.items():
             if bl.queue and now >= bl.since + self.hold_s:
+                unread = self._unread(key)
+                if unread is not None and bl.mark is not None and unread < bl.mark:
+                    # it read, just not enough for a frame to fit: slow, not stalled
+                    self.counters["client_slow"] += 1
+                    bl.since, bl.mark = now, unread
+                    continue
                 self.counters["client_stalled"] += 1
                 bl.stalled = True
                 self._drop_all(bl, DropReason.NOT_READING)

@@ -15,8 +15,11 @@ gsnd, the link's credits) while a client's socket is full.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket
+import struct
+import termios
 from collections import Counter
 from typing import Callable
 
@@ -75,6 +78,8 @@ class UlpServer:
         self._wait_room = wait_room
         self._status = status
         self.delivery = delivery or Delivery()
+        if self.delivery.unread is None:
+            self.delivery.unread = self._unread
         self._changed = changed or self.delivery.take_notices  # nobody to notify: discard
         self.clients: list[_Client] = []
         self.counters: Counter[str] = Counter()
@@ -274,6 +279,15 @@ class UlpServer:
             return "full"
         except OSError:
             return "gone"
+
+    @staticmethod
+    def _unread(client: _Client) -> int | None:
+        """Bytes gsnd sent to ``client`` that it has not read yet (SIOCOUTQ: a Unix
+        socket's sent records stay charged to the sender until the peer reads them)."""
+        try:
+            return struct.unpack("i", fcntl.ioctl(client.sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        except (OSError, ValueError):
+            return None
 
     def _reply(self, client: _Client, frame: Frame) -> bool:
         how = self._send_frame(client, frame.encode())

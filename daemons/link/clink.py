@@ -113,7 +113,7 @@ class CLink(_link.Core):
         self.window = window
         self.rng = rng or random.Random()
         t = (timers.ack_delay, timers.rtx_timeout, timers.reset_interval, timers.keepalive,
-             timers.dead_interval, timers.rtx_limit)
+             timers.dead_interval, timers.rtx_limit, timers.rtx_timeout_max)
         super().__init__(cable_id, now, self.buffers, t, self.rng, window, max_mps)
         self.ledger = _LedgerView(self)
         self.counters = _Counters(self)  # live, like Link.counters (read-only)

@@ -59,6 +59,7 @@ class Timers:
     ack_delay: float = C.ACK_DELAY_S
     rtx_timeout: float = C.RTX_TIMEOUT_S
     rtx_limit: int = C.RTX_LIMIT
+    rtx_timeout_max: float = C.RTX_TIMEOUT_MAX_S  # consecutive timeouts double rtx_timeout up to this
     reset_interval: float = C.RESET_INTERVAL_S
     keepalive: float = C.KEEPALIVE_S
     dead_interval: float = C.DEAD_INTERVAL_S
@@ -474,7 +475,10 @@ class Link:
         if self.rtx_count > self.timers.rtx_limit:
             self._fail("rtx_limit", now)
             return []
-        self.rtx_deadline = now + self.timers.rtx_timeout
+        # back off: a peer that is late (not scheduled, behind on its input) is not
+        # flooded with the whole window every rtx_timeout, nor reset in 180 ms
+        backoff = self.timers.rtx_timeout * (1 << min(self.rtx_count, 30))
+        self.rtx_deadline = now + max(self.timers.rtx_timeout, min(backoff, self.timers.rtx_timeout_max))
         out = []
         for seq, recs in self.inflight:
             self._stamp_rseq(recs)

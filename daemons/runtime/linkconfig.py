@@ -14,6 +14,7 @@ def parse_link(source: str, data: dict) -> tuple[Timers, tuple[int, ...]]:
         ack_delay=ms("ack_delay_ms", C.ACK_DELAY_S, 0.01, 1000),
         rtx_timeout=ms("rtx_timeout_ms", C.RTX_TIMEOUT_S, 0.1, 60000),
         rtx_limit=sec.get("rtx_limit", int, C.RTX_LIMIT, check=in_range(1, 1000)),
+        rtx_timeout_max=ms("rtx_timeout_max_ms", C.RTX_TIMEOUT_MAX_S, 0.1, 600000),
         reset_interval=ms("reset_interval_ms", C.RESET_INTERVAL_S, 1, 60000),
         keepalive=ms("keepalive_ms", C.KEEPALIVE_S, 1, 60000),
         dead_interval=ms("dead_interval_ms", C.DEAD_INTERVAL_S, 10, 600000),

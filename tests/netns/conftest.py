@@ -12,3 +12,20 @@ def pytest_collection_modifyitems(items):
         if "netns" in str(item.fspath):
             item.add_marker(pytest.mark.netns)
             item.add_marker(needs_root)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing namespace test shows its fabrics' daemon logs and gsnctl counters
+    (the temporary directory holding them is removed at teardown)."""
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        from daemons.netns import LIVE
+
+        for k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
+            try:
+                text = fab.diagnostics()
+            except Exception as exc:  # never hide the test's own failure
+                text = f"(diagnostics failed: {exc!r})"
+            report.sections.append((f"fabric {fab.tag} daemons", text))
+    return report

@@ -5,6 +5,7 @@ import socket
 
 import pytest
 
+from daemons.constants import DEAD_INTERVAL_S
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op
@@ -73,7 +74,9 @@ def test_switch_kill9_and_restart_links_and_traffic_resume(fabric):
 def test_stopping_a_gsnd_marks_the_switch_port_down(fabric):
     assert fabric.switch_status()["ports"]["2"]["link"]["state"] == "up"
     fabric.kill("gsnd2")
-    poll(lambda: fabric.switch_status()["ports"]["2"]["link"]["state"] != "up", 5, what="port 2 down")
+    # the switch notices the silence after the link's dead interval
+    poll(lambda: fabric.switch_status()["ports"]["2"]["link"]["state"] != "up", DEAD_INTERVAL_S + 5,
+         what="port 2 down")
     assert fabric.switch_status()["ports"]["1"]["link"]["state"] == "up"
     fabric.start_gsnd(2)
     poll(lambda: fabric.switch_status()["ports"]["2"]["link"]["state"] == "up", 10, what="port 2 up again")

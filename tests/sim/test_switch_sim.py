@@ -80,7 +80,7 @@ async def test_port_goes_down_when_endpoint_silent(autojump_clock):
     async with trio.open_nursery() as nursery:
         fab = await _fabric(nursery)
         fab.cables[2].connected = False
-        await trio.sleep(2.0)
+        await trio.sleep(C.DEAD_INTERVAL_S + 1.0)
         assert not fab.switch.ports[3].link.up
         assert fab.switch.ports[3].link.counters["link_down_silent"] >= 1
         fab.send(0, 1, fab.endpoints[2].ula, 0x0800, b"to a dead port")

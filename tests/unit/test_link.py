@@ -229,3 +229,46 @@ def test_max_mps_can_change_on_a_live_link(impl):
     p.links[0].enqueue(1, m.records())
     p.run(0.5)
     assert p.got[1] == [m] and sizes and max(sizes) <= 10
+
+
+def _stall_peer(p: Pair, seconds: float, dt: float = 0.001) -> list:
+    """Link 1 is off the CPU for ``seconds``: it reads and sends nothing, while what
+    link 0 sends waits for it (its UDP socket buffer); returns link 0's events."""
+    queued, events = [], []
+    for _ in range(int(seconds / dt)):
+        p.now += dt
+        queued += p.links[0].handle_timer(p.now) + p.links[0].datagrams(p.now)
+        events += p.links[0].events()
+    for d in queued:
+        p.links[1].receive(d, p.now)
+    return events
+
+
+def test_a_peer_late_to_acknowledge_backs_off_the_retransmissions_and_keeps_the_link():
+    """Regression (1 GiB stp send under load, switch port link_down_rtx_limit): a
+    peer process that is not scheduled for 0.8 s (under the 1 s dead interval) used
+    to be reset after 9 x 20 ms with the whole window resent every 20 ms."""
+    p = Pair(seed=6)
+    p.run(0.05)
+    m = Message(3, A, B, 0x8181, bytes(200_000))
+    p.links[0].enqueue(3, m.records())
+    events = _stall_peer(p, 0.8)
+    assert not any(isinstance(e, LinkDown) for e in events) and p.links[0].up
+    # 20, 40, 80, 160, 320 ms: five go-back-N resends in 0.8 s, not forty
+    assert p.links[0].counters["rtx_mps"] == 5 * len(m.records())
+    p.run(1.0)
+    assert p.got[1] == [m] and p.up()
+    assert p.links[0].rtx_deadline is None and p.links[0].rtx_count == 0
+
+
+def test_a_peer_that_never_acknowledges_still_resets_the_link_after_the_limit():
+    """The bound stays: 8 timeouts without progress still reset the link (here with
+    a long dead interval, so that the silent-peer rule does not act first)."""
+    p2 = Pair(seed=8, timers=Timers(dead_interval=60.0, keepalive=0.1))
+    p2.run(0.05)
+    p2.links[0].enqueue(3, Message(3, A, B, 0x8181, bytes(1000)).records())
+    p2.cut = True
+    p2.run(4.2)
+    assert p2.links[0].up  # 20+40+...+640 ms + 2 x 1 s
+    p2.run(0.2)
+    assert p2.links[0].counters["link_down_rtx_limit"] == 1

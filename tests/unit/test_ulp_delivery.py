@@ -187,3 +187,84 @@ def test_settle_sends_a_notice_the_sender_turns_into_an_error_frame():
     for _ in range(50):
         step(on_message)
     assert eps[0].link.credits == list(C.VC_BUFFER_MPS)
+
+
+class ByteSock:
+    """A Unix socket as the kernel charges it: sent records count against ``room``
+    bytes until the client reads them (``unread`` is SIOCOUTQ)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.frames: deque[bytes] = deque()
+
+    def unread(self, key) -> int:
+        return sum(map(len, self.frames))
+
+    def send(self, key, frame: bytes) -> str:
+        if self.unread(key) + len(frame) > self.room:
+            return "full"
+        self.frames.append(frame)
+        return "ok"
+
+    def read(self) -> Frame:
+        return Frame.decode(self.frames.popleft())
+
+
+def big(k: int, size: int) -> Message:
+    return Message(3, B, A, 0x8181, (k.to_bytes(4, "big") * (size // 4 + 1))[:size])
+
+
+def test_a_client_that_reads_slowly_keeps_its_backlog_past_the_bound():
+    """Regression (1 GiB stp send under load): a busy client that reads, but never
+    frees room for the next (large) frame within hold_s, is slow, not stalled."""
+    sock = ByteSock(room=100_000)
+    d = Delivery(hold_s=1.0, unread=sock.unread)
+    d.add("c")
+    for k in range(12):
+        d.deliver(big(k, 7_990), ["c"], 0.0, sock.send)  # 12 frames of 8,000 bytes
+    for k in range(12, 14):
+        d.deliver(big(k, 39_990), ["c"], 0.0, sock.send)  # 40,000 bytes: wait
+    assert d.backlog("c") == 2 and sock.unread("c") == 96_000
+    got = []
+    for t in (1.0, 2.0, 3.0, 4.0):  # one small frame a second: never room for a large one
+        got.append(sock.read())
+        assert not d.pump("c", t, sock.send)
+        assert d.timer() <= t
+        d.handle_timer(t)
+        assert d.backlog("c") == 2 and not d.counters["rx_dropped_not_reading"]
+    while d.backlog("c") or sock.frames:
+        if sock.frames:
+            got.append(sock.read())
+        d.pump("c", 4.5, sock.send)
+    assert [int.from_bytes(f.payload[:4], "big") for f in got] == list(range(14))
+    assert d.counters["client_slow"] == 4 and not d.counters["client_stalled"]
+    d.handle_timer(10.0)
+    assert not d.counters["client_stalled"]
+
+
+def test_a_gsnd_that_was_not_scheduled_does_not_blame_a_client_that_read():
+    """gsnd's timer task may run before its writer after gsnd itself was off the CPU
+    for longer than hold_s: the client read meanwhile, so nothing is dropped."""
+    sock = ByteSock(room=2 * 40_010)
+    d = Delivery(hold_s=1.0, unread=sock.unread)
+    d.add("c")
+    for k in range(5):
+        d.deliver(big(k, 40_000), ["c"], 0.0, sock.send)
+    sock.read()
+    sock.read()  # the client emptied its socket while gsnd was not running
+    d.handle_timer(2.5)  # gsnd wakes 2.5 s later: the timer first, the writer after
+    assert d.backlog("c") == 3 and not d.counters["rx_dropped_not_reading"]
+    assert d.pump("c", 2.5, sock.send) is False  # two fit, one waits
+    assert d.backlog("c") == 1
+
+
+def test_a_client_that_reads_nothing_still_loses_its_backlog_with_the_probe():
+    sock = ByteSock(room=2 * 40_010)
+    d = Delivery(hold_s=1.0, unread=sock.unread)
+    d.add("c")
+    for k in range(5):
+        d.deliver(big(k, 40_000), ["c"], 0.0, sock.send)
+    d.handle_timer(0.99)
+    assert d.backlog("c") == 3
+    d.handle_timer(1.0)
+    assert d.backlog("c") == 0 and d.counters["rx_dropped_not_reading"] == 3

@@ -269,3 +269,47 @@ async def test_ip_ethertypes_are_bound_and_sent_only_by_root_or_gsnds_user():
             await sock.send(Frame(Op.SEND, 1, C.ETHERTYPE_ARP, ULA, b"real").encode())
             assert (await bind(sock, C.ETHERTYPE_ARP)).op is Op.STATUS
             assert srv.sent == [(1, ULA, C.ETHERTYPE_ARP, 4)]
+
+
+def test_unread_probe_is_the_bytes_the_client_has_not_read():
+    """The delivery bound judges reading by SIOCOUTQ of gsnd's end of the socket."""
+    import socket as _socket
+
+    from daemons.io.ulp import UlpServer, _Client
+
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    with a, b:
+        c = _Client.__new__(_Client)
+        c.sock = a
+        assert UlpServer._unread(c) == 0
+        a.send(b"x" * 50_000)
+        a.send(b"y" * 50_000)
+        both = UlpServer._unread(c)
+        assert both >= 100_000
+        b.recv(60_000)
+        assert 50_000 <= UlpServer._unread(c) < both
+        b.recv(60_000)
+        assert UlpServer._unread(c) == 0
+    assert UlpServer._unread(c) is None  # closed: no answer, not an exception
+
+
+def test_a_drained_burst_stops_after_max_bytes_so_the_client_reads_again_soon():
+    """A client handles each burst before reading again: 256 ST DATA frames (16 MiB)
+    in one burst kept stpd from reading for as long as they took to write."""
+    import socket as _socket
+
+    from daemons.ulpclient import DRAIN_MAX_BYTES, AsyncUlpClient
+
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    b.setblocking(False)
+    with a, b:
+        a.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, 8 << 20)
+        frame = Frame(Op.RECV, 3, 0x8181, bytes(6), bytes(400_000)).encode()
+        for _ in range(5):
+            a.send(frame)
+        client = AsyncUlpClient(b)
+        first = client.drain()
+        assert len(first) == 3 and DRAIN_MAX_BYTES == 1 << 20  # 800 KB < 1 MiB <= 1.2 MB
+        assert len(client.drain()) == 2 and client.drain() == []
+        a.send(frame)
+        assert len(client.drain(max_bytes=1)) == 1  # always at least one
