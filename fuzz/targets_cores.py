@@ -334,8 +334,14 @@ def san_switch(data: bytes) -> None:
 
 # --- the ULP server ----------------------------------------------------------------------
 class _FakeSock:
-    def __init__(self) -> None:
+    def __init__(self, uid: int = 0) -> None:
         self.sent: list[bytes] = []
+        self.uid = uid  # the peer's credentials (SO_PEERCRED): root, or a group member
+
+    def getsockopt(self, level, option, size=0):
+        import struct
+
+        return struct.pack("3i", 4242, self.uid, self.uid)
 
     def send(self, data, flags=0):
         self.sent.append(bytes(data))
@@ -367,7 +373,7 @@ def ulp_server(data: bytes) -> None:
 
     srv = UlpServer("/nonexistent", send=lambda vc, ula, et, p: d.choice(reasons), wait_room=wait_room,
                     status=lambda: Frame(Op.STATUS if hasattr(Op, "STATUS") else list(Op)[0]), flush=lambda: None)
-    client = _Client(_FakeSock())
+    client = _Client(_FakeSock(uid=d.choice([0, 65534])))
     srv.clients.append(client)
     srv.delivery.add(client)
     for _ in range(1 + d.below(6)):
