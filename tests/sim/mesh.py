@@ -1,0 +1,106 @@
+"""Several switches cabled to each other and to endpoints, over in-memory cables on
+trio's virtual clock (the many-switch sibling of tests/sim/fabric.py)."""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+from daemons.gsnd.core import Endpoint, MessageIn
+from daemons.io.memory import MemoryCable
+from daemons.io.runner import LinkRunner
+from daemons.switch.core import Switch
+from daemons.switch.driver import AgentTimer
+
+End = tuple[int, int]  # (switch id, port)
+
+
+class SimMesh:
+    """``links``: inter-switch cables ((a, pa), (b, pb)); ``hosts``: (switch, port) of
+    each endpoint, endpoint i on hosts[i]."""
+
+    def __init__(self, links: list[tuple[End, End]], hosts: list[End], seed: int = 1, **loss) -> None:
+        self.rng = random.Random(seed)
+        ports: dict[int, set[int]] = {}
+        fabric: dict[int, set[int]] = {}
+        for a, b in links:
+            for s, p in (a, b):
+                ports.setdefault(s, set()).add(p)
+                fabric.setdefault(s, set()).add(p)
+        cable_ids: dict[int, dict[int, int]] = {}  # both ends of a cable share its id
+        for k, (a, b) in enumerate(links):
+            for s, p in (a, b):
+                cable_ids.setdefault(s, {})[p] = 1 + k
+        for i, (s, p) in enumerate(hosts):
+            ports.setdefault(s, set()).add(p)
+            cable_ids.setdefault(s, {})[p] = 100_000 + i
+        self.switches = {s: Switch(s, sorted(ps), 0.0, rng=random.Random(seed * 1000 + s),
+                                   fabric_ports=sorted(fabric.get(s, ())), cable_ids=cable_ids[s])
+                         for s, ps in sorted(ports.items())}
+        self.endpoints = [Endpoint(100_000 + i, 0.0, rng=random.Random(seed * 7919 + i)) for i in range(len(hosts))]
+        self.inbox: list[list] = [[] for _ in hosts]
+        self.runners: dict[int, list[LinkRunner]] = {s: [] for s in self.switches}
+        self.timers = {s: AgentTimer(sw, lambda now, s=s: self._flush(s, now)) for s, sw in self.switches.items()}
+        self.ep_runners: list[LinkRunner] = []
+        self.cables: dict[tuple, MemoryCable] = {}
+        for a, b in links:
+            cable = self.cables[(a, b)] = MemoryCable(random.Random(self.rng.random()), **loss)
+            for end, (s, p) in zip(cable.ends, (a, b)):
+                self._switch_port(s, p, end)
+        for i, (s, p) in enumerate(hosts):
+            cable = self.cables[("host", i)] = MemoryCable(random.Random(self.rng.random()), **loss)
+            self._switch_port(s, p, cable.ends[0])
+            ep = self.endpoints[i]
+            self.ep_runners.append(LinkRunner(
+                ep.link, cable.ends[1], on_input=lambda now, i=i: self._ep_input(i, now),
+                after=lambda now, i=i: self.ep_runners[i].flush(now), timer=ep.timer, handle_timer=ep.handle_timer))
+
+    def _switch_port(self, s: int, p: int, end) -> None:
+        sw = self.switches[s]
+        self.runners[s].append(LinkRunner(sw.ports[p].link, end, on_input=lambda now: sw.process(p, now),
+                                          after=lambda now: self._flush(s, now)))
+
+    def _flush(self, s: int, now: float) -> None:
+        for r in self.runners[s]:
+            r.flush(now)
+        self.timers[s].poke()
+
+    def _ep_input(self, i: int, now: float) -> None:
+        ep = self.endpoints[i]
+        ep.process(now)
+        for ev in ep.events():
+            if isinstance(ev, MessageIn):
+                self.inbox[i].append(ev.message)
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        for c in self.cables.values():
+            nursery.start_soon(c.run)
+        for rs in self.runners.values():
+            for r in rs:
+                nursery.start_soon(r.run)
+        for t in self.timers.values():
+            nursery.start_soon(t.run)
+        for r in self.ep_runners:
+            nursery.start_soon(r.run)
+
+    def cable(self, a: End, b: End) -> MemoryCable:
+        return self.cables.get((a, b)) or self.cables[(b, a)]
+
+    def managers_idle(self) -> bool:
+        return all(sw.agent.phase == "idle" and sw.agent.due is None for sw in self.switches.values())
+
+    async def converge(self, timeout: float = 30.0) -> float:
+        """Wait until every endpoint has a ULA and every switch's agent is idle with a map
+        that holds every switch reachable; returns the virtual time it took."""
+        t0 = trio.current_time()
+        with trio.fail_after(timeout):
+            while not (all(ep.ula and ep.link.up for ep in self.endpoints) and self.managers_idle()
+                       and all(sw.agent.map is not None for sw in self.switches.values())):
+                await trio.sleep(0.01)
+        return trio.current_time() - t0
+
+    def send(self, i: int, d_ula: bytes, payload: bytes, vc: int = 1, ethertype: int = 0x88B5) -> bool:
+        ok = self.endpoints[i].send(vc, d_ula, ethertype, payload)
+        self.ep_runners[i].flush(trio.current_time())
+        return ok
