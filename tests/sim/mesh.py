@@ -7,7 +7,7 @@ import random
 
 import trio
 
-from daemons.gsnd.core import Endpoint, MessageIn
+from daemons.gsnd.core import AdminResponse, Endpoint, MessageIn
 from daemons.io.memory import MemoryCable
 from daemons.io.runner import LinkRunner
 from daemons.switch.core import Switch
@@ -20,7 +20,8 @@ class SimMesh:
     """``links``: inter-switch cables ((a, pa), (b, pb)); ``hosts``: (switch, port) of
     each endpoint, endpoint i on hosts[i]."""
 
-    def __init__(self, links: list[tuple[End, End]], hosts: list[End], seed: int = 1, **loss) -> None:
+    def __init__(self, links: list[tuple[End, End]], hosts: list[End], seed: int = 1,
+                 management: tuple[End, ...] = (), **loss) -> None:
         self.rng = random.Random(seed)
         ports: dict[int, set[int]] = {}
         fabric: dict[int, set[int]] = {}
@@ -36,10 +37,12 @@ class SimMesh:
             ports.setdefault(s, set()).add(p)
             cable_ids.setdefault(s, {})[p] = 100_000 + i
         self.switches = {s: Switch(s, sorted(ps), 0.0, rng=random.Random(seed * 1000 + s),
-                                   fabric_ports=sorted(fabric.get(s, ())), cable_ids=cable_ids[s])
+                                   fabric_ports=sorted(fabric.get(s, ())), cable_ids=cable_ids[s],
+                                   management_ports=[p for t, p in management if t == s])
                          for s, ps in sorted(ports.items())}
         self.endpoints = [Endpoint(100_000 + i, 0.0, rng=random.Random(seed * 7919 + i)) for i in range(len(hosts))]
         self.inbox: list[list] = [[] for _ in hosts]
+        self.admin: list[list] = [[] for _ in hosts]
         self.runners: dict[int, list[LinkRunner]] = {s: [] for s in self.switches}
         self.timers = {s: AgentTimer(sw, lambda now, s=s: self._flush(s, now)) for s, sw in self.switches.items()}
         self.ep_runners: list[LinkRunner] = []
@@ -72,6 +75,8 @@ class SimMesh:
         for ev in ep.events():
             if isinstance(ev, MessageIn):
                 self.inbox[i].append(ev.message)
+            elif isinstance(ev, AdminResponse):
+                self.admin[i].append(ev.admin)
 
     async def run(self, nursery: trio.Nursery) -> None:
         for c in self.cables.values():
@@ -104,3 +109,10 @@ class SimMesh:
         ok = self.endpoints[i].send(vc, d_ula, ethertype, payload)
         self.ep_runners[i].flush(trio.current_time())
         return ok
+
+    async def ask(self, i: int, command: int, args: bytes = b"", **kw) -> list:
+        """An Admin request from endpoint i; the responses that came back within 0.2 s."""
+        req = self.endpoints[i].admin_request(command, args, **kw)
+        self.ep_runners[i].flush(trio.current_time())
+        await trio.sleep(0.2)
+        return [a for a in self.admin[i] if a.xid == req.xid]

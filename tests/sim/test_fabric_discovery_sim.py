@@ -26,3 +26,221 @@ async def test_ring_of_three_discovers_and_routes(autojump_clock):
         for j in range(4):
             assert sorted(m.payload for m in mesh.inbox[j]) == sorted(f"{i}->{j}".encode() for i in range(4))
         nursery.cancel_scope.cancel()
+
+
+MESH2X2 = [((1, 10), (2, 11)), ((2, 12), (4, 11)), ((4, 10), (3, 12)), ((3, 11), (1, 12))]
+
+
+def true_next_hops(links, switches):
+    """Shortest-path next hops computed here from the cabling itself (not the agent's map)."""
+    adj = {s: [] for s in switches}
+    for (a, pa), (b, pb) in links:
+        adj[a].append((b, pa))
+        adj[b].append((a, pb))
+    out = {}
+    for t in switches:
+        dist, frontier = {t: 0}, [t]
+        while frontier:
+            nxt = []
+            for s in frontier:
+                for n, _ in adj[s]:
+                    if n not in dist:
+                        dist[n] = dist[s] + 1
+                        nxt.append(n)
+            frontier = nxt
+        for s in switches:
+            if s != t and s in dist:
+                out[(s, t)] = (dist[s], {p for n, p in adj[s] if dist.get(n) == dist[s] - 1})
+    return out
+
+
+def random_fabric(rng, n, extra):
+    """A connected random fabric: a random tree plus ``extra`` more cables; ports from 10."""
+    nxt = {s: 10 for s in range(1, n + 1)}
+    links = []
+
+    def cable(a, b):
+        links.append(((a, nxt[a]), (b, nxt[b])))
+        nxt[a] += 1
+        nxt[b] += 1
+    for s in range(2, n + 1):
+        cable(s, rng.randrange(1, s))
+    for _ in range(extra):
+        a, b = rng.sample(range(1, n + 1), 2)
+        cable(a, b)
+    return links
+
+
+async def test_random_fabric_tables_are_shortest_paths_and_ulas_unique(autojump_clock):
+    import random
+    rng = random.Random(5)
+    links = random_fabric(rng, 8, 5)
+    hosts = [(s, 1) for s in range(1, 9)] + [(3, 2), (6, 2)]
+    mesh = SimMesh(links, hosts, seed=3)
+    async with trio.open_nursery() as nursery:
+        await mesh.run(nursery)
+        await mesh.converge(60)
+        ulas = [ep.ula for ep in mesh.endpoints]
+        assert len(set(ulas)) == len(ulas)
+        truth = true_next_hops(links, range(1, 9))
+        where = {ep.ula: hosts[i][0] for i, ep in enumerate(mesh.endpoints)}
+        for s, sw in mesh.switches.items():
+            assert sorted(sw.agent.map.switches) == list(range(1, 9))
+            assert sw.agent.map.manager == 1
+            for ula, t in where.items():
+                if t == s:
+                    assert sw.ports[sw.table[ula]].fabric is False
+                else:
+                    assert sw.table[ula] in truth[(s, t)][1], (s, t)
+            # the walk reached every switch by a shortest route
+            for t, node in sw.agent.map.switches.items():
+                assert len(node.route) == (0 if t == s else truth[(s, t)][0])
+        # every host reaches every host
+        for i in range(len(ulas)):
+            for j in range(len(ulas)):
+                mesh.send(i, ulas[j], bytes([i, j]))
+        await trio.sleep(1.0)
+        for j in range(len(ulas)):
+            assert sorted(m.payload for m in mesh.inbox[j]) == [bytes([i, j]) for i in range(len(ulas))]
+        nursery.cancel_scope.cancel()
+
+
+async def _counts_after_broadcasts(mesh, senders):
+    for i in senders:
+        mesh.send(i, C.ULA_BROADCAST, b"bcast %d" % i)
+    await trio.sleep(1.0)
+    return [[sum(1 for m in box if m.payload == b"bcast %d" % i) for box in mesh.inbox] for i in senders]
+
+
+async def test_broadcast_on_looped_fabrics_reaches_each_endpoint_exactly_once(autojump_clock):
+    for links, hosts in ((RING3, [(1, 1), (2, 1), (3, 1)]), (MESH2X2, [(1, 1), (2, 1), (3, 1), (4, 1), (4, 2)])):
+        mesh = SimMesh(links, hosts, seed=9)
+        async with trio.open_nursery() as nursery:
+            await mesh.run(nursery)
+            await mesh.converge()
+            tree = mesh.switches[1].agent.tree
+            assert len(tree) == len(mesh.switches) - 1  # a spanning tree: one link fewer than switches
+            counts = await _counts_after_broadcasts(mesh, range(len(hosts)))
+            assert counts == [[1] * len(hosts)] * len(hosts)
+            # idle: nothing at all moves but keepalives -- no Message, no Admin
+            before = {(s, p): (pt.counters["rx_messages"], pt.counters["rx_admin"])
+                      for s, sw in mesh.switches.items() for p, pt in sw.ports.items()}
+            await trio.sleep(2.0)
+            after = {(s, p): (pt.counters["rx_messages"], pt.counters["rx_admin"])
+                     for s, sw in mesh.switches.items() for p, pt in sw.ports.items()}
+            assert after == before
+            dropped = sum(pt.counters["drop_broadcast_off_tree"] for sw in mesh.switches.values()
+                          for pt in sw.ports.values())
+            assert dropped == 0  # the tree ends agree: no copy ever arrived off the tree
+            nursery.cancel_scope.cancel()
+
+
+async def test_broadcast_before_discovery_never_crosses_switches(autojump_clock):
+    """Until the manager writes TREE_PORTS, a switch floods only its own hosts (no storm)."""
+    mesh = SimMesh(RING3, [(1, 1), (2, 1), (3, 1)], seed=4)
+    for sw in mesh.switches.values():
+        sw.agent.due = float("inf")  # never walk: a fabric nobody manages
+        sw.agent._schedule = lambda now: None
+    async with trio.open_nursery() as nursery:
+        await mesh.run(nursery)
+        with trio.fail_after(10):
+            while not all(ep.ula and ep.link.up for ep in mesh.endpoints):
+                await trio.sleep(0.01)
+        counts = await _counts_after_broadcasts(mesh, [0])
+        assert counts == [[1, 0, 0]]
+        nursery.cancel_scope.cancel()
+
+
+async def test_reroute_within_two_dead_intervals_and_shortest_path_restored(autojump_clock):
+    mesh = SimMesh(RING3, [(1, 1), (2, 1), (3, 1)], seed=2)
+    async with trio.open_nursery() as nursery:
+        await mesh.run(nursery)
+        await mesh.converge()
+        dst = mesh.endpoints[1].ula
+        assert mesh.switches[1].table[dst] == 10  # the direct cable to switch 2
+        cut = mesh.cable((1, 10), (2, 11))
+        cut.connected = False
+        t_cut = trio.current_time()
+        k = 0
+        with trio.fail_after(4 * C.DEAD_INTERVAL_S):
+            while True:  # one Message every 50 ms until one arrives sent after the cut
+                mesh.send(0, dst, b"seq %d" % k)
+                k += 1
+                await trio.sleep(0.05)
+                if any(m.payload.startswith(b"seq") for m in mesh.inbox[1]):
+                    break
+        first = min(int(m.payload.split()[1]) for m in mesh.inbox[1] if m.payload.startswith(b"seq"))
+        moved = first * 0.05  # when the first Message that got through was sent, after the cut
+        print(f"re-routed: first Message through sent {moved:.2f} s after the cut")
+        assert moved <= 2 * C.DEAD_INTERVAL_S, moved
+        assert trio.current_time() - t_cut <= 2 * C.DEAD_INTERVAL_S + 0.2
+        assert mesh.switches[1].table[dst] == 11  # through switch 3
+        await trio.sleep(1.0)
+        got = sorted(int(m.payload.split()[1]) for m in mesh.inbox[1] if m.payload.startswith(b"seq"))
+        assert got == list(range(first, k)), "after the move nothing is lost, nothing duplicated"
+        cut.connected = True
+        await trio.sleep(C.DEAD_INTERVAL_S)
+        await mesh.converge()
+        assert mesh.switches[1].table[dst] == 10 and mesh.switches[2].table[mesh.endpoints[0].ula] == 11
+        nursery.cancel_scope.cancel()
+
+
+async def test_registers_read_back_and_configuration_admin_only_from_management(autojump_clock):
+    from daemons.constants import AdminCmd, AdminStatus, Register
+    from daemons.wire.admin import change_route_args, element_address_args, parse_register, register_args
+
+    mesh = SimMesh(RING3, [(1, 1), (1, 2), (2, 1), (3, 1)], seed=6, management=((1, 2),))
+    async with trio.open_nursery() as nursery:
+        await mesh.run(nursery)
+        await mesh.converge()
+        sw1, sw2 = mesh.switches[1], mesh.switches[2]
+
+        async def read(i, reg, **kw):
+            (r,) = await mesh.ask(i, AdminCmd.READ_REGISTER, register_args(reg), **kw)
+            return r.status, parse_register(r.args)[1]
+        assert await read(0, Register.ELEMENT_ADDRESS) == (AdminStatus.OK, 1)
+        assert await read(0, Register.SERIAL) == (AdminStatus.OK, sw1.serial)
+        assert await read(0, Register.FABRIC_PORTS) == (AdminStatus.OK, 1 << 9 | 1 << 10)
+        assert await read(0, Register.TREE_PORTS) == (AdminStatus.OK, sw1.tree_ports)
+        assert await read(0, Register.MANAGER) == (AdminStatus.OK, 1)
+        assert (await read(0, Register.MAP_GENERATION))[1] >= 1
+        assert (await read(0, 0x7777))[0] == AdminStatus.BAD_ARGUMENT
+        assert await read(0, Register.ELEMENT_ADDRESS, hops=2, route=(10,)) == (AdminStatus.OK, 2)  # switch 2
+        # an ordinary host port: configuration refused here, nothing changes, not even one switch on
+        tree = sw1.tree_ports
+        for cmd, args, kw in ((AdminCmd.WRITE_REGISTER, register_args(Register.TREE_PORTS, 0), {}),
+                              (AdminCmd.CHANGE_ROUTE, change_route_args(mesh.endpoints[0].ula, 10), {}),
+                              (AdminCmd.SET_ELEMENT_ADDRESS, element_address_args(9), {}),
+                              (AdminCmd.INITIALIZE, b"", {}),
+                              (AdminCmd.WRITE_REGISTER, register_args(Register.TREE_PORTS, 0),
+                               {"hops": 2, "route": (10,)})):
+            (r,) = await mesh.ask(0, cmd, args, **kw)
+            assert r.command == AdminCmd.INVALID_ADMIN and r.args[0] == cmd
+        assert sw1.tree_ports == tree and sw1.switch_id == 1 and sw2.tree_ports
+        assert sw1.ports[1].counters["admin_refused_not_management"] == 5
+        # read-only registers cannot be written even from the management port
+        (r,) = await mesh.ask(1, AdminCmd.WRITE_REGISTER, register_args(Register.SERIAL, 5))
+        assert r.command == AdminCmd.WRITE_STATUS and r.status == AdminStatus.BAD_ARGUMENT
+        # INITIALIZE from the management port: learnt routes and the tree go; the
+        # notice it floods makes the manager put them back
+        routes = {u: p for u, p in sw2.table.items() if sw2.kind[u] == "route"}
+        assert routes
+        (r,) = await mesh.ask(1, AdminCmd.INITIALIZE, hops=2, route=(10,))
+        assert r.command == AdminCmd.INITIALIZE_DONE and sw2.counters["initialized"] == 1
+        await mesh.converge()
+        assert {u: p for u, p in sw2.table.items() if sw2.kind[u] == "route"} == routes and sw2.tree_ports
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_fabric_port_cannot_bring_in_a_local_hosts_source(autojump_clock):
+    mesh = SimMesh(RING3, [(1, 1), (2, 1), (3, 1)], seed=8)
+    async with trio.open_nursery() as nursery:
+        await mesh.run(nursery)
+        await mesh.converge()
+        sw1 = mesh.switches[1]
+        own, remote = mesh.endpoints[0].ula, mesh.endpoints[2].ula
+        port10 = sw1.ports[10]
+        assert sw1._route_header(port10, mesh.endpoints[1].ula + own + bytes(4)) == ()
+        assert port10.counters["drop_spoofed_source"] == 1
+        assert sw1._route_header(port10, own + remote + bytes(4)) == (1,)
+        nursery.cancel_scope.cancel()
