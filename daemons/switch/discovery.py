@@ -361,9 +361,10 @@ class FabricAgent:
 
     # --- status ---------------------------------------------------------------------------
     def describe(self) -> dict:
+        phase = "scheduled" if self.phase == "idle" and self.due is not None else self.phase
         if self.map is None:
-            return {"generation": 0, "phase": self.phase, "counters": dict(self.counters)}
+            return {"generation": 0, "phase": phase, "counters": dict(self.counters)}
         d = T.describe(self.map, self.tree, self.endpoints)
-        d.update(generation=self.generation, phase=self.phase, last_run=self.last_run,
+        d.update(generation=self.generation, phase=phase, last_run=self.last_run,
                  counters=dict(self.counters), collisions=self.collisions)
         return d
