@@ -102,7 +102,8 @@ def _print_fabric(f: dict, switch_id: int) -> None:
                    f"port comes up or a host gets a ULA")
         return
     run = f.get("last_run", {})
-    click.echo(f"fabric seen from switch {f['walker']}: {len(f['switches'])} switches, {len(f['links'])} links, "
+    nl = len(f["links"])
+    click.echo(f"fabric seen from switch {f['walker']}: {len(f['switches'])} switches, {nl} link{'s' * (nl != 1)}, "
                f"manager {f['manager']}   (map {f['generation']}, walked in {run.get('seconds')} s with "
                f"{run.get('requests')} Admin requests{', partial' if run.get('partial') else ''})")
     click.echo("switches:")

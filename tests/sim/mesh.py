@@ -116,3 +116,43 @@ class SimMesh:
         self.ep_runners[i].flush(trio.current_time())
         await trio.sleep(0.2)
         return [a for a in self.admin[i] if a.xid == req.xid]
+
+
+def true_next_hops(links, switches):
+    """Shortest-path next hops computed here from the cabling itself (not the agent's map)."""
+    adj = {s: [] for s in switches}
+    for (a, pa), (b, pb) in links:
+        adj[a].append((b, pa))
+        adj[b].append((a, pb))
+    out = {}
+    for t in switches:
+        dist, frontier = {t: 0}, [t]
+        while frontier:
+            nxt = []
+            for s in frontier:
+                for n, _ in adj[s]:
+                    if n not in dist:
+                        dist[n] = dist[s] + 1
+                        nxt.append(n)
+            frontier = nxt
+        for s in switches:
+            if s != t and s in dist:
+                out[(s, t)] = (dist[s], {p for n, p in adj[s] if dist.get(n) == dist[s] - 1})
+    return out
+
+
+def random_fabric(rng, n, extra):
+    """A connected random fabric: a random tree plus ``extra`` more cables; ports from 10."""
+    nxt = {s: 10 for s in range(1, n + 1)}
+    links = []
+
+    def cable(a, b):
+        links.append(((a, nxt[a]), (b, nxt[b])))
+        nxt[a] += 1
+        nxt[b] += 1
+    for s in range(2, n + 1):
+        cable(s, rng.randrange(1, s))
+    for _ in range(extra):
+        a, b = rng.sample(range(1, n + 1), 2)
+        cable(a, b)
+    return links
