@@ -33,7 +33,8 @@ from ..link.clink import CLink
 from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import admin_defect
 from ..wire.admin import (Admin, change_route_args, element_address_args, i_am_args, parse_change_route,
-                          parse_element_address, parse_register, port_id_args, register_args, ula_list_args)
+                          parse_element_address, parse_register, parse_ula_list, port_id_args, register_args,
+                          ula_list_args)
 from ..wire.errors import DecodeError
 from ..wire.message import single_records
 from ..wire.micropacket import MP_DTYPE, Micropacket, field as ctrl_field
@@ -319,6 +320,8 @@ class Switch:
         fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx, adm.route,
                     adm.status, adm.args)
         self._emit_admin(back[0], fwd, C.VC_ADMIN_RESPONSE)
+        if not (adm.command == AdminCmd.ULA_LIST and adm.status == AdminStatus.OK and parse_ula_list(adm.args)[4]):
+            del self.xids[adm.xid]  # its last response passed: forget it now (a walk sends thousands)
 
     def _expire_xids(self, now: float) -> None:
         xids = self.xids

@@ -73,6 +73,7 @@ class FabricAgent:
         self.seen: OrderedDict[int, int] = OrderedDict()  # origin serial -> last counter
         self.notice_xids: OrderedDict[int, float] = OrderedDict()  # our notices awaiting WRITE_STATUS
         self.due: float | None = None  # a walk starts then
+        self.flood_due: float | None = None  # our own changes are announced then (coalesced)
         self.again = False
         self.phase = "idle"
         self.started = 0.0
@@ -94,10 +95,11 @@ class FabricAgent:
 
     # --- triggers --------------------------------------------------------------------
     def changed(self, now: float, reason: str) -> None:
-        """Something here changed (a port, a binding): tell the neighbours and walk."""
+        """Something here changed (a port, a binding): tell the neighbours and walk.
+        Changes within FABRIC_SETTLE_S make one notice."""
         self.counters[f"change_{reason}"] += 1
-        self.counter = (self.counter + 1) & 0xFFFF
-        self._flood((self.host.serial << 16) | self.counter, None, now)
+        if self.flood_due is None:
+            self.flood_due = now + C.FABRIC_SETTLE_S
         self._schedule(now)
 
     def notice_in(self, value: int, port: int, now: float) -> None:
@@ -135,7 +137,7 @@ class FabricAgent:
 
     # --- time --------------------------------------------------------------------------
     def timer(self) -> float:
-        t = self.due if self.due is not None else float("inf")
+        t = min(x for x in (self.due, self.flood_due, float("inf")) if x is not None)
         if self.pending:
             t = min(t, min(r.deadline for r in self.pending.values()))
         if self.notice_xids:
@@ -143,6 +145,10 @@ class FabricAgent:
         return t
 
     def handle_timer(self, now: float) -> None:
+        if self.flood_due is not None and now >= self.flood_due:
+            self.flood_due = None
+            self.counter = (self.counter + 1) & 0xFFFF
+            self._flood((self.host.serial << 16) | self.counter, None, now)
         while self.notice_xids and next(iter(self.notice_xids.values())) <= now:
             self.notice_xids.popitem(last=False)
         for xid in [x for x, r in self.pending.items() if r.deadline <= now]:
