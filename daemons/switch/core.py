@@ -403,6 +403,12 @@ class Switch:
                 self.switch_id = addr
                 self.ula = assigned_ula(addr, 0)
                 self.counters["element_address_changed"] += 1
+                # the ULAs this switch gave out carry the old id: take them back and tell
+                # each endpoint to initialize itself, so it asks for one with the new id
+                for ula, p in [(u, p) for u, p in self.table.items() if self.kind.get(u) == "assigned"]:
+                    del self.table[ula], self.kind[ula]
+                    if self.ports[p].link.up:
+                        self.agent.tell(p, AdminCmd.INITIALIZE, b"", self._now)
                 self.agent.changed(self._now, "element_address")
             return [adm.response(AdminCmd.ELEMENT_ADDRESS_STATUS, element_address_args(addr))]
         if cmd == AdminCmd.INITIALIZE:

@@ -39,8 +39,8 @@ from typing import Callable, Protocol
 
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, Register
-from ..wire.admin import (Admin, change_route_args, parse_i_am, parse_i_am_switch, parse_register,
-                          parse_ula_list, register_args)
+from ..wire.admin import (Admin, change_route_args, element_address_args, parse_i_am, parse_i_am_switch,
+                          parse_register, parse_ula_list, register_args)
 from . import topology as T
 
 
@@ -120,14 +120,16 @@ class FabricAgent:
 
     def _flood(self, value: int, except_port: int | None, now: float) -> None:
         for p in T.ports_of(self.host.fabric_bitmap(True)):
-            if p == except_port:
-                continue
-            xid = self.host.next_xid()
-            if len(self.notice_xids) < C.ADMIN_XID_TABLE_MAX:
-                self.notice_xids[xid] = now + C.FABRIC_REQUEST_TIMEOUT_S
-            self.host.send_admin(p, self._request(AdminCmd.WRITE_REGISTER, xid, (p,),
-                                                  register_args(Register.TOPOLOGY_NOTICE, value)))
-            self.counters["tx_notice"] += 1
+            if p != except_port:
+                self.tell(p, AdminCmd.WRITE_REGISTER, register_args(Register.TOPOLOGY_NOTICE, value), now)
+                self.counters["tx_notice"] += 1
+
+    def tell(self, port: int, command: int, args: bytes, now: float) -> None:
+        """A request to the element across ``port`` whose answer only needs consuming."""
+        xid = self.host.next_xid()
+        if len(self.notice_xids) < C.ADMIN_XID_TABLE_MAX:
+            self.notice_xids[xid] = now + C.FABRIC_REQUEST_TIMEOUT_S
+        self.host.send_admin(port, self._request(command, xid, (port,), args))
 
     def _schedule(self, now: float) -> None:
         if self.phase != "idle":
@@ -241,8 +243,10 @@ class FabricAgent:
             if known is not None:
                 if known.serial != serial:
                     self.counters["switch_id_conflict"] += 1
+                    # the one with the higher serial is to change: where is it
+                    higher = list(route) if serial > known.serial else list(known.route)
                     self.work.conflicts.append({"id": sid, "serials": [f"{known.serial:012x}", f"{serial:012x}"],
-                                                "route": list(route)})
+                                                "renumber": higher})
                 return True
             node = self.work.switches[sid] = T.SwitchNode(sid, serial, route)
 
@@ -329,9 +333,31 @@ class FabricAgent:
             self.partial = self.retry = True
         return True
 
+    def _renumber(self) -> None:
+        """Two switches answered with one id: the one with the higher serial gets a free
+        id (SET_ELEMENT_ADDRESS; the highest free, least likely to be configured on a
+        switch not mapped yet), and its notice brings another walk.  Two duplicates
+        that are both "manager" of their partition agree on which one changes; if it
+        is this switch, the other one does it."""
+        taken = set(self.work.switches)
+        for c in self.work.conflicts:
+            if not c["renumber"]:
+                continue
+            free = next((i for i in range(255, 0, -1) if i not in taken), None)
+            if free is None:
+                return
+            taken.add(free)
+            self.counters["renumbered"] += 1
+            self._ask(tuple(c["renumber"]), AdminCmd.SET_ELEMENT_ADDRESS, element_address_args(free),
+                      self._status_ok)
+        self.again = True
+
     def _advance(self, now: float) -> None:
         if self.phase == "walk":
-            if self.work.manager == self.host.switch_id and len(self.work.switches) > 1:
+            if self.work.conflicts and self.work.manager == self.host.switch_id:
+                self._renumber()  # this map joins two switches in one: program nothing from it
+                self.phase = "renumber"
+            elif self.work.manager == self.host.switch_id and len(self.work.switches) > 1:
                 self.phase = "collect"
                 self._collect()
             elif self.work.manager == self.host.switch_id:
@@ -340,6 +366,9 @@ class FabricAgent:
             else:
                 self._finish(now)
                 return
+        elif self.phase == "renumber":
+            self._finish(now)
+            return
         elif self.phase == "collect":
             self.phase = "program_a"
             self._program()

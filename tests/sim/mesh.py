@@ -21,7 +21,8 @@ class SimMesh:
     each endpoint, endpoint i on hosts[i]."""
 
     def __init__(self, links: list[tuple[End, End]], hosts: list[End], seed: int = 1,
-                 management: tuple[End, ...] = (), **loss) -> None:
+                 management: tuple[End, ...] = (), ids: dict[int, int] | None = None, **loss) -> None:
+        """``ids``: a switch's configured id when it is not its key (two switches may share one)."""
         self.rng = random.Random(seed)
         ports: dict[int, set[int]] = {}
         fabric: dict[int, set[int]] = {}
@@ -36,7 +37,7 @@ class SimMesh:
         for i, (s, p) in enumerate(hosts):
             ports.setdefault(s, set()).add(p)
             cable_ids.setdefault(s, {})[p] = 100_000 + i
-        self.switches = {s: Switch(s, sorted(ps), 0.0, rng=random.Random(seed * 1000 + s),
+        self.switches = {s: Switch((ids or {}).get(s, s), sorted(ps), 0.0, rng=random.Random(seed * 1000 + s),
                                    fabric_ports=sorted(fabric.get(s, ())), cable_ids=cable_ids[s],
                                    management_ports=[p for t, p in management if t == s])
                          for s, ps in sorted(ports.items())}

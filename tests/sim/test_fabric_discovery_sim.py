@@ -204,3 +204,31 @@ async def test_a_fabric_port_cannot_bring_in_a_local_hosts_source(autojump_clock
         assert port10.counters["drop_spoofed_source"] == 1
         assert sw1._route_header(port10, own + remote + bytes(4)) == (1,)
         nursery.cancel_scope.cancel()
+
+
+async def test_two_switches_with_one_id_are_renumbered_and_their_hosts_get_unique_ulas(autojump_clock):
+    """Switches 2 and 3 are both configured id 2: their hosts' ULAs collide until the
+    manager gives one of them a free id (SET_ELEMENT_ADDRESS) and that switch has its
+    hosts ask again (INITIALIZE)."""
+    line = [((1, 10), (2, 11)), ((2, 10), (3, 11))]
+    mesh = SimMesh(line, [(1, 1), (2, 1), (3, 1)], seed=12, ids={3: 2})
+    async with trio.open_nursery() as nursery:
+        await mesh.run(nursery)
+        await mesh.converge()
+        await trio.sleep(1.0)
+        await mesh.converge()
+        ids = sorted(sw.switch_id for sw in mesh.switches.values())
+        assert len(set(ids)) == 3 and sum(sw.counters["element_address_changed"] for sw in mesh.switches.values()) == 1
+        ulas = [ep.ula for ep in mesh.endpoints]
+        assert len(set(ulas)) == 3, ulas
+        renamed = next(sw for sw in mesh.switches.values() if sw.counters["element_address_changed"])
+        assert renamed.switch_id == 255 and renamed.serial > mesh.switches[2 if renamed is mesh.switches[3] else 3].serial
+        m = mesh.switches[1].agent.map
+        assert sorted(m.switches) == [1, 2, 255] and not m.conflicts
+        for i in range(3):
+            for j in range(3):
+                mesh.send(i, ulas[j], bytes([i, j]))
+        await trio.sleep(1.0)
+        for j in range(3):
+            assert sorted(m.payload for m in mesh.inbox[j]) == [bytes([i, j]) for i in range(3)]
+        nursery.cancel_scope.cancel()
