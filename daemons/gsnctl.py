@@ -86,7 +86,9 @@ def status(path, as_json) -> None:
     else:
         click.echo(f"gsn-switch {st['switch_id']}   broadcast {'on' if st['broadcast'] else 'off'}")
         for n, p in sorted(st["ports"].items(), key=lambda kv: int(kv[0])):
-            click.echo(f"port {n}:")
+            role = (f" (to another switch; broadcast {'tree' if p.get('tree') else 'blocked'})"
+                    if p.get("switch") else "")
+            click.echo(f"port {n}{role}:")
             _print_link(p["link"])
             for k, v in sorted({**p["counters"], **p.get("cable", {})}.items()):
                 click.echo(f"    {k:<36} {v}")
