@@ -276,6 +276,10 @@ class FabricAgent:
                 if adm.status != AdminStatus.OK:
                     return True  # an empty table
                 _i, _total, ula, port, more = parse_ula_list(adm.args)
+                if len(node.table) >= C.SWITCH_TABLE_MAX and ula not in node.table:
+                    self.counters["list_beyond_table_max"] += 1  # no switch holds more: stop listening
+                    self.partial = True
+                    return True
                 node.table[ula] = port
                 return not more
 
