@@ -16,6 +16,14 @@ another switch); otherwise the whole Message is dropped, counted
 entered this switch on -- configuration commands (C.ADMIN_MANAGEMENT_COMMANDS) are
 obeyed, or forwarded on by hop count, only from ``management`` ports.  A forwarded
 request's response is routed back only when it comes from the port the request left by.
+
+Fabrics (issue 13): a port configured ``switch`` is cabled to another switch.  The
+switch's FabricAgent (discovery.py) walks the fabric over such ports with its own
+Admin requests, and the lowest switch id programs every table (CHANGE_ROUTE) and the
+broadcast spanning tree (TREE_PORTS).  From an inter-switch port, configuration Admin
+is obeyed (the switch behind enforces the same rules), any S_ULA is accepted except one
+bound to this switch's own host ports, and a broadcast is taken only on a tree port;
+broadcasts leave by every host port and the other tree ports.
 """
 
 from __future__ import annotations

@@ -61,7 +61,6 @@ class Host(Protocol):
 @dataclass
 class _Req:
     route: tuple[int, ...]
-    command: int
     deadline: float
     on_reply: Callable[[Admin], bool]  # True: the last response of this request
 
@@ -184,7 +183,7 @@ class FabricAgent:
                 self.partial = self.retry = True
                 continue
             xid = self.host.next_xid()
-            self.pending[xid] = _Req(route, command, now + C.FABRIC_REQUEST_TIMEOUT_S, on_reply)
+            self.pending[xid] = _Req(route, now + C.FABRIC_REQUEST_TIMEOUT_S, on_reply)
             self.host.send_admin(route[0], self._request(command, xid, route, args))
             self.counters["tx_requests"] += 1
         if not self.queue and not self.pending and self.phase != "idle":

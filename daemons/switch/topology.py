@@ -144,12 +144,13 @@ def describe(fmap: FabricMap, tree: set[Link], eps: dict[bytes, End] | None) -> 
     """The map as JSON-ready data (gsnctl fabric)."""
     adj = fmap.adjacency()
     dist = distances(adj, fmap.walker) if fmap.walker in adj else {}
+    bits = tree_bitmaps(tree, fmap.switches)
     return {
         "walker": fmap.walker,
         "manager": fmap.manager if fmap.switches else None,
         "switches": [
             {"id": s, "serial": f"{n.serial:012x}", "route": list(n.route), "hops": dist.get(s),
-             "ports_up": ports_of(n.ports_up), "tree_ports": ports_of(tree_bitmaps(tree, fmap.switches)[s])}
+             "ports_up": ports_of(n.ports_up), "tree_ports": ports_of(bits[s])}
             for s, n in sorted(fmap.switches.items())
         ],
         "links": [{"a": list(a), "b": list(b), "tree": (a, b) in tree} for a, b in sorted(fmap.links)],
