@@ -68,6 +68,7 @@ class Port:
     management: bool = False  # configuration Admin accepted from here
     trust_source: bool = False  # S_ULA not checked (an uplink to another switch)
     fabric: bool = False  # cabled to another switch: walked, programmed, broadcast only on the tree
+    stray_switch: bool = False  # trust_source, not `switch`, yet a switch answered here: no broadcast
     inq: list = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
     current: list = field(default_factory=lambda: [None] * C.NUM_VCS)  # targets of the open Message
     counters: Counter = field(default_factory=Counter)
@@ -134,9 +135,15 @@ class Switch:
                 port.counters["link_up"] += 1
                 if port.fabric:
                     self.agent.changed(now, "port_up")
+                elif port.trust_source:
+                    # an uplink configured the issue-12 way: if a switch is across, a loop of
+                    # such uplinks would carry broadcasts round for ever (on a plain host
+                    # port its Messages are dropped as spoofed anyway)
+                    self.agent.ask_neighbour(port.number, now)
             elif isinstance(ev, LinkDown):
                 port.counters["link_down"] += 1
                 self._port_down(port)
+                port.stray_switch = False
                 if port.fabric:
                     self.agent.changed(now, "port_down")
         self.pump()
@@ -183,8 +190,11 @@ class Switch:
             if port.fabric and not self._on_tree(port.number):
                 port.counters["drop_broadcast_off_tree"] += 1
                 return ()
+            if port.stray_switch:
+                port.counters["drop_broadcast_from_unconfigured_switch"] += 1
+                return ()
             # every host port (the sender's too) and the tree's other links
-            return tuple(p for p, pt in self.ports.items() if pt.link.up and (
+            return tuple(p for p, pt in self.ports.items() if pt.link.up and not pt.stray_switch and (
                 not pt.fabric or (self._on_tree(p) and p != port.number)))
         out = self.table.get(d_ula)
         if out is None:
@@ -439,6 +449,14 @@ class Switch:
         self.table[ula] = port
         self.kind[ula] = "route"
 
+    def neighbour_is_switch(self, port: int) -> None:
+        """A switch answered on a trust_source port not configured `switch = true`: it
+        gets no broadcast and none is taken from it (a loop of such ports would storm)."""
+        p = self.ports[port]
+        if not p.fabric and not p.stray_switch:
+            p.stray_switch = True
+            p.counters["broadcast_refused_switch_not_configured"] += 1
+
     def fabric_bitmap(self, up_only: bool) -> int:
         bits = 0
         for n, p in self.ports.items():
@@ -492,7 +510,7 @@ class Switch:
             "ports": {
                 str(n): {"link": p.link.status(), "counters": dict(p.counters), "management": p.management,
                          "trust_source": p.trust_source, "switch": p.fabric, "tree": self._on_tree(n) if p.fabric
-                         else None}
+                         else None, "unconfigured_switch": p.stray_switch}
                 for n, p in self.ports.items()
             },
             "counters": dict(self.counters),

@@ -54,6 +54,7 @@ class Host(Protocol):
     def fabric_bitmap(self, up_only: bool) -> int: ...
     def port_up(self, port: int) -> bool: ...
     def send_admin(self, port: int, adm: Admin) -> None: ...
+    def neighbour_is_switch(self, port: int) -> None: ...
     def set_route(self, ula: bytes, port: int) -> None: ...
     def next_xid(self) -> int: ...
 
@@ -71,6 +72,7 @@ class FabricAgent:
         self.counter = 0  # own TOPOLOGY_NOTICE counter
         self.seen: OrderedDict[int, int] = OrderedDict()  # origin serial -> last counter
         self.notice_xids: OrderedDict[int, float] = OrderedDict()  # our notices awaiting WRITE_STATUS
+        self.neighbour_xids: OrderedDict[int, tuple[int, float]] = OrderedDict()  # WHAT_ARE_YOU on host ports
         self.due: float | None = None  # a walk starts then
         self.flood_due: float | None = None  # our own changes are announced then (coalesced)
         self.again = False
@@ -130,6 +132,15 @@ class FabricAgent:
             self.notice_xids[xid] = now + C.FABRIC_REQUEST_TIMEOUT_S
         self.host.send_admin(port, self._request(command, xid, (port,), args))
 
+    def ask_neighbour(self, port: int, now: float) -> None:
+        """WHAT_ARE_YOU to the element across a host port (switch.neighbour_is_switch if
+        a switch answers)."""
+        xid = self.host.next_xid()
+        while len(self.neighbour_xids) >= C.FABRIC_NOTICES_REMEMBERED:
+            self.neighbour_xids.popitem(last=False)
+        self.neighbour_xids[xid] = (port, now + C.FABRIC_REQUEST_TIMEOUT_S)
+        self.host.send_admin(port, self._request(AdminCmd.WHAT_ARE_YOU, xid, (port,)))
+
     def _schedule(self, now: float) -> None:
         if self.phase != "idle":
             self.again = True
@@ -143,6 +154,8 @@ class FabricAgent:
             t = min(t, min(r.deadline for r in self.pending.values()))
         if self.notice_xids:
             t = min(t, next(iter(self.notice_xids.values())))
+        if self.neighbour_xids:
+            t = min(t, next(iter(self.neighbour_xids.values()))[1])
         return t
 
     def handle_timer(self, now: float) -> None:
@@ -152,6 +165,8 @@ class FabricAgent:
             self._flood((self.host.serial << 16) | self.counter, None, now)
         while self.notice_xids and next(iter(self.notice_xids.values())) <= now:
             self.notice_xids.popitem(last=False)
+        while self.neighbour_xids and next(iter(self.neighbour_xids.values()))[1] <= now:
+            self.neighbour_xids.popitem(last=False)
         for xid in [x for x, r in self.pending.items() if r.deadline <= now]:
             del self.pending[xid]
             self.counters["request_timeout"] += 1
@@ -197,6 +212,13 @@ class FabricAgent:
                 self.counters["rx_notice_ack"] += 1
                 return True
             return False
+        if adm.xid in self.neighbour_xids:
+            if adm.hop_count != 1 or self.neighbour_xids[adm.xid][0] != port:
+                return False
+            del self.neighbour_xids[adm.xid]
+            if adm.command == AdminCmd.I_AM and parse_i_am(adm.args)[0] == ElementType.SWITCH:
+                self.host.neighbour_is_switch(port)
+            return True
         req = self.pending.get(adm.xid)
         if req is None:
             return False

@@ -232,3 +232,63 @@ async def test_two_switches_with_one_id_are_renumbered_and_their_hosts_get_uniqu
         for j in range(3):
             assert sorted(m.payload for m in mesh.inbox[j]) == [bytes([i, j]) for i in range(3)]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_loop_cabled_without_switch_true_does_not_storm(autojump_clock):
+    """The old way (issue 12): switches joined by ordinary ports marked trust_source.
+    Each notices a switch answering WHAT_ARE_YOU there and sends it no broadcast, so a
+    host's broadcast reaches the host and goes round no loop."""
+    import random
+
+    from daemons.gsnd.core import Endpoint, MessageIn
+    from daemons.io.memory import MemoryCable
+    from daemons.io.runner import LinkRunner
+    from daemons.switch.core import Switch
+    from daemons.switch.driver import AgentTimer
+
+    # cable s joins port 10 of switch s to port 11 of switch s % 3 + 1; a host on switch 1 port 1
+    sws = {s: Switch(s, [1, 10, 11], 0.0, rng=random.Random(s), trust_source_ports=(10, 11),
+                     cable_ids={1: 99, 10: s, 11: (s - 2) % 3 + 1}) for s in (1, 2, 3)}
+    ep = Endpoint(99, 0.0, rng=random.Random(7))
+    runners = {s: [] for s in sws}
+    timers = {s: AgentTimer(sw, lambda now, s=s: flush(s, now)) for s, sw in sws.items()}
+    got = []
+
+    def flush(s, now):
+        for r in runners[s]:
+            r.flush(now)
+        timers[s].poke()
+
+    def ep_input(now):
+        ep.process(now)
+        got.extend(ev.message.payload for ev in ep.events() if isinstance(ev, MessageIn))
+    cables = []
+    for s in (1, 2, 3):
+        c = MemoryCable(random.Random(s))
+        cables.append(c)
+        for end, (k, p) in zip(c.ends, ((s, 10), (s % 3 + 1, 11))):
+            runners[k].append(LinkRunner(sws[k].ports[p].link, end, on_input=lambda now, k=k, p=p: sws[k].process(p, now),
+                                         after=lambda now, k=k: flush(k, now)))
+    hc = MemoryCable(random.Random(9))
+    cables.append(hc)
+    runners[1].append(LinkRunner(sws[1].ports[1].link, hc.ends[0], on_input=lambda now: sws[1].process(1, now),
+                                 after=lambda now: flush(1, now)))
+    ep_runner = LinkRunner(ep.link, hc.ends[1], on_input=ep_input, after=lambda now: ep_runner.flush(now),
+                           timer=ep.timer, handle_timer=ep.handle_timer)
+    async with trio.open_nursery() as nursery:
+        for c in cables:
+            nursery.start_soon(c.run)
+        nursery.start_soon(ep_runner.run)
+        for s in sws:
+            nursery.start_soon(timers[s].run)
+            for r in runners[s]:
+                nursery.start_soon(r.run)
+        await trio.sleep(1.0)
+        assert ep.ula and all(sw.ports[p].stray_switch for sw in sws.values() for p in (10, 11))
+        assert not sws[1].ports[1].stray_switch
+        ep.send(1, C.ULA_BROADCAST, 0x88B5, b"hello loop")
+        ep_runner.flush(trio.current_time())
+        await trio.sleep(2.0)
+        assert got == [b"hello loop"]
+        assert sum(sw.ports[p].counters["rx_messages"] for sw in sws.values() for p in (10, 11)) == 0
+        nursery.cancel_scope.cancel()
