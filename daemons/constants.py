@@ -140,6 +140,45 @@ ADMIN_MANAGEMENT_COMMANDS = frozenset({
     AdminCmd.SET_ELEMENT_ADDRESS, AdminCmd.INITIALIZE, AdminCmd.WRITE_REGISTER, AdminCmd.CHANGE_ROUTE,
 })
 
+# --- fabrics of many switches (issue 13; all PROJECT CHOICE) ---------------------
+# I_AM args beyond spec §4.3's 16-23: a switch also gives the port the request
+# entered it by (byte 24) and its 48-bit element serial (26-31, random per start),
+# so a walk can join both ends of a cable and tell two switches with one id apart.
+I_AM_ARRIVAL_OFFSET = 8  # within ARGS
+I_AM_SERIAL_OFFSET = 10
+# Inter-switch ("switch = true") ports are numbered 1..64: one 64-bit register
+# bitmap (bit p-1 = port p) then holds them.
+FABRIC_PORT_MAX = 64
+
+
+class Register(enum.IntEnum):
+    """Admin registers of gsn-switch (READ_REGISTER / WRITE_REGISTER address, args
+    16-19; data args 20-27, big-endian)."""
+    ELEMENT_ADDRESS = 0x00  # R: switch id (SET_ELEMENT_ADDRESS changes it)
+    SERIAL = 0x01  # R: 48-bit element serial, random per start
+    PORT_COUNT = 0x02  # R
+    TABLE_ENTRIES = 0x03  # R: ULA table size
+    FABRIC_PORTS = 0x10  # R: bitmap of inter-switch ports configured
+    FABRIC_PORTS_UP = 0x11  # R: ... whose link is up
+    TREE_PORTS = 0x12  # R/W: inter-switch ports in the broadcast spanning tree
+    TOPOLOGY_NOTICE = 0x13  # W: serial(48) << 16 | counter(16): "the fabric changed"; R: own last
+    MANAGER = 0x14  # R: fabric manager's switch id in this switch's last map (0xFFFF: none)
+    MAP_GENERATION = 0x15  # R: walks completed
+
+
+WRITABLE_REGISTERS = frozenset({Register.TREE_PORTS, Register.TOPOLOGY_NOTICE})
+# CHANGE_ROUTE to port 0 removes the ULA's entry (ports are numbered from 1).
+ROUTE_REMOVE_PORT = 0
+# The walk: requests in flight at once, how long one may go unanswered (a link may
+# have died under it), and the pause after a change before walking (coalesces the
+# notices of one event).  Discovery runs on changes only, never on a timer, so an
+# idle fabric carries keepalives and nothing else.
+FABRIC_WINDOW = 32
+FABRIC_REQUEST_TIMEOUT_S = 1.0
+FABRIC_SETTLE_S = 0.05
+FABRIC_RETRIES = 3  # walks again after a partial one (a request lost), at most this many times in a row
+FABRIC_NOTICES_REMEMBERED = 1024  # origins whose last TOPOLOGY_NOTICE is kept
+
 # --- link (spec §1.4, §1.5, §1.7; PROJECT CHOICE) -------------------------------
 # Receive buffer per VC, in micropackets.  The spec's 64 suits a 40 m copper
 # cable; an emulated UDP cable needs the buffer (hence the credit grant) to

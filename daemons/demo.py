@@ -1,8 +1,9 @@
-"""The demo: a GSN fabric of one switch and three hosts in network namespaces,
+"""The demo: a GSN fabric of two switches and three hosts in network namespaces,
 then a second fabric joined to it by a PacketWay router.
 
-Run as root (``sudo ./gsn demo``).  Starts gsn-switch and one gsnd per host as
-real processes on the bundled defaults, exchanges Messages on every VC through
+Run as root (``sudo ./gsn demo``).  Starts two gsn-switch processes cabled to each
+other (hosts 1 and 2 on switch 1, host 3 on switch 2) and one gsnd per host as
+real processes, shows the fabric map the switches built, exchanges Messages on every VC through
 the ULP sockets, prints link states, ULAs, round-trip times and throughput, runs
 IP over GSN, then routes PacketWay packets between the two fabrics through
 pktwayd, and removes everything on exit or Ctrl-C.
@@ -17,7 +18,7 @@ import statistics
 import sys
 import time
 
-from .netns import Fabric
+from .netns import BIN, Fabric, SwitchedFabric, poll
 from .ulpclient import UlpClient
 from .wire.ula import parse_ula
 from .wire.ulp import Op
@@ -77,7 +78,6 @@ def _packetway(fa: Fabric) -> None:
     use host3's gsnd on A and host1's on B; host1 of A talks to host2 of B."""
     from pktwayd.node import Node
 
-    from .netns import BIN, poll
     from .runtime.control import request
 
     print("\nPacketWay: a second fabric (B: 1 switch + 2 hosts) joined to A by router 'rab' (pktwayd),\n"
@@ -123,22 +123,28 @@ def main() -> int:
     if not shutil.which("ip"):
         print("gsn demo: needs iproute2 ('ip'); ./gsn installs it", file=sys.stderr)
         return 1
-    print("GSN demo: 1 gsn-switch + 3 hosts, each in its own network namespace, UDP cables over veth")
-    with Fabric(3, prefix="demo") as fab:
+    print("GSN demo: 2 gsn-switches cabled together + 3 hosts (host1, host2 on switch 1; host3 on switch 2),\n"
+          "each in its own network namespace, UDP cables over veth")
+    with SwitchedFabric(hosts=[1, 1, 2], links=[(1, 2)], prefix="demo") as fab:
         try:
             fab.start_switch()
             for i in (1, 2, 3):
                 fab.start_gsnd(i)
-            print("\nlinks and ULAs (assigned by the switch over Admin ASSIGN_ULA):")
+            print("\nlinks and ULAs (assigned by each host's switch over Admin ASSIGN_ULA):")
             for i in (1, 2, 3):
                 ula = fab.wait_ula(i)
                 st = fab.gsnd_status(i)
                 print(f"  host{i}  gsn0  link {st['link']['state']:<4} ULA {ula}  "
                       f"credits/VC {st['link']['credits_tx']}")
+            poll(fab.converged, 20, interval=0.2, what="the switches' fabric map")
+            print("\nthe fabric as switch 1 (the manager: lowest id) mapped it over Admin "
+                  "(gsnctl -s .../sw1/control.sock fabric):")
+            r = fab.ns_exec(0, str(BIN / "gsnctl"), "-s", str(fab.switch_dir(1) / "control.sock"), "fabric")
+            print("\n".join("  " + line for line in r.stdout.splitlines()))
             rtts = _rtt(fab, 1, 2)
             print(f"\nround trip host1 -> host2 -> host1 (64-byte Messages, VC1, ULP sockets):\n"
                   f"  min {min(rtts):.3f} ms   median {statistics.median(rtts):.3f} ms   max {max(rtts):.3f} ms")
-            print("\nthroughput host1 -> host3 through the switch (2 s each):")
+            print("\nthroughput host1 -> host3 through both switches (2 s each):")
             for vc, size in ((1, 65536), (3, 1 << 20)):
                 gbps, got = _throughput(fab, 1, 3, vc, size)
                 print(f"  VC{vc}  {size // 1024:>5} KiB Messages   {gbps:6.2f} Gbit/s   ({got / 1e6:.0f} MB delivered)")
@@ -154,15 +160,16 @@ def main() -> int:
                 print(f"  ping {what}host{src} -> {dst}: " + ("; ".join(tail) if tail else r.stderr.strip()))
             if shutil.which("iperf3"):
                 gbps = fab.iperf3(1, 3, "-t", "3")
-                print(f"  iperf3 TCP host1 -> host3 through the switch, 3 s: {gbps:.2f} Gbit/s")
+                print(f"  iperf3 TCP host1 -> host3 through both switches, 3 s: {gbps:.2f} Gbit/s")
             else:
                 print("  (iperf3 not installed: skipping the TCP run)")
-            st = fab.switch_status()
-            print("\nswitch ULA table:")
-            for e in st["table"]:
+            sts = [fab.switch_status(k) for k in (1, 2)]
+            print("\nswitch 1 ULA table (port 21 is the cable to switch 2; 'route' entries the manager programmed):")
+            for e in sts[0]["table"]:
                 print(f"  {e['ula']}  -> port {e['port']}  ({e['kind']})")
-            print("\ndrops on the switch:",
-                  sum(v for p in st["ports"].values() for k, v in p["counters"].items() if k.startswith("drop")))
+            print("\ndrops on the switches:",
+                  sum(v for st in sts for p in st["ports"].values() for k, v in p["counters"].items()
+                      if k.startswith("drop")))
             _packetway(fab)
         except KeyboardInterrupt:
             print("\ninterrupted")

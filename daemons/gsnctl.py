@@ -86,7 +86,9 @@ def status(path, as_json) -> None:
     else:
         click.echo(f"gsn-switch {st['switch_id']}   broadcast {'on' if st['broadcast'] else 'off'}")
         for n, p in sorted(st["ports"].items(), key=lambda kv: int(kv[0])):
-            click.echo(f"port {n}:")
+            role = (f" (to another switch; broadcast {'tree' if p.get('tree') else 'blocked'})"
+                    if p.get("switch") else "")
+            click.echo(f"port {n}{role}:")
             _print_link(p["link"])
             for k, v in sorted({**p["counters"], **p.get("cable", {})}.items()):
                 click.echo(f"    {k:<36} {v}")
@@ -94,6 +96,62 @@ def status(path, as_json) -> None:
         for e in st["table"]:
             click.echo(f"  {e['ula']}  port {e['port']:<3} {e['kind']}")
         _print_control(st)
+
+
+def _print_fabric(f: dict, switch_id: int) -> None:
+    if not f.get("switches"):
+        click.echo(f"switch {switch_id}: no fabric map yet (phase {f.get('phase')}); it walks when an inter-switch "
+                   f"port comes up or a host gets a ULA")
+        return
+    run = f.get("last_run", {})
+    nl = len(f["links"])
+    click.echo(f"fabric seen from switch {f['walker']}: {len(f['switches'])} switches, {nl} link{'s' * (nl != 1)}, "
+               f"manager {f['manager']}   (map {f['generation']}, walked in {run.get('seconds')} s with "
+               f"{run.get('requests')} Admin requests{', partial' if run.get('partial') else ''})")
+    click.echo("switches:")
+    click.echo(f"  {'id':>3}  {'serial':<12}  {'hops':>4}  {'admin route':<12}  {'ports up':<16}  tree ports")
+    for s in f["switches"]:
+        route = ",".join(map(str, s["route"])) or "-"
+        click.echo(f"  {s['id']:>3}  {s['serial']:<12}  {s['hops'] if s['hops'] is not None else '?':>4}  "
+                   f"{route:<12}  {','.join(map(str, s['ports_up'])) or '-':<16}  "
+                   f"{','.join(map(str, s['tree_ports'])) or '-'}")
+    click.echo("links (switch:port -- switch:port):")
+    for ln in f["links"]:
+        click.echo(f"  {ln['a'][0]}:{ln['a'][1]} -- {ln['b'][0]}:{ln['b'][1]}"
+                   f"{'   spanning tree' if ln['tree'] else '   (broadcast blocked)'}")
+    costs = "  ".join(f"{s}={c}" for s, c in f["path_costs"].items() if c)
+    click.echo(f"path costs (hops) from switch {f['walker']}: {costs or '-'}")
+    if f.get("endpoints") is None:
+        click.echo(f"endpoints: the manager holds them: gsnctl -s <switch {f['manager']}'s control.sock> fabric")
+    else:
+        click.echo(f"endpoints ({len(f['endpoints'])}):")
+        for e in f["endpoints"]:
+            click.echo(f"  {e['ula']}  switch {e['switch']} port {e['port']}")
+    for c in f.get("conflicts", []):
+        click.echo(f"CONFLICT: switch id {c['id']} used by serials {', '.join(c['serials'])}")
+    for c in f.get("collisions", []):
+        click.echo(f"COLLISION: ULA {c['ula']} on switch {c['ignored'][0]} port {c['ignored'][1]} ignored "
+                   f"(kept switch {c['kept'][0]} port {c['kept'][1]})")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Raw JSON.")
+@click.pass_obj
+def fabric(path, as_json) -> None:
+    """The fabric map a switch built (ask its control socket with -s).
+
+    \b
+    Switches (id, serial, hops and the Admin route from this switch, inter-switch
+    ports up, spanning-tree ports), links (the tree's and those blocked for
+    broadcast), path costs in hops, and on the fabric manager (the lowest switch
+    id) every endpoint's ULA with its switch and port.
+      gsnctl -s /run/gsn-switch/control.sock fabric [--json]
+    """
+    reply = _ask(path, {"cmd": "fabric"})
+    if as_json:
+        click.echo(json.dumps(reply["fabric"], indent=2))
+        return
+    _print_fabric(reply["fabric"], reply["switch_id"])
 
 
 @main.command()

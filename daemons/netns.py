@@ -293,3 +293,108 @@ def iperf3_run(run_client, server_prefix: list[str], addr: str, *args: str) -> f
         return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
     except (ValueError, KeyError, AttributeError):
         return 0.0
+
+
+class SwitchedFabric(Fabric):
+    """Several gsn-switch processes, each in its own namespace, cabled to each other
+    (``links``: pairs of switch ids) and to hosts (``hosts[i-1]``: the switch of host i).
+
+    Host i's veth is 198.18.<i>.0/30 as in Fabric (switch port i); inter-switch cable j
+    is a veth 198.19.<j>.1/30 (the first switch) -- .2/30, switch port 20 + j at both ends,
+    cable id 1000 + j.  ``cut(j)`` / ``mend(j)`` take that veth down and up again."""
+
+    def __init__(self, hosts: list[int], links: list[tuple[int, int]], prefix: str = "m", **kw) -> None:
+        self.hosts_of = list(hosts)
+        self.links = list(links)
+        self.switch_ids = sorted(set(hosts) | {s for ln in links for s in ln})
+        super().__init__(len(hosts), prefix=prefix, **kw)
+
+    def sw_ns_of(self, k: int) -> str:
+        return f"gsn{self.tag}s{k}"
+
+    def _create(self) -> None:
+        self.sw_ns = self.sw_ns_of(self.switch_ids[0])  # Fabric.ns_exec(0, ...) runs in the first switch's
+        for ns in [*map(self.sw_ns_of, self.switch_ids), *self.host_ns]:
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        for i, (k, ns) in enumerate(zip(self.hosts_of, self.host_ns), 1):
+            sw_if, h_if = f"s{self.tag}{i}"[-15:], f"h{self.tag}{i}"[-15:]
+            sh("ip", "link", "add", sw_if, "netns", self.sw_ns_of(k), "type", "veth", "peer", "name", h_if,
+               "netns", ns)
+            sh("ip", "-n", self.sw_ns_of(k), "addr", "add", f"198.18.{i}.1/30", "dev", sw_if)
+            sh("ip", "-n", ns, "addr", "add", f"198.18.{i}.2/30", "dev", h_if)
+            sh("ip", "-n", ns, "link", "set", h_if, "name", "ul0")
+            sh("ip", "-n", self.sw_ns_of(k), "link", "set", sw_if, "mtu", str(self.underlay_mtu), "up")
+            sh("ip", "-n", ns, "link", "set", "ul0", "mtu", str(self.underlay_mtu), "up")
+        for j, (a, b) in enumerate(self.links, 1):
+            ia, ib = self._cable_ifs(j)
+            sh("ip", "link", "add", ia, "netns", self.sw_ns_of(a), "type", "veth", "peer", "name", ib,
+               "netns", self.sw_ns_of(b))
+            for ns, ifname, host in ((self.sw_ns_of(a), ia, 1), (self.sw_ns_of(b), ib, 2)):
+                sh("ip", "-n", ns, "addr", "add", f"198.19.{j}.{host}/30", "dev", ifname)
+                sh("ip", "-n", ns, "link", "set", ifname, "mtu", str(self.underlay_mtu), "up")
+
+    def _cable_ifs(self, j: int) -> tuple[str, str]:
+        return f"c{self.tag}{j}a"[-15:], f"c{self.tag}{j}b"[-15:]
+
+    def close(self) -> None:
+        LIVE.discard(self)
+        for name in list(self.procs):
+            self.kill(name)
+        for ns in [*map(self.sw_ns_of, self.switch_ids), *self.host_ns]:
+            sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def switch_dir(self, k: int) -> Path:
+        return self.tmp / f"sw{k}"
+
+    def switch_config(self, k: int = 1) -> Path:
+        lines = [f"[switch]\nid = {k}\nbroadcast = {str(self.broadcast).lower()}\n"
+                 f"runtime_dir = \"{self.switch_dir(k)}\"\n"]
+        for i, s in enumerate(self.hosts_of, 1):
+            if s == k:
+                lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n")
+        for j, (a, b) in enumerate(self.links, 1):
+            if k in (a, b):
+                me, other = (1, 2) if k == a else (2, 1)
+                lines.append(f"[[port]]\nnumber = {20 + j}\nlocal = \"198.19.{j}.{me}:7100\"\n"
+                             f"peer = \"198.19.{j}.{other}:7100\"\ncable_id = {1000 + j}\nswitch = true\n")
+        path = self.tmp / f"gsn-switch{k}.toml"
+        path.write_text("\n".join(lines))
+        return path
+
+    def start_switch(self, k: int | None = None) -> None:
+        for s in ([k] if k is not None else self.switch_ids):
+            (self.switch_dir(s) / "control.sock").unlink(missing_ok=True)  # a kill -9 leaves it behind
+            self._spawn(f"switch{s}", self.sw_ns_of(s), [str(BIN / "gsn-switch"), "-c", str(self.switch_config(s))])
+            poll(lambda s=s: (self.switch_dir(s) / "control.sock").exists(), what=f"switch {s} control socket")
+
+    def switch_status(self, k: int | None = None) -> dict | None:
+        return self.ctl(self.switch_dir(k or self.switch_ids[0]) / "control.sock", "status")
+
+    def fabric_map(self, k: int) -> dict | None:
+        return self.ctl(self.switch_dir(k) / "control.sock", "fabric")
+
+    def cut(self, j: int) -> None:
+        """Inter-switch cable j stops carrying datagrams (its veth goes down)."""
+        ia, _ = self._cable_ifs(j)
+        sh("ip", "-n", self.sw_ns_of(self.links[j - 1][0]), "link", "set", ia, "down")
+
+    def mend(self, j: int) -> None:
+        ia, _ = self._cable_ifs(j)
+        sh("ip", "-n", self.sw_ns_of(self.links[j - 1][0]), "link", "set", ia, "up")
+
+    def converged(self) -> bool:
+        """Every switch has a map of every running switch and the manager has finished."""
+        running = [k for k in self.switch_ids if f"switch{k}" in self.procs]
+        maps = [self.fabric_map(k) for k in running]
+        return all(m and m.get("phase") == "idle" and len(m.get("switches") or ()) == len(running) for m in maps)
+
+    def diagnostics(self, tail: int = 60) -> str:
+        out = [super().diagnostics(tail)]
+        for k in self.switch_ids:
+            out.append(f"--- gsnctl fabric switch {k} ---")
+            out.append(json.dumps(self.fabric_map(k), indent=1, sort_keys=True))
+            out.append(f"--- gsnctl status switch {k} ---")
+            out.append(json.dumps(self.switch_status(k), indent=1, sort_keys=True))
+        return "\n".join(out)

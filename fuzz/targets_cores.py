@@ -152,6 +152,68 @@ def switch_core(data: bytes) -> None:
         sw.ports[p].link.handle_timer(now + 5.0)
 
 
+def _fabric_switch():
+    from daemons.switch.core import Switch
+
+    sw = Switch(7, [1, 2], 0.0, rng=random.Random(6), cable_ids={1: CABLE, 2: 2}, fabric_ports=[1])
+    attacker, other = new_link(CABLE, 8), new_link(2, 9)
+
+    def rx(port):
+        def f(dg, now):
+            sw.ports[port].link.receive(dg, now)
+            sw.process(port, now)
+        return f
+
+    def out(port):
+        return lambda now: sw.ports[port].link.handle_timer(now) + sw.ports[port].link.datagrams(now)
+
+    now = bring_up(other, rx(2), out(2))
+    now = bring_up(attacker, rx(1), out(1), now)
+    return sw, attacker, other, now
+
+
+@target("switch.fabric", seeds=[b"", b"\x01\x00\x01", b"\x01\x01" * 30])
+def switch_fabric(data: bytes) -> None:
+    """The switch with a hostile neighbouring *switch* on port 1 (an inter-switch port, so
+    configuration Admin is obeyed from it): its walk and manager phases fed forged
+    responses to its own requests (their XIDs), notices, register writes."""
+    from daemons.wire.admin import Admin
+    from daemons.wire.message import single_records
+
+    d = Draw(data)
+    sw, attacker, other, now = _rig("switch.fabric", _fabric_switch)
+    history: list[bytes] = []
+    responses = [int(c) for c in C.AdminCmd if c & C.ADMIN_RESPONSE_BIT]
+    for _ in range(1 + d.below(6)):
+        sw.handle_timer(now)
+        if d.bool():
+            xids = sorted(sw.agent.pending) + sorted(sw.agent.notice_xids)
+            xid = d.choice(xids) if xids and d.bool() else d.int(4)
+            adm = Admin(d.choice(responses) if d.bool() else d.int(1), xid, d.choice([1, 1, 0, 2]),
+                        d.int(1) % 8, d.int(1) % 8, tuple(d.take(7).ljust(7, b"\xff")), d.int(1) % 4,
+                        d.take(16).ljust(16, b"\0"))
+            attacker.enqueue(2, single_records(2, C.MpType.ADMIN, adm.encode()))
+            dgrams = attacker.datagrams(now)
+        else:
+            dgrams = attack(d, attacker, sw.ports[1].link, [C.ULA_BROADCAST, sw.ula, *list(sw.table)[:3]], now,
+                            history)
+        for dgram in dgrams:
+            sw.ports[1].link.receive(dgram, now)
+            sw.process(1, now)
+        for dg in sw.ports[2].link.handle_timer(now) + sw.ports[2].link.datagrams(now):
+            other.receive(dg, now)
+        for dg in other.handle_timer(now) + other.datagrams(now):
+            sw.ports[2].link.receive(dg, now)
+            sw.process(2, now)
+        _drain_received(other)
+        for dg in sw.ports[1].link.handle_timer(now) + sw.ports[1].link.datagrams(now):
+            attacker.receive(dg, now)
+        _drain_received(attacker)
+        now += d.choice([0.0, 0.06, 1.1])
+    sw.handle_timer(now + 5.0)
+    sw.status()
+
+
 # --- harpd -------------------------------------------------------------------------------
 HARP_ULAS = [bytes.fromhex("020000000001"), bytes.fromhex("020000000002"), bytes.fromhex("020000000003")]
 

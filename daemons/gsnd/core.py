@@ -197,10 +197,19 @@ class Endpoint:
         elif adm.hop_count > 0:
             self.counters["admin_for_host_side_dropped"] += 1
         else:
-            self._admin_request_in(adm)
+            self._admin_request_in(adm, now)
 
-    def _admin_request_in(self, adm: Admin) -> None:
+    def _admin_request_in(self, adm: Admin, now: float) -> None:
         self.counters["rx_admin_request"] += 1
+        if adm.command == AdminCmd.INITIALIZE and self.neighbour == "switch":
+            # "initialize yourself" from our switch (it took a new element address):
+            # ask it again for a ULA, as after a link reset
+            self.counters["initialized_by_switch"] += 1
+            self.send_admin(adm.response(AdminCmd.INITIALIZE_DONE,
+                                         i_am_args(ElementType.ENDPOINT, 1, self.ula or C.ULA_NONE)),
+                            C.VC_ADMIN_RESPONSE)
+            self._start_discovery(now)
+            return
         self.send_admin(self._answer(adm), C.VC_ADMIN_RESPONSE)
 
     def _answer(self, adm: Admin) -> Admin:

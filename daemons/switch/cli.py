@@ -26,9 +26,13 @@ def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> No
     endpoints over Admin, holds static ULA->port entries (e.g. the HARP server
     00:10:3b:ff:ff:e0), and copies broadcasts to every port when broadcast is on.
     CHANGE_ROUTE and other configuration Admin are obeyed only from ports marked
-    `management = true`; a Message whose source ULA is not its ingress port's is
+    `management = true` (or `switch = true`); a Message whose source ULA is not its ingress port's is
     dropped unless the port is marked `trust_source = true` (an uplink).
-    `gsnctl -s RUNTIME_DIR/control.sock status` shows ports and counters.
+    A port marked `switch = true` is cabled to another gsn-switch: the switches
+    map the fabric over Admin, the lowest id programs every switch's routes, and
+    broadcast follows a spanning tree.
+    `gsnctl -s RUNTIME_DIR/control.sock status` shows ports and counters,
+    `gsnctl -s RUNTIME_DIR/control.sock fabric` the fabric map.
     Exit status 78 means a bad configuration.
     """
     def _switch(cfg):

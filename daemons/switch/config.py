@@ -21,6 +21,7 @@ class PortConfig:
     cable_id: int
     management: bool = False  # configuration Admin (CHANGE_ROUTE, ...) accepted from this port
     trust_source: bool = False  # Messages' S_ULA not checked: an uplink to another switch
+    switch: bool = False  # cabled to another gsn-switch: discovery walks it, broadcast follows the tree
     mtu: int | None = None  # the underlay's MTU on this cable's path; None: the kernel's path MTU
 
 
@@ -73,10 +74,14 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             p.get("cable_id", int, number, check=in_range(0, 2**32 - 1)),
             p.get("management", bool, False),
             p.get("trust_source", bool, False),
+            switch=p.get("switch", bool, False),
             mtu=p.get("mtu", int, None),
         ))
         p.finish()
         port = cfg.ports[-1]
+        if port.switch and number > C.FABRIC_PORT_MAX:
+            raise ConfigError(f"{path}: port[{i}].switch: an inter-switch port is numbered 1..{C.FABRIC_PORT_MAX} "
+                              f"(one 64-bit Admin register holds them), not {number}")
         if port.mtu is None:
             port.mtu = cfg.cable_mtu
             where = "--cable-mtu" if overrides.get("cable_mtu") is not None else f"{path}: cable.mtu"

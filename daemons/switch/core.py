@@ -16,6 +16,14 @@ another switch); otherwise the whole Message is dropped, counted
 entered this switch on -- configuration commands (C.ADMIN_MANAGEMENT_COMMANDS) are
 obeyed, or forwarded on by hop count, only from ``management`` ports.  A forwarded
 request's response is routed back only when it comes from the port the request left by.
+
+Fabrics (issue 13): a port configured ``switch`` is cabled to another switch.  The
+switch's FabricAgent (discovery.py) walks the fabric over such ports with its own
+Admin requests, and the lowest switch id programs every table (CHANGE_ROUTE) and the
+broadcast spanning tree (TREE_PORTS).  From an inter-switch port, configuration Admin
+is obeyed (the switch behind enforces the same rules), any S_ULA is accepted except one
+bound to this switch's own host ports, and a broadcast is taken only on a tree port;
+broadcasts leave by every host port and the other tree ports.
 """
 
 from __future__ import annotations
@@ -28,15 +36,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import constants as C
-from ..constants import AdminCmd, AdminStatus, ElementType, MpType
+from ..constants import AdminCmd, AdminStatus, ElementType, MpType, Register
 from ..link.clink import CLink
 from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import admin_defect
-from ..wire.admin import Admin, change_route_args, i_am_args, parse_change_route, port_id_args, ula_list_args
+from ..wire.admin import (Admin, change_route_args, element_address_args, i_am_args, parse_change_route,
+                          parse_element_address, parse_register, parse_ula_list, port_id_args, register_args,
+                          ula_list_args)
 from ..wire.errors import DecodeError
 from ..wire.message import single_records
 from ..wire.micropacket import MP_DTYPE, Micropacket, field as ctrl_field
 from ..wire.ula import assigned_ula, format_ula
+from .discovery import FabricAgent
 
 _U64 = np.uint64
 ADMIN_SOURCE = -1  # the switch's own Admin engine competes for outputs like a port
@@ -56,6 +67,8 @@ class Port:
     link: CLink
     management: bool = False  # configuration Admin accepted from here
     trust_source: bool = False  # S_ULA not checked (an uplink to another switch)
+    fabric: bool = False  # cabled to another switch: walked, programmed, broadcast only on the tree
+    stray_switch: bool = False  # trust_source, not `switch`, yet a switch answered here: no broadcast
     inq: list = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
     current: list = field(default_factory=lambda: [None] * C.NUM_VCS)  # targets of the open Message
     counters: Counter = field(default_factory=Counter)
@@ -77,11 +90,14 @@ class Switch:
         management_ports: Iterable[int] = (),
         trust_source_ports: Iterable[int] = (),
         windows: dict[int, int] | None = None,
+        fabric_ports: Iterable[int] = (),
     ) -> None:
-        management, trusted = set(management_ports), set(trust_source_ports)
-        for what, ports in (("management", management), ("trust_source", trusted)):
+        management, trusted, fabric = set(management_ports), set(trust_source_ports), set(fabric_ports)
+        for what, ports in (("management", management), ("trust_source", trusted), ("switch", fabric)):
             if ports - set(port_numbers):
                 raise ValueError(f"{what}: no port {min(ports - set(port_numbers))} on this switch")
+        if fabric and not fabric <= set(range(1, C.FABRIC_PORT_MAX + 1)):
+            raise ValueError(f"switch: inter-switch ports are numbered 1..{C.FABRIC_PORT_MAX}, not {max(fabric)}")
         self.switch_id = switch_id
         self.broadcast = broadcast
         self.buffers = buffers
@@ -91,9 +107,13 @@ class Switch:
         self.ports = {
             p: Port(p, CLink(cable_ids.get(p, p), now, buffers=buffers, timers=timers, rng=self.rng,
                              window=(windows or {}).get(p, C.SEQ_WINDOW_MPS)),
-                    management=p in management, trust_source=p in trusted)
+                    management=p in management, trust_source=p in trusted, fabric=p in fabric)
             for p in port_numbers
         }
+        self.serial = self.rng.getrandbits(48)  # tells two switches given one id apart
+        self.tree_ports = 0  # bitmap of inter-switch ports on the broadcast tree (TREE_PORTS)
+        self._now = now
+        self.agent = FabricAgent(self)
         self.static = dict(static or {})
         self.table: dict[bytes, int] = dict(self.static)  # ULA -> port
         self.kind: dict[bytes, str] = {u: "static" for u in self.static}
@@ -113,9 +133,19 @@ class Switch:
                 self._ingress(port, ev.vc, ev.recs, now)
             elif isinstance(ev, LinkUp):
                 port.counters["link_up"] += 1
+                if port.fabric:
+                    self.agent.changed(now, "port_up")
+                elif port.trust_source:
+                    # an uplink configured the issue-12 way: if a switch is across, a loop of
+                    # such uplinks would carry broadcasts round for ever (on a plain host
+                    # port its Messages are dropped as spoofed anyway)
+                    self.agent.ask_neighbour(port.number, now)
             elif isinstance(ev, LinkDown):
                 port.counters["link_down"] += 1
                 self._port_down(port)
+                port.stray_switch = False
+                if port.fabric:
+                    self.agent.changed(now, "port_down")
         self.pump()
 
     def _port_down(self, port: Port) -> None:
@@ -138,20 +168,40 @@ class Switch:
     def _route_header(self, port: Port, header: bytes) -> tuple[int, ...]:
         """The output ports of a Message, () to drop it whole (its DATA and TAIL follow
         the HEADER's empty route, their credits returned)."""
-        if not port.trust_source and self.table.get(header[6:12]) != port.number:
+        bound = self.table.get(header[6:12])
+        if port.fabric:
+            # from another switch: any source but one this switch binds to a host port
+            if bound is not None and not self.ports[bound].fabric and not port.trust_source:
+                port.counters["drop_spoofed_source"] += 1
+                return ()
+        elif not port.trust_source and bound != port.number:
             port.counters["drop_spoofed_source"] += 1
             return ()
         return self._targets(port, header[:6])
+
+    def _on_tree(self, p: int) -> bool:
+        return bool(self.tree_ports >> (p - 1) & 1)
 
     def _targets(self, port: Port, d_ula: bytes) -> tuple[int, ...]:
         if d_ula == C.ULA_BROADCAST:
             if not self.broadcast:
                 port.counters["drop_broadcast_disabled"] += 1
                 return ()
-            return tuple(p for p, pt in self.ports.items() if pt.link.up)
+            if port.fabric and not self._on_tree(port.number):
+                port.counters["drop_broadcast_off_tree"] += 1
+                return ()
+            if port.stray_switch:
+                port.counters["drop_broadcast_from_unconfigured_switch"] += 1
+                return ()
+            # every host port (the sender's too) and the tree's other links
+            return tuple(p for p, pt in self.ports.items() if pt.link.up and not pt.stray_switch and (
+                not pt.fabric or (self._on_tree(p) and p != port.number)))
         out = self.table.get(d_ula)
         if out is None:
             port.counters["drop_unknown_ula"] += 1
+            return ()
+        if port.fabric and out == port.number:
+            port.counters["drop_route_back"] += 1  # two switches disagree for a moment
             return ()
         if not self.ports[out].link.up:
             port.counters["drop_output_down"] += 1
@@ -244,9 +294,11 @@ class Switch:
             port.counters[f"admin_bad_{exc.field}"] += 1
             return
         port.counters["rx_admin"] += 1
+        self._now = now
         if adm.is_response:
-            self._forward_response(port, adm, now)
-        elif adm.command in C.ADMIN_MANAGEMENT_COMMANDS and not port.management:
+            if not self.agent.response(adm, port.number, now):
+                self._forward_response(port, adm, now)
+        elif adm.command in C.ADMIN_MANAGEMENT_COMMANDS and not (port.management or port.fabric):
             # judged where it entered this switch, whether for us or to be forwarded on
             port.counters["admin_refused_not_management"] += 1
             self._emit_admin(port.number, adm.invalid(), C.VC_ADMIN_RESPONSE)
@@ -286,6 +338,8 @@ class Switch:
         fwd = Admin(adm.command, adm.xid, adm.hop_count - 1, adm.init_hops, adm.route_idx, adm.route,
                     adm.status, adm.args)
         self._emit_admin(back[0], fwd, C.VC_ADMIN_RESPONSE)
+        if not (adm.command == AdminCmd.ULA_LIST and adm.status == AdminStatus.OK and parse_ula_list(adm.args)[4]):
+            del self.xids[adm.xid]  # its last response passed: forget it now (a walk sends thousands)
 
     def _expire_xids(self, now: float) -> None:
         xids = self.xids
@@ -298,16 +352,20 @@ class Switch:
     def _answer(self, port: Port, adm: Admin) -> list[Admin]:
         cmd = adm.command
         if cmd == AdminCmd.WHAT_ARE_YOU:
-            return [adm.response(AdminCmd.I_AM, i_am_args(ElementType.SWITCH, len(self.ports), self.ula))]
+            return [adm.response(AdminCmd.I_AM, i_am_args(ElementType.SWITCH, len(self.ports), self.ula,
+                                                          port.number, self.serial))]
         if cmd == AdminCmd.ARE_YOU_THERE:
             return [adm.response(AdminCmd.I_AM_HERE)]
         if cmd == AdminCmd.ASSIGN_ULA:
             ula = assigned_ula(self.switch_id, port.number)
+            new = self.table.get(ula) != port.number
             for old in [u for u, p in self.table.items() if p == port.number and self.kind.get(u) == "assigned"]:
                 del self.table[old]
             self.table[ula] = port.number
             self.kind[ula] = "assigned"
             self.counters["ulas_assigned"] += 1
+            if new:
+                self.agent.changed(self._now, "new_ula")
             return [adm.response(AdminCmd.HERE_IS_ULA, ula)]
         if cmd == AdminCmd.LIST_ULAS:
             start = int.from_bytes(adm.args[:2], "big")
@@ -327,6 +385,9 @@ class Switch:
             return [adm.response(AdminCmd.PORT_ID, port_id_args(ula, p))]
         if cmd == AdminCmd.CHANGE_ROUTE:
             ula, new_port = parse_change_route(adm.args)
+            if new_port == C.ROUTE_REMOVE_PORT and ula in self.table:
+                self.set_route(bytes(ula), new_port)
+                return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port))]
             if new_port not in self.ports or ula in (C.ULA_BROADCAST, C.ULA_NONE):
                 return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port),
                                      AdminStatus.BAD_ARGUMENT)]
@@ -334,15 +395,109 @@ class Switch:
                 port.counters["admin_route_table_full"] += 1
                 return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port),
                                      AdminStatus.NOT_SUPPORTED)]
-            self.table[bytes(ula)] = new_port
-            self.kind[bytes(ula)] = "route"
+            self.set_route(bytes(ula), new_port)
             return [adm.response(AdminCmd.ROUTE_STATUS, change_route_args(ula, new_port))]
+        if cmd == AdminCmd.READ_REGISTER:
+            addr = parse_register(adm.args)[0]
+            value = self.register(addr)
+            if value is None:
+                return [adm.response(AdminCmd.REGISTER_DATA, register_args(addr), AdminStatus.BAD_ARGUMENT)]
+            return [adm.response(AdminCmd.REGISTER_DATA, register_args(addr, value))]
+        if cmd == AdminCmd.WRITE_REGISTER:
+            addr, value = parse_register(adm.args)
+            if addr == Register.TREE_PORTS:
+                self.tree_ports = value & self.fabric_bitmap(False)
+            elif addr == Register.TOPOLOGY_NOTICE:
+                self.agent.notice_in(value, port.number, self._now)
+            else:  # unknown or read-only
+                return [adm.response(AdminCmd.WRITE_STATUS, register_args(addr, value), AdminStatus.BAD_ARGUMENT)]
+            return [adm.response(AdminCmd.WRITE_STATUS, register_args(addr, value))]
+        if cmd == AdminCmd.SET_ELEMENT_ADDRESS:
+            addr = parse_element_address(adm.args)
+            if not 0 <= addr <= 255:  # it is byte 3 of the ULAs this switch assigns
+                return [adm.response(AdminCmd.ELEMENT_ADDRESS_STATUS, element_address_args(addr),
+                                     AdminStatus.BAD_ARGUMENT)]
+            if addr != self.switch_id:
+                self.switch_id = addr
+                self.ula = assigned_ula(addr, 0)
+                self.counters["element_address_changed"] += 1
+                # the ULAs this switch gave out carry the old id: take them back and tell
+                # each endpoint to initialize itself, so it asks for one with the new id
+                for ula, p in [(u, p) for u, p in self.table.items() if self.kind.get(u) == "assigned"]:
+                    del self.table[ula], self.kind[ula]
+                    if self.ports[p].link.up:
+                        self.agent.tell(p, AdminCmd.INITIALIZE, b"", self._now)
+                self.agent.changed(self._now, "element_address")
+            return [adm.response(AdminCmd.ELEMENT_ADDRESS_STATUS, element_address_args(addr))]
+        if cmd == AdminCmd.INITIALIZE:
+            # back to the configured state: learnt routes and the broadcast tree forgotten
+            for ula in [u for u, k in self.kind.items() if k == "route"]:
+                self.set_route(ula, C.ROUTE_REMOVE_PORT)
+            self.tree_ports = 0
+            self.counters["initialized"] += 1
+            self.agent.changed(self._now, "initialized")
+            return [adm.response(AdminCmd.INITIALIZE_DONE, i_am_args(ElementType.SWITCH, len(self.ports), self.ula))]
         port.counters["admin_invalid"] += 1
         return [adm.invalid()]
 
+    # --- what the fabric agent (discovery.FabricAgent) uses -----------------------------
+    def set_route(self, ula: bytes, port: int) -> None:
+        if port == C.ROUTE_REMOVE_PORT:
+            if self.table.pop(ula, None) is not None:
+                self.kind.pop(ula, None)
+            return
+        self.table[ula] = port
+        self.kind[ula] = "route"
+
+    def neighbour_is_switch(self, port: int) -> None:
+        """A switch answered on a trust_source port not configured `switch = true`: it
+        gets no broadcast and none is taken from it (a loop of such ports would storm)."""
+        p = self.ports[port]
+        if not p.fabric and not p.stray_switch:
+            p.stray_switch = True
+            p.counters["broadcast_refused_switch_not_configured"] += 1
+
+    def fabric_bitmap(self, up_only: bool) -> int:
+        bits = 0
+        for n, p in self.ports.items():
+            if p.fabric and (p.link.up or not up_only):
+                bits |= 1 << (n - 1)
+        return bits
+
+    def port_up(self, port: int) -> bool:
+        p = self.ports.get(port)
+        return p is not None and p.link.up
+
+    def send_admin(self, port: int, adm: Admin) -> None:
+        self._emit_admin(port, adm, C.VC_ADMIN_RESPONSE if adm.is_response else C.VC_ADMIN_REQUEST)
+
+    def next_xid(self) -> int:
+        return self.rng.getrandbits(32)
+
+    def register(self, addr: int) -> int | None:
+        values = {
+            Register.ELEMENT_ADDRESS: self.switch_id,
+            Register.SERIAL: self.serial,
+            Register.PORT_COUNT: len(self.ports),
+            Register.TABLE_ENTRIES: len(self.table),
+            Register.FABRIC_PORTS: self.fabric_bitmap(False),
+            Register.FABRIC_PORTS_UP: self.fabric_bitmap(True),
+            Register.TREE_PORTS: self.tree_ports,
+            Register.TOPOLOGY_NOTICE: (self.serial << 16) | self.agent.counter,
+            Register.MANAGER: self.agent.map.manager if self.agent.map else 0xFFFF,
+            Register.MAP_GENERATION: self.agent.generation,
+        }
+        return values.get(addr)
+
+    def handle_timer(self, now: float) -> None:
+        """The fabric agent's timer (walk start, request timeouts)."""
+        self._now = now
+        self.agent.handle_timer(now)
+        self.pump()
+
     # --- timers and status ----------------------------------------------------------
     def timer(self) -> float:
-        return min(p.link.timer() for p in self.ports.values())
+        return min(min(p.link.timer() for p in self.ports.values()), self.agent.timer())
 
     def status(self) -> dict:
         return {
@@ -354,8 +509,11 @@ class Switch:
             ],
             "ports": {
                 str(n): {"link": p.link.status(), "counters": dict(p.counters), "management": p.management,
-                         "trust_source": p.trust_source}
+                         "trust_source": p.trust_source, "switch": p.fabric, "tree": self._on_tree(n) if p.fabric
+                         else None, "unconfigured_switch": p.stray_switch}
                 for n, p in self.ports.items()
             },
             "counters": dict(self.counters),
+            "serial": f"{self.serial:012x}",
+            "fabric": self.agent.describe(),
         }

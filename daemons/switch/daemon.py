@@ -17,11 +17,12 @@ from ..runtime.log import CounterLog
 from ..runtime.notify import sd_notify
 from .config import SwitchConfig
 from .core import Switch
+from .driver import AgentTimer
 
 log = structlog.get_logger("gsn-switch")
 
 # The control socket's requests (gsnctl -s .../control.sock status).
-CONTROL_SCHEMA = Schema({"status": {}})
+CONTROL_SCHEMA = Schema({"status": {}, "fabric": {}})
 
 
 class SwitchDaemon:
@@ -37,12 +38,15 @@ class SwitchDaemon:
                            buffers=cfg.buffers, timers=cfg.timers,
                            management_ports=[p.number for p in cfg.ports if p.management],
                            trust_source_ports=[p.number for p in cfg.ports if p.trust_source],
+                           fabric_ports=[p.number for p in cfg.ports if p.switch],
                            windows={n: cable_window(t.max_mps) for n, t in self.transports.items()})
         self.runners = {
             n: LinkRunner(self.core.ports[n].link, self.transports[n],
                           on_input=lambda now, n=n: self._input(n, now), after=self._flush)
             for n in self.transports
         }
+        self.agent_timer = AgentTimer(self.core, self._flush)
+        self._generation = 0
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
 
@@ -60,8 +64,18 @@ class SwitchDaemon:
     def _flush(self, now: float) -> None:
         for r in self.runners.values():
             r.flush(now)
+        self.agent_timer.poke()
+        agent = self.core.agent
+        if agent.generation != self._generation:
+            self._generation = agent.generation
+            m = agent.map
+            log.info("fabric.mapped", generation=agent.generation, switches=len(m.switches), links=len(m.links),
+                     manager=m.manager, endpoints=None if agent.endpoints is None else len(agent.endpoints),
+                     **agent.last_run)
 
     async def _control(self, req: dict) -> dict:
+        if req["cmd"] == "fabric":
+            return {"ok": True, "fabric": self.core.agent.describe(), "switch_id": self.core.switch_id}
         st = self.core.status()  # "status", the only command CONTROL_SCHEMA lets through
         for n, t in self.transports.items():
             st["ports"][str(n)]["cable"] = {**t.status(), **t.counters}
@@ -87,8 +101,10 @@ class SwitchDaemon:
             for r in self.runners.values():
                 nursery.start_soon(r.run)
             nursery.start_soon(self._stats)
+            nursery.start_soon(self.agent_timer.run)
             log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast,
                      management=[p.number for p in self.cfg.ports if p.management] or None,
-                     trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None)
+                     trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None,
+                     switch_ports=[p.number for p in self.cfg.ports if p.switch] or None)
             sd_notify("READY=1")
             task_status.started()

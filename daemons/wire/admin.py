@@ -62,13 +62,38 @@ class Admin:
 
 
 # --- argument layouts (spec §4.3) ---------------------------------------------
-def i_am_args(element_type: int, ports: int, ula: bytes) -> bytes:
-    return struct.pack("!BB6s", element_type, ports, ula)
+def i_am_args(element_type: int, ports: int, ula: bytes, arrival: int = 0, serial: int = 0) -> bytes:
+    """I_AM: type, port count, ULA; a switch adds the port the request entered by and
+    its element serial (PROJECT CHOICE, constants.I_AM_*)."""
+    return struct.pack("!BB6sBx6s", element_type, ports, ula, arrival, serial.to_bytes(6, "big"))
 
 
 def parse_i_am(args: bytes) -> tuple[int, int, bytes]:
     etype, ports, ula = struct.unpack_from("!BB6s", args)
     return etype, ports, ula
+
+
+def parse_i_am_switch(args: bytes) -> tuple[int, int]:
+    """(arrival port, element serial) of a switch's I_AM."""
+    arrival, serial = struct.unpack_from("!Bx6s", args, 8)
+    return arrival, int.from_bytes(serial, "big")
+
+
+def register_args(address: int, data: int = 0) -> bytes:
+    """READ_REGISTER / WRITE_REGISTER and their responses: address(4) data(8)."""
+    return struct.pack("!IQ", address, data)
+
+
+def parse_register(args: bytes) -> tuple[int, int]:
+    return struct.unpack_from("!IQ", args)
+
+
+def element_address_args(address: int) -> bytes:
+    return struct.pack("!I", address)
+
+
+def parse_element_address(args: bytes) -> int:
+    return struct.unpack_from("!I", args)[0]
 
 
 def ula_list_args(index: int, total: int, ula: bytes, port: int, more: bool) -> bytes:

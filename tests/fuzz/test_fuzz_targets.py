@@ -24,7 +24,7 @@ CRASHES = sorted((ROOT / "fuzz" / "crashes").glob("*.bin"))
 def test_every_decoder_and_handler_has_a_target():
     assert set(TARGETS) >= {
         "wire.micropacket", "wire.message", "wire.admin", "wire.shim", "wire.ulp", "harpd.wire", "stpd.wire",
-        "pktwayd.eep", "pktwayd.rrp", "pktwayd.messages", "harpd.kernel", "link", "gsnd.core", "switch.core",
+        "pktwayd.eep", "pktwayd.rrp", "pktwayd.messages", "harpd.kernel", "link", "gsnd.core", "switch.core", "switch.fabric",
         "harpd.core", "stpd.core", "pktwayd.engine", "pktway-san.switch", "ulp.server", "control", "stpd.api",
         "fastpath"}
 

@@ -45,6 +45,10 @@ def test_gsnd_bad_config(tmp_path, text, needle):
      "port[0].management: expected bool"),
     ('[[port]]\nnumber = 1\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\ntrust_source = 1\n',
      "port[0].trust_source: expected bool"),
+    ('[[port]]\nnumber = 70\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\nswitch = true\n',
+     "port[0].switch: an inter-switch port is numbered 1..64"),
+    ('[[port]]\nnumber = 1\nlocal = "127.0.0.1:1"\npeer = "127.0.0.1:2"\nswitch = "on"\n',
+     "port[0].switch: expected bool"),
 ])
 def test_switch_bad_config(tmp_path, text, needle):
     cfg = tmp_path / "sw.toml"
@@ -85,17 +89,20 @@ def test_switch_security_keys_reach_the_core(tmp_path):
     cfg = tmp_path / "sw.toml"
     cfg.write_text('[switch]\nruntime_dir = "%s"\n' % tmp_path
                    + ''.join(f'[[port]]\nnumber = {n}\nlocal = "127.0.0.1:{free_udp()}"\npeer = "127.0.0.1:9"\n'
-                             f'{extra}' for n, extra in ((1, ""), (2, "management = true\n"), (3, "trust_source = true\n"))))
+                             f'{extra}' for n, extra in ((1, ""), (2, "management = true\n"), (3, "trust_source = true\n"),
+                                                        (4, "switch = true\n"))))
     c = sconfig.load(str(cfg), {})
-    assert [(p.management, p.trust_source) for p in c.ports] == [(False, False), (True, False), (False, True)]
+    assert [(p.management, p.trust_source, p.switch) for p in c.ports] == [
+        (False, False, False), (True, False, False), (False, True, False), (False, False, True)]
 
     async def build():
         d = SwitchDaemon(c)
         try:
-            return {n: (p.management, p.trust_source) for n, p in d.core.ports.items()}
+            return {n: (p.management, p.trust_source, p.fabric) for n, p in d.core.ports.items()}
         finally:
             for t in d.transports.values():
                 t.close()
 
     import trio
-    assert trio.run(build) == {1: (False, False), 2: (True, False), 3: (False, True)}
+    assert trio.run(build) == {1: (False, False, False), 2: (True, False, False), 3: (False, True, False),
+                               4: (False, False, True)}
