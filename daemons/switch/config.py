@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from .. import constants as C
 from ..io.pmtu import check_mtu, family_of
 from ..io.udp import resolve
+from ..runtime.keyfile import cable_key, overhead
 from ..link.link import Timers
 from ..runtime.config import ConfigError, Section, in_range, load_toml
 from ..runtime.linkconfig import parse_link
@@ -22,6 +23,8 @@ class PortConfig:
     management: bool = False  # configuration Admin (CHANGE_ROUTE, ...) accepted from this port
     trust_source: bool = False  # Messages' S_ULA not checked: an uplink to another switch
     mtu: int | None = None  # the underlay's MTU on this cable's path; None: the kernel's path MTU
+    key_file: str | None = None  # this cable's key (the endpoint holds the same); None: unauthenticated
+    key: bytes | None = None  # read from key_file
 
 
 @dataclass
@@ -74,9 +77,15 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             p.get("management", bool, False),
             p.get("trust_source", bool, False),
             mtu=p.get("mtu", int, None),
+            key_file=p.get("key_file", str, None),
         ))
         p.finish()
         port = cfg.ports[-1]
+        if port.key_file is not None:
+            try:
+                port.key = cable_key(port.key_file, port.local, port.peer)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: port[{i}].key_file: {exc} (port {number})") from None
         if port.mtu is None:
             port.mtu = cfg.cable_mtu
             where = "--cable-mtu" if overrides.get("cable_mtu") is not None else f"{path}: cable.mtu"
@@ -84,7 +93,7 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             where = f"{path}: port[{i}].mtu"
         if port.mtu is not None:
             try:
-                check_mtu(port.mtu, family_of(port.peer[0]))
+                check_mtu(port.mtu, family_of(port.peer[0]), overhead(port.key))
             except ValueError as exc:
                 raise ConfigError(f"{where}: {exc} (port {number})") from None
     numbers = {q.number for q in cfg.ports}
