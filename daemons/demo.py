@@ -2,7 +2,8 @@
 then a second fabric joined to it by a PacketWay router.
 
 Run as root (``sudo ./gsn demo``).  Starts gsn-switch and one gsnd per host as
-real processes on the bundled defaults, exchanges Messages on every VC through
+real processes on the bundled defaults (each cable keyed: authenticated
+datagrams), exchanges Messages on every VC through
 the ULP sockets, prints link states, ULAs, round-trip times and throughput, runs
 IP over GSN, then routes PacketWay packets between the two fabrics through
 pktwayd, and removes everything on exit or Ctrl-C.
@@ -129,12 +130,13 @@ def main() -> int:
             fab.start_switch()
             for i in (1, 2, 3):
                 fab.start_gsnd(i)
-            print("\nlinks and ULAs (assigned by the switch over Admin ASSIGN_ULA):")
+            print("\nlinks and ULAs (assigned by the switch over Admin ASSIGN_ULA); every cable has its own key\n"
+                  "(gsnctl genkey), each datagram an HMAC-SHA256 tag and a replay-window counter:")
             for i in (1, 2, 3):
                 ula = fab.wait_ula(i)
                 st = fab.gsnd_status(i)
                 print(f"  host{i}  gsn0  link {st['link']['state']:<4} ULA {ula}  "
-                      f"credits/VC {st['link']['credits_tx']}")
+                      f"credits/VC {st['link']['credits_tx']}  auth {st['cable']['auth']}")
             rtts = _rtt(fab, 1, 2)
             print(f"\nround trip host1 -> host2 -> host1 (64-byte Messages, VC1, ULP sockets):\n"
                   f"  min {min(rtts):.3f} ms   median {statistics.median(rtts):.3f} ms   max {max(rtts):.3f} ms")
