@@ -246,3 +246,21 @@ def test_key_file_of_the_demo_fabric_is_private(tmp_path):
     from daemons.netns import write_cable_key
     p = write_cable_key(tmp_path / "c.key")
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600 and len(read_key(str(p))) == 32
+
+
+def test_every_auth_drop_is_logged_as_a_drop():
+    from collections import Counter
+
+    from daemons.runtime.log import CounterLog
+    from daemons.wire.cableauth import DROP_REASONS
+
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def warning(self, event, **kw):
+            self.lines.append(kw["counter"])
+
+    log = Log()
+    CounterLog(log).update("cable", Counter({**{f"rx_auth_{r}": 1 for r in DROP_REASONS}, "rx_auth_ok": 5}), 0.0)
+    assert sorted(log.lines) == sorted(f"cable.rx_auth_{r}" for r in DROP_REASONS)
