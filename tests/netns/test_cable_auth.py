@@ -1,5 +1,5 @@
-"""Authenticated cables between real processes in namespaces: a keyed fabric carries
-IP; a cable whose ends hold different keys never comes up; captured datagrams
+"""Authenticated cables between real processes in namespaces: a keyed fabric and two
+gsnds back to back carry IP; a cable whose ends hold different keys never comes up; captured datagrams
 replayed from the peer's address, a RESET from the peer's previous run and forged
 RESETs are dropped, counted, and leave the link up.  Without keys the same forged
 RESET resets the link (so the attacker's datagrams do reach gsnd)."""
@@ -132,3 +132,22 @@ def test_without_keys_the_forged_reset_resets_the_link(tmp_path):
         spoof(fab, [forged_reset()], tmp_path / "s")
         poll(lambda: fab.gsnd_status(1)["link"]["counters"].get("link_down_peer_reset", 0) >= 1, 10,
              what="the forged RESET taking the link down")
+
+
+def test_two_gsnds_back_to_back_with_a_shared_key_pass_ping():
+    """No switch: one cable between two hosts, both ends on UDP port 6400 (so the
+    directions are told apart by IP address), one key file, --ula on each."""
+    with Fabric(1, prefix="ke") as fa, Fabric(1, prefix="kf") as fb:
+        ip_a, ip_b = fa.link_to(fb, 1, 1, 251)
+        key = write_cable_key(fa.tmp / "b2b.key")
+        for fab, me, peer, ula in ((fa, ip_a, ip_b, "02:00:00:00:00:0a"), (fb, ip_b, ip_a, "02:00:00:00:00:0b")):
+            fab.spawn("gsnd1", 1, str(BIN / "gsnd"), "--local", f"{me}:6400", "--peer", f"{peer}:6400",
+                      "--ula", ula, "--key-file", str(key), "--runtime-dir", str(fab.runtime(1)))
+        for fab, n in ((fa, 1), (fb, 2)):
+            fab.wait_ula(1)
+            fab.ip_address(1, v4=f"192.0.2.{n}/24", v6=None)
+        r = fa.ns_exec(1, "ping", "-c", "3", "-i", "0.2", "-W", "2", "192.0.2.2", check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        for fab in (fa, fb):
+            c = gsnd_cable(fab)
+            assert c["auth"] == "on" and c["rx_auth_ok"] > 0 and "rx_auth_reflected" not in c, c
