@@ -28,6 +28,9 @@ def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> No
     CHANGE_ROUTE and other configuration Admin are obeyed only from ports marked
     `management = true`; a Message whose source ULA is not its ingress port's is
     dropped unless the port is marked `trust_source = true` (an uplink).
+    A port with `key_file` (`gsnctl genkey -o FILE`; the endpoint holds the same
+    key) authenticates its cable: unsealed, forged and replayed datagrams are
+    dropped and counted (rx_auth_*).
     `gsnctl -s RUNTIME_DIR/control.sock status` shows ports and counters.
     Exit status 78 means a bad configuration.
     """
