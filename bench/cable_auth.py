@@ -65,9 +65,10 @@ def main() -> None:
     try:
         for label, size, extra in cases:
             procs: list = []
-            plain_procs, plain_dirs, ulas = start_pair(f"{tmp}/plain", procs, extra, port=16400)
+            quiet = [*extra, "--log-level", "error"]  # a client hanging up between runs is no news
+            plain_procs, plain_dirs, ulas = start_pair(f"{tmp}/plain", procs, quiet, port=16400)
             keyed_procs: list = []
-            keyed_procs, keyed_dirs, _ = start_pair(f"{tmp}/keyed", keyed_procs, [*extra, "--key-file", key],
+            keyed_procs, keyed_dirs, _ = start_pair(f"{tmp}/keyed", keyed_procs, [*quiet, "--key-file", key],
                                                     port=16410)
             try:
                 plain, keyed = [], []
