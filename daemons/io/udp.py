@@ -77,7 +77,7 @@ class UdpTransport:
         if key is not None:
             # the session: this cable's opening time, newer than any earlier run's
             self.auth = CableAuth(key, direction(self.sock.getsockname()[:2], peer),
-                                  time.clock_gettime_ns(time.CLOCK_REALTIME), counters=self.counters)
+                                  max(0, time.clock_gettime_ns(time.CLOCK_REALTIME)), counters=self.counters)
             self.overhead = AUTH_TRAILER_BYTES
         self.on_mtu = on_mtu
         try:
