@@ -46,7 +46,7 @@ def read_key(path: str) -> bytes:
     read, is readable or writable by group or others (as ssh refuses such a private
     key), or is not a key."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a symlink is judged by its target
     except OSError as exc:
         raise ValueError(f"key file {path}: cannot open: {exc.strerror}") from None
     try:

@@ -60,6 +60,15 @@ def test_bad_key_files_are_one_line_errors(tmp_path, setup, needle):
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_a_symlinked_key_is_judged_by_its_target(tmp_path):
+    target = keyfile(tmp_path)
+    (tmp_path / "link").symlink_to(target)
+    assert read_key(str(tmp_path / "link")) == KEY
+    target.chmod(0o644)
+    with pytest.raises(ValueError, match="mode 0644"):
+        read_key(str(tmp_path / "link"))
+
+
 def test_binary_key_file_is_refused(tmp_path):
     p = tmp_path / "bin"
     p.write_bytes(b"\xff" * 40)
