@@ -50,7 +50,8 @@ def main() -> None:
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(1/5/15 min) on {os.cpu_count()} CPUs")
     print(f"\n{'seal/open per datagram':<34}{'seal us':>10}{'open us':>10}{'bare HMAC us':>14}{'MB/s open':>11}")
-    for label, n_mps, number in (("64 KiB (32 + 1600 x 40 bytes)", 1600, 2000), ("1.4 KB (32 + 35 x 40 bytes)", 35, 20000)):
+    for label, n_mps, number in (("64 KiB (32 + 1600 x 40 bytes)", 1600, 2000),
+                                 ("1.4 KB (32 + 35 x 40 bytes)", 35, 20000)):
         s, o, b = per_datagram_cost(n_mps, number)
         size = C.SHIM_BYTES + n_mps * C.MP_BYTES
         print(f"{label:<34}{s:>10.1f}{o:>10.1f}{b:>14.1f}{size / o:>11.0f}")

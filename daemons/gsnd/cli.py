@@ -27,7 +27,8 @@ from . import config as gconfig
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula, runtime_dir, tap, no_tap, log_level, check) -> None:
+def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula, runtime_dir, tap, no_tap, log_level,
+         check) -> None:
     """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
 
     gsnd brings the link up (RESET/RESET_ACK), learns its ULA from the switch
@@ -41,8 +42,8 @@ def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula
       gsnd --peer 127.0.0.1:6401 --local 127.0.0.1:6400 --ula 02:00:00:00:00:01 --runtime-dir /tmp/a
     Exit status 78 means a bad configuration.
     """
-    overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, cable_mtu=cable_mtu, key_file=key_file, ula=ula,
-                     runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
+    overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, cable_mtu=cable_mtu,
+                     key_file=key_file, ula=ula, runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
 
     def _reload():
         logsetup.setup(gconfig.load(config_path, overrides).log_level)

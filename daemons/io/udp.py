@@ -123,8 +123,9 @@ class UdpTransport:
         return SHIM_BYTES + self.max_mps * MP_BYTES + self.overhead
 
     def status(self) -> dict:
-        return {"auth": "on" if self.auth is not None else "off", "mtu": self.mtu, "mtu_source": self.mtu_source, "max_mps": self.max_mps,
-                "max_datagram": self.max_datagram, "max_sent": self.max_sent, "gso": self.gso, "gro": self.gro}
+        return {"auth": "on" if self.auth is not None else "off", "mtu": self.mtu, "mtu_source": self.mtu_source,
+                "max_mps": self.max_mps, "max_datagram": self.max_datagram, "max_sent": self.max_sent,
+                "gso": self.gso, "gro": self.gro}
 
     # --- receive --------------------------------------------------------------------
     async def wait_readable(self) -> None:
