@@ -40,10 +40,15 @@ def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula
     \b
     Example (back-to-back on loopback):
       gsnd --peer 127.0.0.1:6401 --local 127.0.0.1:6400 --ula 02:00:00:00:00:01 --runtime-dir /tmp/a
+    Authenticated (the other end gives the same --key-file):
+      gsnctl genkey -o /tmp/cable.key
+      gsnd --peer 127.0.0.1:6401 --local 127.0.0.1:6400 --ula 02:00:00:00:00:01 --runtime-dir /tmp/a \\
+           --key-file /tmp/cable.key
     Exit status 78 means a bad configuration.
     """
     overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, cable_mtu=cable_mtu,
-                     key_file=key_file, ula=ula, runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
+                     key_file=key_file, ula=ula, runtime_dir=runtime_dir, log_level=log_level, tap=tap,
+                     no_tap=no_tap or None)
 
     def _reload():
         logsetup.setup(gconfig.load(config_path, overrides).log_level)
