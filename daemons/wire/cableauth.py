@@ -55,8 +55,8 @@ across its restart is refused (``old_session``) until its clock passes its last
 session; and a receiver that restarted keeps no window, so until the peer's current
 session reaches it (its RESETs every 10 ms, keepalives every 100 ms) datagrams of
 the peer's earlier sessions can be replayed to it, each once.  The link drops
-those that name the receiver's previous reset nonce; an old RESET can only bring
-the new link up with a stale nonce, which the peer's next RESET corrects.
+those that name the receiver's previous reset nonce; an old RESET can at worst
+bring the new link up on a stale nonce, which the dead interval resets again.
 """
 
 from __future__ import annotations
