@@ -220,3 +220,16 @@ def test_many_random_sessions_interleaved_with_replays():
             assert hi.open(rng.choice(captured + fresh[:k + 1])) is None  # anything already seen
         captured += fresh
     assert hi.counters["rx_auth_ok"] == len(captured)
+
+
+def test_a_restarted_receiver_takes_old_sessions_only_until_the_current_one_arrives():
+    """The documented limit: a fresh window knows no session, so a replay of the peer's
+    earlier session opens (once); the peer's current session then wins for good."""
+    lo_old = CableAuth(KEY, 0, T0)
+    old = lo_old.seal(body(1))
+    lo_now = CableAuth(KEY, 0, T0 + 10**9)
+    hi = CableAuth(KEY, 1, T0 + 2 * 10**9)  # the receiver, just restarted
+    assert hi.open(old) is not None and hi.open(old) is None
+    assert hi.open(lo_now.seal(body(1))) is not None
+    assert hi.open(lo_old.seal(body(1))) is None
+    assert hi.counters == {"rx_auth_ok": 2, "rx_auth_replayed": 1, "rx_auth_old_session": 1}
