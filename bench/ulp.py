@@ -129,14 +129,15 @@ def udp_run(size, seconds):
     return n / dt, nbytes * 8 / dt / 1e9
 
 
-def start_pair(tmp, procs, extra=()):
+def start_pair(tmp, procs, extra=(), port=16400):
+    """Two gsnd back to back on loopback UDP ports ``port`` and ``port + 1``."""
     gsnd = shutil.which("gsnd") or os.path.join(os.path.dirname(sys.executable), "gsnd")
     dirs = [f"{tmp}/a", f"{tmp}/b"]
     ulas = ["02:00:00:00:00:0a", "02:00:00:00:00:0b"]
     procs += [
-        subprocess.Popen([gsnd, "--local", "127.0.0.1:16400", "--peer", "127.0.0.1:16401", "--ula", ulas[0],
+        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{port}", "--peer", f"127.0.0.1:{port + 1}", "--ula", ulas[0],
                           "--runtime-dir", dirs[0], "--log-level", "warning", "--no-tap", *extra]),
-        subprocess.Popen([gsnd, "--local", "127.0.0.1:16401", "--peer", "127.0.0.1:16400", "--ula", ulas[1],
+        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{port + 1}", "--peer", f"127.0.0.1:{port}", "--ula", ulas[1],
                           "--runtime-dir", dirs[1], "--log-level", "warning", "--no-tap", *extra]),
     ]
     for d in dirs:

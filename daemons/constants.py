@@ -219,6 +219,17 @@ MAX_DATAGRAM_MPS = 1600  # 32 + 1600*40 = 64,032 bytes < 65,507
 SOCKET_BUFFER_BYTES = 8 << 20
 NO_ACK = (1 << 64) - 1
 
+# --- authenticated cables (PROJECT CHOICE, issue 12; daemons/wire/cableauth.py) ------
+# A keyed cable appends a trailer to every datagram: session(8) counter(8) tag(16),
+# tag = HMAC-SHA256(key, everything before the tag) cut to its first 16 bytes.
+AUTH_KEY_BYTES = 32  # a pre-shared key per cable, like WireGuard's PSK
+AUTH_TAG_BYTES = 16  # 128-bit tag (RFC 2104 s5 allows truncation to half the hash)
+AUTH_TRAILER_BYTES = 8 + 8 + AUTH_TAG_BYTES
+# Counters accepted out of order behind the highest one seen (a bitmap, as IPsec and
+# WireGuard keep): at most 128 datagrams are in flight per cable (io/runner.py), so
+# 4096 leaves room for GSO bursts reordered by the underlay.
+AUTH_REPLAY_WINDOW = 4096
+
 # --- ULP socket (PROJECT CHOICE) -----------------------------------------------
 # Largest Message payload (bytes after LLC/SNAP) a client may SEND; the receiving
 # gsnd reassembles and delivers exactly up to this size (M_len = payload + 8).

@@ -3,7 +3,8 @@ then a second fabric joined to it by a PacketWay router.
 
 Run as root (``sudo ./gsn demo``).  Starts two gsn-switch processes cabled to each
 other (hosts 1 and 2 on switch 1, host 3 on switch 2) and one gsnd per host as
-real processes, shows the fabric map the switches built, exchanges Messages on every VC through
+real processes on the bundled defaults (each cable keyed: authenticated datagrams),
+shows the fabric map the switches built, exchanges Messages on every VC through
 the ULP sockets, prints link states, ULAs, round-trip times and throughput, runs
 IP over GSN, then routes PacketWay packets between the two fabrics through
 pktwayd, and removes everything on exit or Ctrl-C.
@@ -130,12 +131,13 @@ def main() -> int:
             fab.start_switch()
             for i in (1, 2, 3):
                 fab.start_gsnd(i)
-            print("\nlinks and ULAs (assigned by each host's switch over Admin ASSIGN_ULA):")
+            print("\nlinks and ULAs (assigned by each host's switch over Admin ASSIGN_ULA); every cable has its own key\n"
+                  "(gsnctl genkey), each datagram an HMAC-SHA256 tag and a replay-window counter:")
             for i in (1, 2, 3):
                 ula = fab.wait_ula(i)
                 st = fab.gsnd_status(i)
                 print(f"  host{i}  gsn0  link {st['link']['state']:<4} ULA {ula}  "
-                      f"credits/VC {st['link']['credits_tx']}")
+                      f"credits/VC {st['link']['credits_tx']}  auth {st['cable']['auth']}")
             poll(fab.converged, 20, interval=0.2, what="the switches' fabric map")
             print("\nthe fabric as switch 1 (the manager: lowest id) mapped it over Admin "
                   "(gsnctl -s .../sw1/control.sock fabric):")

@@ -13,6 +13,7 @@ from .wire.admin import ARGS_BYTES
 
 ADMIN_MAX_HOPS = 255  # HOP_COUNT is one byte (spec §4.3)
 from .runtime.cliutil import reach_daemon, version_option
+from .runtime.keyfile import encode_key, new_key, write_key
 from .runtime.control import request
 
 
@@ -50,6 +51,11 @@ def main(ctx, interface, sock, runtime_dir) -> None:
     ctx.obj = sock or f"{runtime_dir}/{interface}.ctl"
 
 
+def _print_cable(cable: dict, indent: str = "  ") -> None:
+    click.echo(f"{indent}cable: auth {cable.get('auth', 'off')}   mtu {cable['mtu']} ({cable['mtu_source']})   "
+               f"max_mps {cable['max_mps']}   max_datagram {cable['max_datagram']}")
+
+
 def _print_control(st: dict) -> None:
     if st.get("control"):
         click.echo("control socket:")
@@ -69,6 +75,7 @@ def status(path, as_json) -> None:
     if st["kind"] == "gsnd":
         click.echo(f"{st['interface']}: ULA {st['ula'] or 'none'}   neighbour {st['neighbour']}   "
                    f"ULP clients {st['ulp']['clients']}")
+        _print_cable(st["cable"])
         _print_link(st["link"])
         for section in ("counters", "reassembly"):
             for k, v in sorted(st[section].items()):
@@ -89,6 +96,8 @@ def status(path, as_json) -> None:
             role = (f" (to another switch; broadcast {'tree' if p.get('tree') else 'blocked'})"
                     if p.get("switch") else "")
             click.echo(f"port {n}{role}:")
+            if "cable" in p:
+                _print_cable(p["cable"])
             _print_link(p["link"])
             for k, v in sorted({**p["counters"], **p.get("cable", {})}.items()):
                 click.echo(f"    {k:<36} {v}")
@@ -152,6 +161,34 @@ def fabric(path, as_json) -> None:
         click.echo(json.dumps(reply["fabric"], indent=2))
         return
     _print_fabric(reply["fabric"], reply["switch_id"])
+
+
+@main.command()
+@click.option("-o", "--output", "out", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Write the key to FILE (created with mode 0600) instead of standard output.")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (its cable's other end then needs the new key).")
+def genkey(out, force) -> None:
+    """A new cable key: 32 random bytes in base64, one line (like `wg genkey`).
+
+    Both ends of a cable use the same key: give the file to gsnd (`[cable] key_file`
+    or --key-file) and to the switch port or peer across the cable (`[[port]]
+    key_file`; pktwayd `[twin] key_file`).  The daemons refuse a key file that group
+    or others can read.
+
+    \b
+    gsnctl genkey -o /etc/gsn/cable-gsn0.key && chown gsn: /etc/gsn/cable-gsn0.key
+    (umask 077; gsnctl genkey) > host1.key
+    """
+    key = new_key()
+    if out is None:
+        click.echo(encode_key(key))
+        return
+    try:
+        write_key(out, key, force=force)
+    except FileExistsError:
+        raise click.ClickException(f"{out}: exists (--force replaces it)")
+    except OSError as exc:
+        raise click.ClickException(f"{out}: {exc.strerror}")
 
 
 @main.command()

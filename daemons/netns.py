@@ -8,6 +8,10 @@ datagrams (1,600 micropackets) unfragmented as they did before they followed the
 path MTU; at 1500 they carry 36 micropackets each, ~3-6x slower per byte through
 the daemons (tests/netns/test_cable_mtu.py uses 1500).  Unix sockets (ULP, control) live in a temporary directory reachable from
 the test process.
+
+Every cable is authenticated by default (``keys=True``): one key per cable, written
+by :func:`write_cable_key` into the fabric's temporary directory, named by the
+switch port's ``key_file`` and by the host's ``gsnd --key-file``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(args, check=check, capture_output=True, text=True)
 
 
+def write_cable_key(path: Path) -> Path:
+    """A new cable key in ``path`` (mode 0600), as `gsnctl genkey -o` writes it."""
+    from .runtime.keyfile import new_key, write_key
+
+    write_key(str(path), new_key(), force=True)
+    return path
+
+
 def poll(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
@@ -47,8 +59,9 @@ class Fabric:
     """A switch namespace and ``n`` host namespaces, each with one gsnd."""
 
     def __init__(self, n_hosts: int, broadcast: bool = True, prefix: str = "t",
-                 static: dict[str, int] | None = None, underlay_mtu: int = 65535) -> None:
+                 static: dict[str, int] | None = None, underlay_mtu: int = 65535, keys: bool = True) -> None:
         self.static = static or {}
+        self.keys = keys
         self.underlay_mtu = underlay_mtu
         self.tag = f"{prefix}{os.getpid() % 10000}{next(_counter)}"
         self.n = n_hosts
@@ -121,12 +134,18 @@ class Fabric:
         lines = [f"[switch]\nid = 1\nbroadcast = {str(self.broadcast).lower()}\n"
                  f"runtime_dir = \"{self.tmp}/sw\"\n"]
         for i in range(1, self.n + 1):
-            lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n")
+            lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n"
+                         + (f"key_file = \"{self.cable_key(i)}\"\n" if self.keys else ""))
         for ula, port in self.static.items():
             lines.append(f"[[static]]\nula = \"{ula}\"\nport = {port}\n")
         path = self.tmp / "gsn-switch.toml"
         path.write_text("\n".join(lines))
         return path
+
+    def cable_key(self, i: int) -> Path:
+        """The key of host i's cable to the switch (made on first use)."""
+        path = self.tmp / f"cable{i}.key"
+        return path if path.exists() else write_cable_key(path)
 
     def start_switch(self) -> None:
         self._spawn("switch", self.sw_ns, [str(BIN / "gsn-switch"), "-c", str(self.switch_config())])
@@ -137,14 +156,16 @@ class Fabric:
         sh("ip", "-n", self.sw_ns, "link", "set", f"s{self.tag}{i}"[-15:], "mtu", str(mtu))
         sh("ip", "-n", self.host_ns[i - 1], "link", "set", "ul0", "mtu", str(mtu))
 
-    def start_gsnd(self, i: int, *args: str, via: int | None = None) -> None:
+    def start_gsnd(self, i: int, *args: str, via: int | None = None, key_file: Path | None = None) -> None:
         """gsnd of host i (``args``: further flags); ``via``: the UDP port of a relay in
-        the host's namespace that stands between gsnd (then bound to port 6402) and the switch."""
+        the host's namespace that stands between gsnd (then bound to port 6402) and the switch;
+        ``key_file``: another key than the cable's (with ``keys``)."""
         local, peer = (f"198.18.{i}.2:6400", f"198.18.{i}.1:7000") if via is None else \
             (f"198.18.{i}.2:6402", f"198.18.{i}.2:{via}")
+        key = ["--key-file", str(key_file or self.cable_key(i))] if self.keys else []
         self._spawn(f"gsnd{i}", self.host_ns[i - 1], [
             str(BIN / "gsnd"), "--local", local, "--peer", peer, "--cable-id", str(i),
-            "--runtime-dir", str(self.runtime(i)), *args])
+            "--runtime-dir", str(self.runtime(i)), *key, *args])
 
     def start_harpd(self, i: int, options: str, *args: str) -> None:
         """harpd on host i with the given harpd.options text; sockets under h<i>/harpd."""

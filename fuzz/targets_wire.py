@@ -258,3 +258,49 @@ def fastpath(data: bytes) -> None:
     from tests.fuzz.fastpath_target import one_input
 
     one_input(data)
+
+
+_AUTH_KEY = bytes(range(32))
+_AUTH_T0 = 1 << 60  # the receiver's session; the peer's sessions are drawn around it
+
+
+@target("wire.cableauth", rejects=(), seeds=[b"", b"\x00\x01\x02" * 10, b"\x00\x05\x00\x01\x01\x02\x07" * 6])
+def cableauth(data: bytes) -> None:
+    """CableAuth.open on datagrams sealed with the cable's key (sessions and counters drawn,
+    so the replay window is reached), replayed, reflected, or mutated after sealing."""
+    from daemons.wire.cableauth import CableAuth
+
+    d = Draw(data)
+    rx = CableAuth(_AUTH_KEY, 1, _AUTH_T0, window=d.choice([8, 64, C.AUTH_REPLAY_WINDOW]))
+    sealed: set[bytes] = set()  # what the peer (direction 0) sealed
+    history: list[bytes] = []
+    accepted: set[bytes] = set()
+    session, counter = _AUTH_T0 - 5, 0
+    for _ in range(1 + d.below(16)):
+        kind = d.below(5)
+        body = d.take(4).ljust(4, b"\0") + bytes(C.SHIM_BYTES - 4 + C.MP_BYTES * (1 + d.below(3)))
+        if kind <= 1 or not history:  # the peer seals: the next counter, or a drawn session/counter
+            if kind == 1:
+                session = (session + d.int(1) - 128) % (1 << 64)
+                counter = d.near(counter, 64) if d.bool() else d.int(8)
+            tx = CableAuth(_AUTH_KEY, 0, session)
+            tx.counter = counter
+            raw = tx.seal(body)
+            counter = (counter + 1) % (1 << 64)
+            sealed.add(raw)
+        elif kind == 2:  # a replay
+            raw = d.choice(history)
+        elif kind == 3:  # mutated after sealing (not re-stamped)
+            raw = mutate_bytes(d, d.choice(history), offsets=[-32, -28, -24, -20, -16, -1, 0, 3, 31])
+        else:  # our own direction sent back to us (a reflection)
+            raw = CableAuth(_AUTH_KEY, 1, session).seal(body)
+        history.append(raw)
+        before = sum(rx.counters.values())
+        out = rx.open(raw)
+        assert sum(rx.counters.values()) == before + 1, "every datagram is accepted or counted once"
+        if out is not None:
+            assert raw in sealed, "a datagram the peer never sealed was accepted"
+            ident = raw[-C.AUTH_TRAILER_BYTES:-C.AUTH_TAG_BYTES]
+            assert ident not in accepted, "a (session, counter) was accepted twice"
+            accepted.add(ident)
+            assert out == raw[:-C.AUTH_TRAILER_BYTES]

@@ -9,6 +9,7 @@ from daemons.wire.ula import parse_ula
 
 from daemons.io.pmtu import check_mtu, family_of
 from daemons.io.udp import resolve
+from daemons.runtime.keyfile import cable_key, overhead
 
 from .constants import LIVENESS_S
 from .eep import L2RH
@@ -40,6 +41,7 @@ class TwinConfig:
     local: tuple
     peer: tuple
     mtu: int | None = None  # the underlay's MTU on the cable's path; None: the kernel's path MTU
+    key: bytes | None = None  # the twin cable's key ([twin] key_file); None: unauthenticated
 
 
 @dataclass
@@ -84,7 +86,8 @@ def load(path: str) -> RouterConfig:
         t = Section(path, "twin", data["twin"])
         twin = TwinConfig(t.get("addr", int, required=True, check=in_range(1, 0x7FFFFD)),
                           t.get("local", str, required=True, check=resolve), t.get("peer", str, required=True, check=resolve))
-        twin.mtu = t.get("mtu", int, None, check=lambda v: check_mtu(v, family_of(twin.peer[0])))
+        twin.key = t.get("key_file", str, None, check=lambda v: cable_key(v, twin.local, twin.peer))
+        twin.mtu = t.get("mtu", int, None, check=lambda v: check_mtu(v, family_of(twin.peer[0]), overhead(twin.key)))
         t.finish()
     want = 1 if twin else 2
     if not isinstance(halves_raw, list) or len(halves_raw) != want:

@@ -137,7 +137,7 @@ class Pktwayd:
             (a,) = cfg.halves
             self.halves = [Half(a, cfg.twin.addr, cfg)]
             self.link = TwinLink(cfg.twin.local, cfg.twin.peer, a.addr, cfg.twin.addr,
-                                 self._from_link, self._link_state, mtu=cfg.twin.mtu,
+                                 self._from_link, self._link_state, mtu=cfg.twin.mtu, key=cfg.twin.key,
                                  on_mtu=lambda st: log.info("twin.cable.mtu", **st))
             self.halves[0].to_twin = self._to_link
 

@@ -29,10 +29,11 @@ def twin_ula(addr: int) -> bytes:
 class TwinLink:
     def __init__(self, local, peer, my_addr: int, twin_addr: int,
                  on_packet: Callable[[bytes, float], None], on_state: Callable[[bool], None],
-                 mtu: int | None = None, on_mtu: Callable[[dict], None] | None = None) -> None:
+                 mtu: int | None = None, on_mtu: Callable[[dict], None] | None = None,
+                 key: bytes | None = None) -> None:
         now = trio.current_time()
         cable_id = (min(my_addr, twin_addr) << 8 ^ max(my_addr, twin_addr)) & 0xFFFFFFFF
-        self.transport = UdpTransport(local, peer, mtu=mtu, on_mtu=on_mtu)
+        self.transport = UdpTransport(local, peer, mtu=mtu, on_mtu=on_mtu, key=key)
         self.ep = Endpoint(cable_id, now, ula=twin_ula(my_addr), max_payload=ULP_MAX_PAYLOAD,
                            window=cable_window(self.transport.max_mps))
         self.runner = LinkRunner(self.ep.link, self.transport, self._on_input, self._after,

@@ -18,6 +18,8 @@ from . import config as gconfig
 @click.option("--cable-id", type=int, help="Cable id; both ends must agree. [1]")
 @click.option("--cable-mtu", type=int, help="MTU of the underlay path to the peer: bounds the cable's datagrams "
               "(Don't Fragment). [the kernel's path MTU to the peer]")
+@click.option("--key-file", help="The cable's key (`gsnctl genkey`; the peer holds the same one, mode 0600): "
+              "every datagram is authenticated, replays dropped. [none: an unauthenticated cable]")
 @click.option("--ula", help="This port's ULA for back-to-back cables (a switch assigns one otherwise).")
 @click.option("--runtime-dir", help="Where the ULP and control sockets live. [/run/gsnd]")
 @click.option("--tap", help="TAP interface for IP over GSN (created, or attached if it exists). [= --interface]")
@@ -25,7 +27,8 @@ from . import config as gconfig
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def main(config_path, interface, local, peer, cable_id, cable_mtu, ula, runtime_dir, tap, no_tap, log_level, check) -> None:
+def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula, runtime_dir, tap, no_tap, log_level,
+         check) -> None:
     """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
 
     gsnd brings the link up (RESET/RESET_ACK), learns its ULA from the switch
@@ -37,10 +40,15 @@ def main(config_path, interface, local, peer, cable_id, cable_mtu, ula, runtime_
     \b
     Example (back-to-back on loopback):
       gsnd --peer 127.0.0.1:6401 --local 127.0.0.1:6400 --ula 02:00:00:00:00:01 --runtime-dir /tmp/a
+    Authenticated (the other end gives the same --key-file):
+      gsnctl genkey -o /tmp/cable.key
+      gsnd --peer 127.0.0.1:6401 --local 127.0.0.1:6400 --ula 02:00:00:00:00:01 --runtime-dir /tmp/a \\
+           --key-file /tmp/cable.key
     Exit status 78 means a bad configuration.
     """
-    overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, cable_mtu=cable_mtu, ula=ula,
-                     runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
+    overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, cable_mtu=cable_mtu,
+                     key_file=key_file, ula=ula, runtime_dir=runtime_dir, log_level=log_level, tap=tap,
+                     no_tap=no_tap or None)
 
     def _reload():
         logsetup.setup(gconfig.load(config_path, overrides).log_level)

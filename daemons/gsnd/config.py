@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..io.pmtu import check_mtu, family_of
 from ..io.udp import resolve
+from ..runtime.keyfile import cable_key, overhead
 from ..link.link import Timers
 from ..runtime.config import ConfigError, Section, in_range, load_toml
 from ..runtime.linkconfig import parse_link
@@ -32,6 +33,8 @@ class GsndConfig:
     peer: tuple | None = None
     cable_id: int = 1
     cable_mtu: int | None = None  # the underlay's MTU on the cable's path; None: the kernel's path MTU
+    key_file: str | None = None  # the cable's key (both ends the same); None: an unauthenticated cable
+    key: bytes | None = None  # read from key_file
     timers: Timers = field(default_factory=Timers)
     buffers: tuple = C.VC_BUFFER_MPS
     tap: str | None = "gsn0"  # None: no TAP (ULP socket only)
@@ -79,6 +82,7 @@ def load(path: str | None, overrides: dict) -> GsndConfig:
     cfg.peer = c.get("peer", str, None, check=resolve)
     cfg.cable_id = c.get("id", int, cfg.cable_id, check=in_range(0, 2**32 - 1))
     cfg.cable_mtu = c.get("mtu", int, None)
+    cfg.key_file = c.get("key_file", str, None)
     c.finish()
     cfg.timers, cfg.buffers = parse_link(src, data.get("link", {}))
     ip = Section(src, "ip", data.get("ip", {}))
@@ -103,9 +107,15 @@ def load(path: str | None, overrides: dict) -> GsndConfig:
         cfg.tap = cfg.interface
     if cfg.peer is None:
         raise ConfigError(f"{src}: cable.peer: missing (the address of the switch port or peer endpoint)")
+    if cfg.key_file is not None:
+        where = "--key-file" if overrides.get("key_file") is not None else f"{src}: cable.key_file"
+        try:
+            cfg.key = cable_key(cfg.key_file, cfg.local, cfg.peer)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     if cfg.cable_mtu is not None:
         try:
-            check_mtu(cfg.cable_mtu, family_of(cfg.peer[0]))
+            check_mtu(cfg.cable_mtu, family_of(cfg.peer[0]), overhead(cfg.key))
         except ValueError as exc:
             where = "--cable-mtu" if overrides.get("cable_mtu") is not None else f"{src}: cable.mtu"
             raise ConfigError(f"{where}: {exc}") from None

@@ -52,7 +52,7 @@ class Gsnd:
     def __init__(self, cfg: GsndConfig) -> None:
         self.cfg = cfg
         now = trio.current_time()
-        self.transport = UdpTransport(cfg.local, cfg.peer, mtu=cfg.cable_mtu,
+        self.transport = UdpTransport(cfg.local, cfg.peer, mtu=cfg.cable_mtu, key=cfg.key,
                                       on_mtu=lambda st: log.info("cable.mtu", interface=cfg.interface, **st))
         self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
                            max_payload=ULP_MAX_PAYLOAD, window=cable_window(self.transport.max_mps))

@@ -1,11 +1,12 @@
 """Cable datagrams that fit the underlay: path MTU, Don't Fragment, micropackets per datagram.
 
-A cable datagram is IP header + UDP header + shim + N micropackets.  Sent whole
+A cable datagram is IP header + UDP header + shim + N micropackets (+ the 32-byte
+auth trailer on a keyed cable, ``overhead`` below).  Sent whole
 (Don't Fragment set), one lost IP packet loses only its N micropackets, not the
 ~1,600 of a 64 KB datagram split into ~44 fragments.  N (``max_mps``) follows
 from the MTU of the path to the peer:
 
-    max_mps = (mtu - ip_header - 8 - SHIM_BYTES) // MP_BYTES, clamped to 1..MAX_DATAGRAM_MPS
+    max_mps = (mtu - ip_header - 8 - SHIM_BYTES - overhead) // MP_BYTES, clamped to 1..MAX_DATAGRAM_MPS
 
 Python 3.11's socket module lacks the Linux constants; they are spelled here.
 """
@@ -37,23 +38,25 @@ def family_of(host: str) -> int:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def min_mtu(family: int) -> int:
-    """The smallest MTU that carries one micropacket (100 bytes IPv4, 120 IPv6)."""
-    return ip_header(family) + UDP_HEADER + SHIM_BYTES + MP_BYTES
+def min_mtu(family: int, overhead: int = 0) -> int:
+    """The smallest MTU that carries one micropacket (100 bytes IPv4, 120 IPv6; plus
+    ``overhead``, the auth trailer of a keyed cable)."""
+    return ip_header(family) + UDP_HEADER + SHIM_BYTES + MP_BYTES + overhead
 
 
-def max_mps_for(mtu: int, family: int) -> int:
-    n = (mtu - ip_header(family) - UDP_HEADER - SHIM_BYTES) // MP_BYTES
+def max_mps_for(mtu: int, family: int, overhead: int = 0) -> int:
+    n = (mtu - ip_header(family) - UDP_HEADER - SHIM_BYTES - overhead) // MP_BYTES
     return max(1, min(MAX_DATAGRAM_MPS, n))
 
 
-def check_mtu(mtu: int, family: int) -> int:
+def check_mtu(mtu: int, family: int, overhead: int = 0) -> int:
     """Config check: ValueError (one line) if ``mtu`` cannot carry a micropacket."""
-    lo = min_mtu(family)
+    lo = min_mtu(family, overhead)
     if not lo <= mtu <= MAX_MTU:
         v = "IPv6" if family == socket.AF_INET6 else "IPv4"
-        raise ValueError(f"{mtu} is outside {lo}..{MAX_MTU} (an {v} datagram must hold the 32-byte shim "
-                         f"and one 40-byte micropacket)")
+        trailer = f", one 40-byte micropacket and the {overhead}-byte auth trailer" if overhead else \
+            " and one 40-byte micropacket"
+        raise ValueError(f"{mtu} is outside {lo}..{MAX_MTU} (an {v} datagram must hold the 32-byte shim{trailer})")
     return mtu
 
 

@@ -6,12 +6,14 @@ import errno
 import socket
 import struct
 import sys
+import time
 from collections import Counter
 from typing import Callable
 
 import trio
 
-from ..constants import MP_BYTES, SHIM_BYTES, SOCKET_BUFFER_BYTES
+from ..constants import AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES, SOCKET_BUFFER_BYTES
+from ..wire.cableauth import CableAuth, direction
 from . import pmtu
 from .pmtu import DEFAULT_MTU
 
@@ -45,10 +47,17 @@ class UdpTransport:
     (EMSGSIZE).  Where the kernel has UDP GSO, a run of equal-size datagrams to the
     peer leaves in one sendmsg (UDP_SEGMENT); with UDP GRO, coalesced receives are
     split back into datagrams (UDP_GRO's segment size).  Every drop is counted.
+
+    With a ``key`` the cable is authenticated (daemons/wire/cableauth.py): every
+    datagram leaves sealed -- each GSO segment is its own datagram with its own
+    counter and MAC -- and only datagrams that open are handed on; the trailer is
+    counted in ``max_mps``, so sealed datagrams still fit the path.
     """
 
     def __init__(self, local: tuple[str, int], peer: tuple[str, int] | None, mtu: int | None = None,
-                 on_mtu: Callable[[dict], None] | None = None) -> None:
+                 on_mtu: Callable[[dict], None] | None = None, key: bytes | None = None) -> None:
+        if key is not None and peer is None:
+            raise ValueError("a keyed cable needs its peer's address")
         self.family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
         self.sock = socket.socket(self.family, socket.SOCK_DGRAM)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
@@ -63,6 +72,13 @@ class UdpTransport:
         self.local = local
         self.peer = peer
         self.counters: Counter[str] = Counter()
+        self.auth: CableAuth | None = None
+        self.overhead = 0  # bytes each datagram carries beyond the link's (the auth trailer)
+        if key is not None:
+            # the session: this cable's opening time, newer than any earlier run's
+            self.auth = CableAuth(key, direction(self.sock.getsockname()[:2], peer),
+                                  max(0, time.clock_gettime_ns(time.CLOCK_REALTIME)), counters=self.counters)
+            self.overhead = AUTH_TRAILER_BYTES
         self.on_mtu = on_mtu
         try:
             pmtu.set_dont_fragment(self.sock)
@@ -95,7 +111,7 @@ class UdpTransport:
     def _set_mtu(self, mtu: int, source: str) -> bool:
         old = self.mtu, self.max_mps
         self.mtu, self.mtu_source = mtu, source
-        self.max_mps = pmtu.max_mps_for(mtu, self.family)
+        self.max_mps = pmtu.max_mps_for(mtu, self.family, self.overhead)
         if (self.mtu, self.max_mps) == old:
             return False
         if self.on_mtu is not None:
@@ -104,11 +120,12 @@ class UdpTransport:
 
     @property
     def max_datagram(self) -> int:
-        return SHIM_BYTES + self.max_mps * MP_BYTES
+        return SHIM_BYTES + self.max_mps * MP_BYTES + self.overhead
 
     def status(self) -> dict:
-        return {"mtu": self.mtu, "mtu_source": self.mtu_source, "max_mps": self.max_mps,
-                "max_datagram": self.max_datagram, "max_sent": self.max_sent, "gso": self.gso, "gro": self.gro}
+        return {"auth": "on" if self.auth is not None else "off", "mtu": self.mtu, "mtu_source": self.mtu_source,
+                "max_mps": self.max_mps, "max_datagram": self.max_datagram, "max_sent": self.max_sent,
+                "gso": self.gso, "gro": self.gro}
 
     # --- receive --------------------------------------------------------------------
     async def wait_readable(self) -> None:
@@ -119,6 +136,7 @@ class UdpTransport:
         that a wake-up's acks and forwarding wait for a bounded amount of work."""
         out = []
         gro = self.gro
+        auth = self.auth
         recv = self.sock.recvmsg if gro else self.sock.recvfrom
         while len(out) < limit:
             try:
@@ -144,7 +162,14 @@ class UdpTransport:
                         seg = int.from_bytes(value[:4], sys.byteorder)
                 if 0 < seg < len(data):
                     self.counters["rx_gro_coalesced"] += 1
-                    out.extend(data[i: i + seg] for i in range(0, len(data), seg))
+                    segs = [data[i: i + seg] for i in range(0, len(data), seg)]
+                    if auth is not None:
+                        segs = [d for d in map(auth.open, segs) if d is not None]
+                    out.extend(segs)
+                    continue
+            if auth is not None:
+                data = auth.open(data)
+                if data is None:
                     continue
             out.append(data)
         if out:
@@ -161,6 +186,8 @@ class UdpTransport:
         if self.peer is None:
             self.counters["tx_no_peer"] += len(datagrams)
             return
+        if self.auth is not None:
+            datagrams = list(map(self.auth.seal, datagrams))
         n = len(datagrams)
         self.counters["tx_datagrams"] += n
         i = 0
@@ -226,9 +253,14 @@ class UdpTransport:
         self.refresh_mtu()
         if len(data) <= self.max_datagram:  # the kernel and IP_MTU disagree: assume the worst we know
             self._set_mtu(min(self.mtu, len(data) + pmtu.ip_header(self.family) + pmtu.UDP_HEADER - 1), "emsgsize")
-        pieces = pmtu.split_datagram(data, self.max_mps)
+        body = data[:len(data) - self.overhead]
+        pieces = pmtu.split_datagram(body, self.max_mps)
         if len(pieces) > 1:
             self.counters["tx_resplit_datagrams"] += 1
+            if self.auth is not None:
+                pieces = list(map(self.auth.seal, pieces))
+        else:
+            pieces = [data]
         for p in pieces:
             self._send_one(p, retry=False)
 

@@ -98,7 +98,8 @@ class CounterLog:
             if full not in self.last_logged or now - self.last_logged[full] >= self.interval:
                 if any(w in key for w in ("drop", "bad", "error", "violation", "stale", "mismatch", "discard",
                                            "invalid", "foreign", "unrouted", "stray", "down", "aborted", "refused",
-                                           "wrong_port")):
+                                           "wrong_port", "unauthenticated", "truncated", "reflected", "replayed",
+                                           "old_session", "too_old")):
                     self.log.warning("drop", counter=full, new=value - prev, total=value)
                 self.seen[full] = value
                 self.last_logged[full] = now

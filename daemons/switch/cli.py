@@ -31,6 +31,9 @@ def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> No
     A port marked `switch = true` is cabled to another gsn-switch: the switches
     map the fabric over Admin, the lowest id programs every switch's routes, and
     broadcast follows a spanning tree.
+    A port with `key_file` (`gsnctl genkey -o FILE`; the other end holds the same
+    key) authenticates its cable: unsealed, forged and replayed datagrams are
+    dropped and counted (rx_auth_*).
     `gsnctl -s RUNTIME_DIR/control.sock status` shows ports and counters,
     `gsnctl -s RUNTIME_DIR/control.sock fabric` the fabric map.
     Exit status 78 means a bad configuration.

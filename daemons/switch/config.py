@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from .. import constants as C
 from ..io.pmtu import check_mtu, family_of
 from ..io.udp import resolve
+from ..runtime.keyfile import cable_key, overhead
 from ..link.link import Timers
 from ..runtime.config import ConfigError, Section, in_range, load_toml
 from ..runtime.linkconfig import parse_link
@@ -23,6 +24,8 @@ class PortConfig:
     trust_source: bool = False  # Messages' S_ULA not checked: an uplink to another switch
     switch: bool = False  # cabled to another gsn-switch: discovery walks it, broadcast follows the tree
     mtu: int | None = None  # the underlay's MTU on this cable's path; None: the kernel's path MTU
+    key_file: str | None = None  # this cable's key (the endpoint holds the same); None: unauthenticated
+    key: bytes | None = None  # read from key_file
 
 
 @dataclass
@@ -76,12 +79,18 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             p.get("trust_source", bool, False),
             switch=p.get("switch", bool, False),
             mtu=p.get("mtu", int, None),
+            key_file=p.get("key_file", str, None),
         ))
         p.finish()
         port = cfg.ports[-1]
         if port.switch and number > C.FABRIC_PORT_MAX:
             raise ConfigError(f"{path}: port[{i}].switch: an inter-switch port is numbered 1..{C.FABRIC_PORT_MAX} "
                               f"(one 64-bit Admin register holds them), not {number}")
+        if port.key_file is not None:
+            try:
+                port.key = cable_key(port.key_file, port.local, port.peer)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: port[{i}].key_file: {exc} (port {number})") from None
         if port.mtu is None:
             port.mtu = cfg.cable_mtu
             where = "--cable-mtu" if overrides.get("cable_mtu") is not None else f"{path}: cable.mtu"
@@ -89,7 +98,7 @@ def load(path: str, overrides: dict) -> SwitchConfig:
             where = f"{path}: port[{i}].mtu"
         if port.mtu is not None:
             try:
-                check_mtu(port.mtu, family_of(port.peer[0]))
+                check_mtu(port.mtu, family_of(port.peer[0]), overhead(port.key))
             except ValueError as exc:
                 raise ConfigError(f"{where}: {exc} (port {number})") from None
     numbers = {q.number for q in cfg.ports}

@@ -30,7 +30,7 @@ class SwitchDaemon:
         self.cfg = cfg
         now = trio.current_time()
         self.transports = {
-            p.number: UdpTransport(p.local, p.peer, mtu=p.mtu,
+            p.number: UdpTransport(p.local, p.peer, mtu=p.mtu, key=p.key,
                                    on_mtu=lambda st, n=p.number: log.info("cable.mtu", port=n, **st))
             for p in cfg.ports}
         self.core = Switch(cfg.switch_id, [p.number for p in cfg.ports], now, broadcast=cfg.broadcast,

@@ -1,7 +1,8 @@
 """Cable datagrams fit the underlay (issue 11 item 3): on 1500-byte veths
 every cable datagram is at most 1472 bytes of UDP and nothing is fragmented; on
-9000-byte veths they grow to 223 micropackets; when the MTU drops under a running
-cable, EMSGSIZE re-cuts and max_mps follows; a bulk transfer survives 1% loss."""
+9000-byte veths they grow to 222 micropackets (the Fabric keys its cables: the auth
+trailer takes 32 bytes); when the MTU drops under a running cable, EMSGSIZE re-cuts
+and max_mps follows; a bulk transfer survives 1% loss."""
 
 import sys
 import threading
@@ -63,8 +64,9 @@ def test_datagrams_fit_1500_then_grow_with_9000_then_shrink_again():
         transfer(fab, 16 << 20)
         g, sw = cables(fab)
         for c in [*g.values(), *sw.values()]:
-            assert (c["mtu"], c["mtu_source"], c["max_mps"]) == (1500, "path", 36), c
-            assert 0 < c["max_sent"] <= 1500 - 28 == c["max_datagram"], c
+            # keyed cables (the Fabric's default): the 32-byte auth trailer costs one micropacket
+            assert (c["mtu"], c["mtu_source"], c["max_mps"], c["auth"]) == (1500, "path", 35, "on"), c
+            assert 0 < c["max_sent"] <= c["max_datagram"] == 32 + 35 * 40 + 32 == 1464 <= 1500 - 28, c
             assert not c.get("tx_emsgsize"), c
         for i in (0, 1, 2):
             st = frag_stats(fab, i)
@@ -73,13 +75,13 @@ def test_datagrams_fit_1500_then_grow_with_9000_then_shrink_again():
 
         for i in (1, 2):
             fab.set_underlay_mtu(i, 9000)
-        poll(lambda: all(c["max_mps"] == 223 for d in cables(fab) for c in d.values()), 5,
-             what="max_mps 223 on every cable (IP_MTU re-read each second)")
+        poll(lambda: all(c["max_mps"] == 222 for d in cables(fab) for c in d.values()), 5,
+             what="max_mps 222 on every cable (IP_MTU re-read each second)")
         transfer(fab, 16 << 20)
         g, sw = cables(fab)
         for c in [*g.values(), *sw.values()]:
-            assert c["mtu"] == 9000 and c["max_datagram"] == 32 + 223 * 40 == 8952, c
-        assert g[1]["max_sent"] == 8952 and sw["2"]["max_sent"] == 8952, (g, sw)
+            assert c["mtu"] == 9000 and c["max_datagram"] == 32 + 222 * 40 + 32 == 8944, c
+        assert g[1]["max_sent"] == 8944 and sw["2"]["max_sent"] == 8944, (g, sw)
         assert all(frag_stats(fab, i)["FragCreates"] == 0 for i in (0, 1, 2))
 
         # the path shrinks under running cables: EMSGSIZE or the IP_MTU re-read; max_mps follows
@@ -89,7 +91,7 @@ def test_datagrams_fit_1500_then_grow_with_9000_then_shrink_again():
         transfer(fab, 4 << 20)
         g, sw = cables(fab)
         for c in [*g.values(), *sw.values()]:
-            assert c["max_mps"] == 36, c
+            assert c["max_mps"] == 35, c
         assert all(frag_stats(fab, i)["FragCreates"] == 0 for i in (0, 1, 2))
         print("shrunk:", g[1]["transport"], "EMSGSIZE before:", tx_before)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from daemons.netns import BIN, Fabric, poll, write_cable_key
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd import messages as M
@@ -19,7 +19,7 @@ H_A, R_A, H_B, R_B = 0x40, 0x50, 0x60, 0x51
 LIVE = 0.3  # WRU period: a silent twin is lost after 3 of them
 
 
-def config(fab, control, me, twin, san, local, peer, node=None) -> str:
+def config(fab, control, me, twin, san, local, peer, key, node=None) -> str:
     text = f"""
 [router]
 name = "r{me:x}"
@@ -30,6 +30,7 @@ liveness = {LIVE}
 addr = {twin}
 local = "{local}:7350"
 peer = "{peer}:7350"
+key_file = "{key}"
 
 [[half]]
 addr = {me}
@@ -59,8 +60,9 @@ def twins():
         ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
         ip_a, ip_b = fa.link_to(fb, 2, 2, 250)
         ctl_a, ctl_b = fa.tmp / "ra.sock", fb.tmp / "rb.sock"
-        (fa.tmp / "ra.toml").write_text(config(fa, ctl_a, R_A, R_B, 0x100, ip_a, ip_b, (H_A, ula_a[0])))
-        (fb.tmp / "rb.toml").write_text(config(fb, ctl_b, R_B, R_A, 0x101, ip_b, ip_a))  # H_B registers itself
+        key = write_cable_key(fa.tmp / "twin.key")  # the twin cable is keyed too (both ends: one file)
+        (fa.tmp / "ra.toml").write_text(config(fa, ctl_a, R_A, R_B, 0x100, ip_a, ip_b, key, (H_A, ula_a[0])))
+        (fb.tmp / "rb.toml").write_text(config(fb, ctl_b, R_B, R_A, 0x101, ip_b, ip_a, key))  # H_B registers itself
 
         def start_b():
             fb.spawn("pktwayd", 2, str(BIN / "pktwayd"), "-c", str(fb.tmp / "rb.toml"))
@@ -86,7 +88,9 @@ def test_split_router_forwards_detects_twin_loss_and_relearns(twins):
         b.send(H_A, b"back")
         assert a.recv(10).data.rstrip(b"\0") == b"back"
         assert half(ctl_b)["counters"]["nodes_registered"] == 1
-        assert request(str(ctl_a), {"cmd": "routes"})["twin_link"]["rx_packets"] >= 2  # LRT, the reply, WRUs
+        twin_link = request(str(ctl_a), {"cmd": "routes"})["twin_link"]
+        assert twin_link["rx_packets"] >= 2  # LRT, the reply, WRUs
+        assert twin_link["cable"]["auth"] == "on" and twin_link["udp_rx_auth_ok"] > 0, twin_link
 
         t0 = time.monotonic()
         fb.kill("pktwayd", signal.SIGKILL)
