@@ -78,7 +78,7 @@ def decode(data: bytes) -> Mgmt:
 
 # --- bodies -----------------------------------------------------------------------
 _REG = struct.Struct("!QQ")
-_REG_REPLY = struct.Struct("!HHQB")
+_REG_REPLY = struct.Struct("!HHQBB")
 _MASK = struct.Struct("!Q")
 
 
@@ -94,27 +94,30 @@ def parse_register(body: bytes) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class PortInfo:
-    """What the SM tells a registered port: its LID, the SM's LID, the GID prefix and
-    its P_Key table (index 0 first)."""
+    """What the SM tells a registered port: its LID, the SM's LID, the GID prefix, its
+    P_Key table (index 0 first) and ClientReregister (the SM holds nothing of the port:
+    join again and query paths afresh)."""
 
     lid: int
     sm_lid: int
     gid_prefix: int
     pkeys: tuple[int, ...]
+    reregister: bool = False
 
     def encode(self) -> bytes:
-        return _REG_REPLY.pack(self.lid, self.sm_lid, self.gid_prefix, len(self.pkeys)) + b"".join(
+        return _REG_REPLY.pack(self.lid, self.sm_lid, self.gid_prefix, int(self.reregister), len(self.pkeys)) + b"".join(
             p.to_bytes(2, "big") for p in self.pkeys)
 
     @classmethod
     def decode(cls, body: bytes) -> "PortInfo":
         if len(body) < _REG_REPLY.size:
             raise MgmtError("bad_port_info")
-        lid, sm_lid, prefix, n = _REG_REPLY.unpack_from(body)
-        if len(body) != _REG_REPLY.size + 2 * n:
+        lid, sm_lid, prefix, rereg, n = _REG_REPLY.unpack_from(body)
+        if len(body) != _REG_REPLY.size + 2 * n or rereg > 1:
             raise MgmtError("bad_port_info")
         o = _REG_REPLY.size
-        return cls(lid, sm_lid, prefix, tuple(int.from_bytes(body[o + 2 * i:o + 2 * i + 2], "big") for i in range(n)))
+        return cls(lid, sm_lid, prefix, tuple(int.from_bytes(body[o + 2 * i:o + 2 * i + 2], "big") for i in range(n)),
+                   bool(rereg))
 
 
 def masked_body(mask: int, record: bytes) -> bytes:

@@ -110,7 +110,7 @@ class PortCore:
         info = mgmt.PortInfo.decode(m.body)
         first = self.info is None
         changed = (self.info is not None and (info.lid != self.info.lid or info.pkeys != self.info.pkeys))
-        resync = first or changed or m.epoch != self.epoch
+        resync = first or changed or m.epoch != self.epoch or info.reregister
         self.info, self.epoch = info, m.epoch
         self.gid = addr.gid(info.gid_prefix, self.guid)
         if not resync:
@@ -136,7 +136,8 @@ class PortCore:
             ifc.tr = Translator(self.mac, self.hwaddr(ifc), pk, self.counters)
             ifc.groups.clear()
         ifc.tr.hw, ifc.tr.hw_bytes = self.hwaddr(ifc), self.hwaddr(ifc).pack()
-        ifc.shadow.invalidate()  # paths from before are invalid (ipoib_mark_paths_invalid)
+        if reregister:
+            ifc.shadow.invalidate()  # paths from before are invalid (ipoib_mark_paths_invalid)
         for g in ifc.groups.values():  # every group is joined again
             g.joined, g.busy, g.retry_at, g.backoff = 0, False, now, JOIN_BACKOFF_MIN_S
         self._want(ifc, ifc.bcast, sa.JOIN_FULL, now)

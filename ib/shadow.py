@@ -113,7 +113,7 @@ class ShadowArp:
         for n in self.neighs.values():
             if n.state is State.RESOLVED:
                 n.state = State.STALE
-        self.counters["paths_invalidated"] += 1
+        self.counters["paths_requery"] += 1
 
     def reap(self, now: float) -> None:
         for key, n in list(self.neighs.items()):

@@ -37,6 +37,7 @@ class Port:
     addr: tuple
     pkeys: tuple[int, ...]
     seen: float
+    reregister: bool = True  # until the port joins a group again (ClientReregister)
 
 
 @dataclass
@@ -132,7 +133,7 @@ class SmCore:
             self._dirty = True
         else:
             port.addr, port.seen = src, now
-        info = mgmt.PortInfo(port.lid, SM_LID, self.prefix, port.pkeys)
+        info = mgmt.PortInfo(port.lid, SM_LID, self.prefix, port.pkeys, port.reregister)
         self._reply(src, m, Kind.REGISTER_REPLY, body=info.encode())
 
     def _free_lid(self) -> int | None:
@@ -226,6 +227,7 @@ class SmCore:
         if me is None:
             self._reply(src, m, Kind.MC_REPLY, Status.NOT_REGISTERED)
             return
+        me.reregister = False
         if not addr.is_mgid(r.mgid) or not mask & sa.MC_MGID or not mask & sa.MC_JOIN_STATE or not r.join_state:
             self._reply(src, m, Kind.MC_REPLY, Status.REQ_INVALID)
             return

@@ -230,3 +230,16 @@ def test_path_record_refused_for_unregistered_or_spoofed_source():
     net.sm.on_datagram(m.encode(), ("h", 1), net.now)  # host 1 claiming host 3's GID
     (dst, data), = net.sm.outgoing()
     assert mgmt.decode(data).status == mgmt.Status.NOT_REGISTERED
+
+
+def test_a_port_the_sm_forgot_is_told_to_reregister():
+    net = three()
+    bmgid = addr.broadcast_mgid(0x7FFF)
+    for h in (1, 2, 3):  # the SM is stopped long enough to expire every port, then resumes
+        net.sm.ports[guid(h)].seen -= 100
+    net.sm.handle_timer(net.now)
+    assert not net.sm.ports and not net.sm.groups[bmgid].members
+    net.run(3.0)
+    assert len(net.sm.groups[bmgid].members) == 3  # ClientReregister made them join again
+    assert all(net.hosts[h].counters["sm_reregister"] == 1 for h in (1, 2, 3))
+    resolve(net, 1, 3)
