@@ -154,7 +154,7 @@ class SwitchReport:
         if n > MAX_SWITCH_PORTS or len(body) != _SW_HDR.size + n * _SW_PORT.size:
             raise MgmtError("bad_switch_report")
         ports = tuple(_SW_PORT.unpack_from(body, _SW_HDR.size + i * _SW_PORT.size) for i in range(n))
-        if any(p[3] > PEER_SWITCH for p in ports):
+        if any(p[3] > PEER_SWITCH or not 0 < p[0] < MAX_SWITCH_PORTS for p in ports):
             raise MgmtError("bad_switch_report")
         return cls(guid, lv, mv, ports)
 

@@ -190,7 +190,7 @@ def test_tables_round_trip(lft, mft, version):
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
-       st.lists(st.tuples(st.integers(0, 255), st.integers(0, 2**64 - 1), st.integers(0, 255),
+       st.lists(st.tuples(st.integers(1, 63), st.integers(0, 2**64 - 1), st.integers(0, 255),
                           st.integers(0, 2)), max_size=64))
 def test_switch_report_round_trip(guid, lv, mv, ports):
     r = mgmt.SwitchReport(guid, lv, mv, tuple(ports))
