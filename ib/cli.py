@@ -57,10 +57,11 @@ def sm_main(config_path, listen, state_file, partitions, runtime_dir, log_level,
 @click.command(context_settings=CTX)
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="TOML file: [switch] guid, sm, runtime_dir; [[port]] number, local, peer (see etc/ib-switch.toml).")
+@click.option("--runtime-dir", help="Where control.sock lives. [/run/ib-switch]")
 @click.option("--log-level", type=LEVEL, help="[info]")
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def switch_main(config_path, log_level, check) -> None:
+def switch_main(config_path, runtime_dir, log_level, check) -> None:
     """Switch of an InfiniBand-style emulated fabric: forwards UD packets between its
     UDP cables, unicast by destination LID and multicast by MLID, through the tables
     the subnet manager (ib-sm) programs; tells the SM who is on each port.
@@ -74,7 +75,7 @@ def switch_main(config_path, log_level, check) -> None:
 
         return SwitchDaemon(cfg)
 
-    daemon.serve(lambda: config.load_switch(config_path, dict(log_level=log_level)), config_path, make, check=check)
+    daemon.serve(lambda: config.load_switch(config_path, dict(runtime_dir=runtime_dir, log_level=log_level)), config_path, make, check=check)
 
 
 @click.command(context_settings=CTX)

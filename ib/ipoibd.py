@@ -4,6 +4,9 @@ control socket."""
 
 from __future__ import annotations
 
+from collections import Counter
+from functools import partial
+
 import ipaddress
 
 import structlog
@@ -12,6 +15,7 @@ import trio
 from daemons.io.tap import Tap
 from daemons.runtime.control import serve_control
 from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
 
 from . import kgroups
 from .config import IpoibConfig
@@ -34,6 +38,7 @@ class IpoibDaemon:
         self.taps: dict[str, Tap] = {}
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
 
     def flush(self) -> None:
         for item in self.core.outgoing():
@@ -90,7 +95,8 @@ class IpoibDaemon:
         cmd = req["cmd"]
         if cmd == "status":
             return {"ok": True, **self.core.status(), "taps": {n: dict(t.counters) for n, t in self.taps.items()},
-                    "sockets": {"cable": dict(self.cable.counters), "sm": dict(self.mgmt.counters)}}
+                    "sockets": {"cable": dict(self.cable.counters), "sm": dict(self.mgmt.counters)},
+                    "control": dict(self.control_counters)}
         if cmd == "neighbours":
             return {"ok": True, "neighbours": self.core.neighbours()}
         if cmd == "groups":
@@ -125,14 +131,16 @@ class IpoibDaemon:
         try:
             async with trio.open_nursery() as n:
                 sock = self.cfg.runtime_dir / f"{self.cfg.interface}.ctl"
-                await n.start(serve_control, str(sock), self._control, IPOIB_SCHEMA)
+                await n.start(partial(serve_control, str(sock), self._control, IPOIB_SCHEMA,
+                                  counters=self.control_counters))
                 n.start_soon(self._cable)
                 n.start_soon(self._mgmt)
                 for name, tap in self.taps.items():
                     n.start_soon(self._tap, name, tap)
                 n.start_soon(self._kernel_groups)
                 n.start_soon(self.runner.run)
-                task_status.started()
+                sd_notify("READY=1")
+            task_status.started()
         finally:
             for tap in self.taps.values():
                 tap.set_carrier(False)

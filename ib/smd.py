@@ -3,6 +3,9 @@ file, a control socket)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from functools import partial
+
 import json
 import os
 import secrets
@@ -13,6 +16,7 @@ import trio
 
 from daemons.runtime.control import serve_control
 from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
 
 from .config import SmConfig
 from .control import SM_SCHEMA
@@ -50,6 +54,7 @@ class SmDaemon:
         self.udp = Udp(cfg.listen)
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
 
     def flush(self) -> None:
         for dst, data in self.core.outgoing():
@@ -72,14 +77,16 @@ class SmDaemon:
             self.runner.poke()
 
     async def _control(self, req: dict) -> dict:
-        return {"ok": True, **self.core.status(), "socket": dict(self.udp.counters)}
+        return {"ok": True, **self.core.status(), "socket": dict(self.udp.counters), "control": dict(self.control_counters)}
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
         log.info("sm.start", listen=f"{self.cfg.listen[0]}:{self.cfg.listen[1]}", epoch=f"{self.core.epoch:#x}",
                  known_lids=len(self.core.lids), partitions=[f"{p.pkey:#06x}" for p in self.cfg.parts])
         async with trio.open_nursery() as n:
-            await n.start(serve_control, str(self.cfg.runtime_dir / "control.sock"), self._control, SM_SCHEMA)
+            await n.start(partial(serve_control, str(self.cfg.runtime_dir / "control.sock"), self._control, SM_SCHEMA,
+                                  counters=self.control_counters))
             n.start_soon(self._rx)
             n.start_soon(self.runner.run)
+            sd_notify("READY=1")
             task_status.started()

@@ -3,11 +3,15 @@ socket; forwarding is the switch core's."""
 
 from __future__ import annotations
 
+from collections import Counter
+from functools import partial
+
 import structlog
 import trio
 
 from daemons.runtime.control import serve_control
 from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
 
 from .config import SwitchConfig
 from .control import SWITCH_SCHEMA
@@ -26,6 +30,7 @@ class SwitchDaemon:
         self.mgmt = Udp(cfg.mgmt_local or ("0.0.0.0", 0), cfg.sm)
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
 
     def flush(self) -> None:
         for item in self.core.outgoing():
@@ -52,15 +57,18 @@ class SwitchDaemon:
 
     async def _control(self, req: dict) -> dict:
         return {"ok": True, **self.core.status(),
-                "sockets": {str(n): dict(u.counters) for n, u in self.cables.items()} | {"sm": dict(self.mgmt.counters)}}
+                "sockets": {str(n): dict(u.counters) for n, u in self.cables.items()} | {"sm": dict(self.mgmt.counters)},
+                "control": dict(self.control_counters)}
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
         log.info("switch.start", guid=f"{self.cfg.guid:#x}", ports=[p.number for p in self.cfg.ports])
         async with trio.open_nursery() as n:
-            await n.start(serve_control, str(self.cfg.runtime_dir / "control.sock"), self._control, SWITCH_SCHEMA)
+            await n.start(partial(serve_control, str(self.cfg.runtime_dir / "control.sock"), self._control, SWITCH_SCHEMA,
+                                  counters=self.control_counters))
             for number, udp in self.cables.items():
                 n.start_soon(self._cable, number, udp)
             n.start_soon(self._mgmt)
             n.start_soon(self.runner.run)
+            sd_notify("READY=1")
             task_status.started()

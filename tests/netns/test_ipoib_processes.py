@@ -35,8 +35,8 @@ full = ["{GUIDS[3]:#x}"]
 
 
 class IbFabric:
-    def __init__(self) -> None:
-        self.fab = Fabric(3, prefix="ib")
+    def __init__(self, fabric=Fabric) -> None:
+        self.fab = fabric(3, prefix="ib")
         self.tmp = self.fab.tmp
         (self.tmp / "partitions.toml").write_text(PARTITIONS)
         sw_a = ("[switch]\nguid = \"0x1001\"\nsm = \"127.0.0.1:4791\"\nruntime_dir = \"{t}/swa\"\n"
