@@ -88,3 +88,10 @@ MAX_GROUPS = 256  # multicast groups per interface; project choice
 SM_MAX_PORTS = 16384  # registered ports the SM keeps; project choice
 SM_MAX_GROUPS = 4096  # multicast groups the SM keeps; project choice
 QPN_BASE = 0x000048  # ib0's UD QPN; children take the next ones; project choice
+
+# --- PacketWay over the fabric (spec 2.12, project choice) ----------------------------
+ETHERTYPE_PACKETWAY_NATIVE = 0x88B5  # in the IPoIB Type field between emulated nodes (spec 2.12)
+QPN_PACKETWAY = 0x0000A0  # the UD QP of a PacketWay port
+QKEY_PACKETWAY = 0x00005057  # "PW"; below 0x80000000 (not a controlled key)
+L2RH_IB_BYTES = 5  # DLID u16 + QPN u24; the P_Key is the port's partition
+REGISTER_WAIT_S = 10.0  # a blocking PacketWay node waits this long for the SM

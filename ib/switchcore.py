@@ -62,6 +62,9 @@ class SwitchCore:
             self.counters["drop_bad_hello"] += 1
             return
         self.counters["hello_in"] += 1
+        old = self.neighbours.get(port)
+        if old is None or old[:3] != (guid, peer_port, kind):
+            self._next_report = now  # a new neighbour: tell the SM at once
         self.neighbours[port] = (guid, peer_port, kind, now)
 
     # --- management ------------------------------------------------------------------

@@ -47,6 +47,8 @@ class SwitchDaemon:
             for data, _ in udp.drain():
                 for out, d in self.core.on_cable(number, data, now):
                     self.cables[out].send(d)
+            if self.core.timer() <= now:  # e.g. a new neighbour to report
+                self.runner.poke()
 
     async def _mgmt(self) -> None:
         while True:
