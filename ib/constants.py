@@ -82,6 +82,7 @@ SM_LID = 1  # the SM's own LID (SA requests name it); project choice
 MAX_SWITCH_PORTS = 64  # MFT port mask width; project choice
 MAX_LFT_ENTRIES = 4096  # entries in one table message; project choice
 DATAGRAM_MAX = 65535
+DROPLOG_PERIOD_S = 1.0  # daemons look at their drop counters this often (for the log); project choice
 TX_QUEUE_MAX = 256  # per-cable UDP send queue; project choice
 MAX_NEIGHS = 4096  # shadow-ARP entries per interface; project choice
 MAX_GROUPS = 256  # multicast groups per interface; project choice

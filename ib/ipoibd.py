@@ -21,6 +21,7 @@ from . import kgroups
 from .config import IpoibConfig
 from .control import IPOIB_SCHEMA
 from .portcore import PortCore
+from .constants import DROPLOG_PERIOD_S
 from .runner import Runner
 from .udp import Udp
 
@@ -56,7 +57,6 @@ class IpoibDaemon:
                     tap.configure(mtu=mtu)
                 tap.set_carrier(up)
                 log.info("carrier", interface=name, up=up, mtu=mtu)
-        self.droplog.update("port", self.core.counters, trio.current_time())
 
     async def _cable(self) -> None:
         while True:
@@ -121,6 +121,12 @@ class IpoibDaemon:
                         return {"ok": True, "ip": str(target), **info}
         return {"ok": False, "error": f"{target}: no neighbour entry (EAGAIN: not resolved yet)"}
 
+    async def _drops(self) -> None:
+        """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
+        while True:
+            await trio.sleep(DROPLOG_PERIOD_S)
+            self.droplog.update("port", self.core.counters, trio.current_time())
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
         for ifc in self.core.ifaces:
@@ -139,8 +145,9 @@ class IpoibDaemon:
                     n.start_soon(self._tap, name, tap)
                 n.start_soon(self._kernel_groups)
                 n.start_soon(self.runner.run)
+                n.start_soon(self._drops)
                 sd_notify("READY=1")
-            task_status.started()
+                task_status.started()
         finally:
             for tap in self.taps.values():
                 tap.set_carrier(False)

@@ -86,6 +86,7 @@ class PortCore:
         self._next_register = now
         self._next_hello = now
         self._next_reap = now + 1.0
+        self.timers_changed = True  # a request or a join was added (see ib.runner)
 
     # --- helpers -------------------------------------------------------------------------
     @property
@@ -97,6 +98,7 @@ class PortCore:
 
     def _request(self, kind: Kind, body: bytes, ctx: tuple, now: float) -> None:
         tid = next(self._tid)
+        self.timers_changed = True
         self.requests[tid] = Request(kind, body, ctx, now + SA_TIMEOUT_S)
         self._out.append(("sm", mgmt.Mgmt(kind, tid, self.epoch, body=body).encode()))
 
@@ -153,7 +155,9 @@ class PortCore:
                 self.counters["drop_too_many_groups"] += 1
                 return None
             g = ifc.groups[mgid] = Group(mgid, state, retry_at=now)
+            self.timers_changed = True
         elif not g.want & state:
+            self.timers_changed = True
             g.want |= state
             g.retry_at = now
         return g
@@ -200,6 +204,7 @@ class PortCore:
 
     def _join_failed(self, ifc: Iface, g: Group, now: float) -> None:
         g.busy = False
+        self.timers_changed = True
         g.retry_at = now + g.backoff
         g.backoff = min(g.backoff * 2, JOIN_BACKOFF_MAX_S)
         self.counters["mc_join_failed"] += 1
@@ -256,6 +261,7 @@ class PortCore:
         ok = m is not None and m.status == Status.OK
         if m is not None and m.epoch != self.epoch and self.info is not None:
             self._next_register = now  # an SM we have not registered with answered: re-register
+            self.timers_changed = True
         what = req.ctx[0]
         ifc = self._iface(req.ctx[1])
         if what == "path":

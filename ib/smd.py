@@ -20,6 +20,7 @@ from daemons.runtime.notify import sd_notify
 
 from .config import SmConfig
 from .control import SM_SCHEMA
+from .constants import DROPLOG_PERIOD_S
 from .runner import Runner
 from .smcore import SmCore
 from .udp import Udp
@@ -66,7 +67,6 @@ class SmDaemon:
             except OSError as exc:
                 self.core.counters["state_write_error"] += 1
                 log.error("state.write_failed", path=str(self.cfg.state_file), error=exc.strerror)
-        self.droplog.update("sm", self.core.counters, trio.current_time())
 
     async def _rx(self) -> None:
         while True:
@@ -79,6 +79,12 @@ class SmDaemon:
     async def _control(self, req: dict) -> dict:
         return {"ok": True, **self.core.status(), "socket": dict(self.udp.counters), "control": dict(self.control_counters)}
 
+    async def _drops(self) -> None:
+        """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
+        while True:
+            await trio.sleep(DROPLOG_PERIOD_S)
+            self.droplog.update("sm", self.core.counters, trio.current_time())
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
         log.info("sm.start", listen=f"{self.cfg.listen[0]}:{self.cfg.listen[1]}", epoch=f"{self.core.epoch:#x}",
@@ -88,5 +94,6 @@ class SmDaemon:
                                   counters=self.control_counters))
             n.start_soon(self._rx)
             n.start_soon(self.runner.run)
+            n.start_soon(self._drops)
             sd_notify("READY=1")
             task_status.started()

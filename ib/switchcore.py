@@ -25,6 +25,7 @@ class SwitchCore:
         self._out: list[tuple] = []
         self._next_hello = now
         self._next_report = now
+        self.timers_changed = True  # see ib.runner
 
     # --- data plane ---------------------------------------------------------------
     def on_cable(self, port: int, data: bytes, now: float) -> list[tuple[int, bytes]]:
@@ -65,6 +66,7 @@ class SwitchCore:
         old = self.neighbours.get(port)
         if old is None or old[:3] != (guid, peer_port, kind):
             self._next_report = now  # a new neighbour: tell the SM at once
+            self.timers_changed = True
         self.neighbours[port] = (guid, peer_port, kind, now)
 
     # --- management ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from daemons.runtime.notify import sd_notify
 
 from .config import SwitchConfig
 from .control import SWITCH_SCHEMA
+from .constants import DROPLOG_PERIOD_S
 from .runner import Runner
 from .switchcore import SwitchCore
 from .udp import Udp
@@ -38,7 +39,6 @@ class SwitchDaemon:
                 self.cables[item[1]].send(item[2])
             else:
                 self.mgmt.send(item[1])
-        self.droplog.update("switch", self.core.counters, trio.current_time())
 
     async def _cable(self, number: int, udp: Udp) -> None:
         while True:
@@ -62,6 +62,12 @@ class SwitchDaemon:
                 "sockets": {str(n): dict(u.counters) for n, u in self.cables.items()} | {"sm": dict(self.mgmt.counters)},
                 "control": dict(self.control_counters)}
 
+    async def _drops(self) -> None:
+        """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
+        while True:
+            await trio.sleep(DROPLOG_PERIOD_S)
+            self.droplog.update("switch", self.core.counters, trio.current_time())
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
         log.info("switch.start", guid=f"{self.cfg.guid:#x}", ports=[p.number for p in self.cfg.ports])
@@ -72,5 +78,6 @@ class SwitchDaemon:
                 n.start_soon(self._cable, number, udp)
             n.start_soon(self._mgmt)
             n.start_soon(self.runner.run)
+            n.start_soon(self._drops)
             sd_notify("READY=1")
             task_status.started()
