@@ -38,6 +38,13 @@ class Group:
     queue: deque = field(default_factory=deque)
 
 
+def _is_probe(payload: bytes) -> bool:
+    """A unicast ARP request or IPv6 neighbour solicitation (the kernel revalidating)."""
+    if payload[:2] == b"\x08\x06":
+        return payload[10:12] == b"\x00\x01"
+    return payload[:2] == b"\x86\xdd" and len(payload) > 44 and payload[10] == 58 and payload[44] == 135
+
+
 class Iface:
     def __init__(self, name: str, pkey: int | None, qpn: int, counters: Counter) -> None:
         self.name = name
@@ -365,6 +372,8 @@ class PortCore:
                 self.counters["tx_drop_mcast_queue_full"] += 1
             return
         hw = HwAddr.unpack(dst)
+        if _is_probe(payload):
+            ifc.shadow.refresh(hw)
         for p, h, pl in ifc.shadow.send(hw, payload, now):
             self._send_ud(ifc, p.dlid, h.qpn, p.sl, pl)
         self._queries(ifc, now)

@@ -3,8 +3,9 @@
 Entries are keyed by the 20-byte hardware address; PathRecord queries go by GID (one
 query serves every entry with that GID).  States: PENDING (query out, at most 3
 frames queued), RESOLVED (path stored, frames go out at once), STALE (after an SM
-reregister: the next frame re-queries).  A failed query deletes the GID's entries and
-drops their queues; an entry idle for 60 s is reaped.
+reregister, or when the kernel probes the address: the next frame re-queries).  A
+failed query deletes the GID's entries and drops their queues; an entry idle for 60 s
+is reaped.
 """
 
 from __future__ import annotations
@@ -107,6 +108,15 @@ class ShadowArp:
         self.counters["drop_path_failed"] += dropped
         self.counters["paths_failed"] += 1
         return dropped
+
+    def refresh(self, hw: HwAddr) -> None:
+        """The kernel probes ``hw`` (a unicast ARP request or neighbour solicitation):
+        the seed's rule keeps us in step with its neighbour cache by querying the path
+        again with this frame."""
+        n = self.neighs.get(hw.pack())
+        if n is not None and n.state is State.RESOLVED:
+            n.state = State.STALE
+            self.counters["neigh_refreshed"] += 1
 
     def invalidate(self) -> None:
         """SM reregister / LID change: every address handle is invalid; the next frame re-queries."""

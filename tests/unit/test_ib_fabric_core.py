@@ -243,3 +243,20 @@ def test_a_port_the_sm_forgot_is_told_to_reregister():
     assert len(net.sm.groups[bmgid].members) == 3  # ClientReregister made them join again
     assert all(net.hosts[h].counters["sm_reregister"] == 1 for h in (1, 2, 3))
     resolve(net, 1, 3)
+
+
+def test_a_kernel_probe_re_queries_the_path_and_still_goes_out():
+    net = three()
+    remac2 = resolve(net, 1, 2)
+    net.send(1, "ib0", ip_frame(net.mac(1), remac2, "10.0.0.1", "10.0.0.2", b"data"))
+    queries = net.sm.counters["path_queries"]
+    probe = arp_request(net.mac(1), "10.0.0.1", "10.0.0.2")
+    probe = remac2 + probe[6:]  # unicast to the neighbour, as the kernel revalidates it
+    net.send(1, "ib0", probe)
+    net.run(0.1)
+    assert net.hosts[1].counters["neigh_refreshed"] == 1
+    assert net.sm.counters["path_queries"] == queries + 1
+    got = [f for f in net.frames(2) if f[12:14] == b"\x08\x06"]
+    assert got and got[-1][:6] == net.mac(2)  # the probe itself, after the fresh PathRecord
+    shadow = net.hosts[1].ifaces[0].shadow
+    assert all(n.state is State.RESOLVED for n in shadow.neighs.values())
