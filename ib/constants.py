@@ -88,6 +88,8 @@ MAX_NEIGHS = 4096  # shadow-ARP entries per interface; project choice
 MAX_GROUPS = 256  # multicast groups per interface; project choice
 SM_MAX_PORTS = 16384  # registered ports the SM keeps; project choice
 SM_MAX_GROUPS = 4096  # multicast groups the SM keeps; project choice
+SM_MAX_PORTS_PER_ADDR = 8  # port GUIDs one UDP source may register (each takes a LID for good); project choice
+SM_MAX_JOINS_PER_PORT = 256  # groups one port may belong to; project choice
 QPN_BASE = 0x000048  # ib0's UD QPN; children take the next ones; project choice
 
 # --- PacketWay over the fabric (spec 2.12, project choice) ----------------------------

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from . import addr, mgmt, sa
 from .constants import (CLIENT_KEEPALIVE_S, GID_PREFIX_DEFAULT, IB_MTU_BYTES, LID_MCAST_MAX, LID_MCAST_MIN,
                         LID_UNICAST_MAX, LINK_DEAD_S, PACKET_LIFETIME_DEFAULT, PKEY_FULL, PKEY_PARTITION_MASK,
-                        SCOPE_LINK_LOCAL, SM_LID, SM_MAX_GROUPS, SM_MAX_PORTS)
+                        SCOPE_LINK_LOCAL, SM_LID, SM_MAX_GROUPS, SM_MAX_JOINS_PER_PORT, SM_MAX_PORTS,
+                        SM_MAX_PORTS_PER_ADDR)
 from .mgmt import PEER_CA, PEER_SWITCH, Kind, Status
 from .partitions import Partition, may_talk, pkey_table
 
@@ -117,7 +118,8 @@ class SmCore:
             raise mgmt.MgmtError("bad_register")
         port = self.ports.get(guid)
         if port is None:
-            if len(self.ports) >= SM_MAX_PORTS:
+            if len(self.ports) >= SM_MAX_PORTS or sum(p.addr == src for p in self.ports.values()) >= SM_MAX_PORTS_PER_ADDR:
+                self.counters["register_refused_too_many"] += 1
                 self._reply(src, m, Kind.REGISTER_REPLY, Status.NO_RESOURCES)
                 return
             lid = self.lids.get(guid)
@@ -263,6 +265,13 @@ class SmCore:
             g = self.groups[r.mgid] = Group(r.mgid, self._free_mlid(), part.pkey | PKEY_FULL, r.qkey, part.mtu,
                                             part.rate, part.sl, False)
             self.counters["mc_groups_created"] += 1
+        if r.port_gid not in g.members and sum(r.port_gid in x.members for x in self.groups.values()) >= \
+                SM_MAX_JOINS_PER_PORT:
+            if not g.members and not g.broadcast:
+                del self.groups[r.mgid]
+            self.counters["mc_join_refused_too_many"] += 1
+            self._reply(src, m, Kind.MC_REPLY, Status.NO_RESOURCES)
+            return
         g.members[r.port_gid] = g.members.get(r.port_gid, 0) | r.join_state
         self.counters["mc_joins"] += 1
         self._dirty = True

@@ -260,3 +260,38 @@ def test_a_kernel_probe_re_queries_the_path_and_still_goes_out():
     assert got and got[-1][:6] == net.mac(2)  # the probe itself, after the fresh PathRecord
     shadow = net.hosts[1].ifaces[0].shadow
     assert all(n.state is State.RESOLVED for n in shadow.neighs.values())
+
+
+def test_sm_caps_registrations_per_source_and_joins_per_port():
+    from ib.constants import SM_MAX_JOINS_PER_PORT, SM_MAX_PORTS_PER_ADDR
+
+    net = three()
+    sm = net.sm
+    for k in range(SM_MAX_PORTS_PER_ADDR + 3):
+        sm.on_datagram(mgmt.Mgmt(mgmt.Kind.REGISTER, body=mgmt.register_body(0x7000 + k, 1)).encode(), ("evil", 1), 0)
+    statuses = [m.status for _, d in sm.outgoing() if (m := mgmt.decode(d)).kind == mgmt.Kind.REGISTER_REPLY]
+    assert statuses.count(mgmt.Status.OK) == SM_MAX_PORTS_PER_ADDR
+    assert sm.counters["register_refused_too_many"] == 3
+    assert len(sm.lids) == 3 + SM_MAX_PORTS_PER_ADDR  # no LID spent on the refused ones
+    gid = net.hosts[1].gid
+    for k in range(SM_MAX_JOINS_PER_PORT + 5):
+        rec = sa.MCMemberRecord(mgid=addr.mgid_ipv4(f"239.1.{k // 250}.{k % 250}", 0x7FFF), port_gid=gid, qkey=0xB1B,
+                                pkey=0xFFFF, join_state=1)
+        m = mgmt.Mgmt(mgmt.Kind.MC_JOIN, k, body=mgmt.masked_body(0x1FFFF, rec.encode()))
+        sm.on_datagram(m.encode(), ("h", 1), 0)
+    sm.outgoing()
+    assert sum(gid in g.members for g in sm.groups.values()) == SM_MAX_JOINS_PER_PORT
+    assert sm.counters["mc_join_refused_too_many"] >= 5
+
+
+def test_lid_state_file(tmp_path):
+    from ib.smd import load_lids, save_lids
+
+    f = tmp_path / "sm" / "lids.json"
+    assert load_lids(f) == {}
+    save_lids(f, {guid(1): 2, guid(2): 7})
+    assert load_lids(f) == {guid(1): 2, guid(2): 7}
+    f.write_text("{not json")
+    assert load_lids(f) == {}  # damaged: logged, LIDs assigned afresh
+    f.write_text('{"lids": {"0x5": 49152, "0x6": 3}}')
+    assert load_lids(f) == {6: 3}  # a multicast LID is not a port's
