@@ -31,7 +31,7 @@ class PacketError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Grh:
     sgid: bytes
     dgid: bytes
@@ -40,7 +40,7 @@ class Grh:
     hop_limit: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class UdPacket:
     slid: int
     dlid: int

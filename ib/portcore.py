@@ -52,6 +52,7 @@ class Iface:
         self.pkey = 0  # the table entry in use (membership bit as the SM gave it)
         self.qpn = qpn
         self.counters = counters
+        self.rx_key, self.tx_key = f"{name}_rx_frames", f"{name}_tx_frames"
         self.carrier = False
         self.mtu = 0
         self.qkey = 0
@@ -84,6 +85,7 @@ class PortCore:
         self.counters: Counter[str] = Counter()
         self.ifaces = [Iface(name, pk, (0x48 + i) & 0xFFFFFF, self.counters) for i, (name, pk) in enumerate(ifaces)]
         self.by_qpn = {i.qpn: i for i in self.ifaces}
+        self.by_name = {i.name: i for i in self.ifaces}
         self.info: mgmt.PortInfo | None = None
         self.epoch = 0
         self.gid = b""
@@ -232,7 +234,7 @@ class PortCore:
     def set_kernel_groups(self, name: str, mgids: set[bytes], now: float) -> None:
         """The groups the kernel has joined on interface ``name`` (as MGIDs): join new
         ones, leave the ones it dropped."""
-        ifc = next(i for i in self.ifaces if i.name == name)
+        ifc = self.by_name[name]
         for mg in mgids - ifc.kernel_groups:
             self._want(ifc, mg, sa.JOIN_FULL, now)
         for mg in ifc.kernel_groups - mgids:
@@ -262,7 +264,7 @@ class PortCore:
         self._joins(now)
 
     def _iface(self, name: str) -> Iface:
-        return next(i for i in self.ifaces if i.name == name)
+        return self.by_name[name]
 
     def _answer(self, req: Request, m: mgmt.Mgmt | None, now: float) -> None:
         ok = m is not None and m.status == Status.OK
@@ -336,11 +338,12 @@ class PortCore:
         learned: list[HwAddr] = []
         frame = ifc.tr.rx(p.payload, p.slid, p.sqpn, p.grh.sgid if p.grh else None, p.grh.dgid if p.grh else None,
                           learned)
-        for hw in learned:
-            ifc.shadow.learn(hw, now)
-        self._queries(ifc, now)
+        if learned:
+            for hw in learned:
+                ifc.shadow.learn(hw, now)
+            self._queries(ifc, now)
         if frame is not None:
-            self.counters[f"{ifc.name}_rx_frames"] += 1
+            self.counters[ifc.rx_key] += 1
             self._out.append(("tap", ifc.name, frame))
 
     # --- TAP -------------------------------------------------------------------------------------------
@@ -356,7 +359,7 @@ class PortCore:
         if len(payload) > ifc.mtu + IPOIB_HEADER_BYTES:
             self.counters["tx_drop_too_long"] += 1
             return
-        self.counters[f"{ifc.name}_tx_frames"] += 1
+        self.counters[ifc.tx_key] += 1
         if len(dst) == 16:  # an MGID
             g = ifc.groups.get(dst)
             if g is None:
@@ -371,10 +374,9 @@ class PortCore:
             else:
                 self.counters["tx_drop_mcast_queue_full"] += 1
             return
-        hw = HwAddr.unpack(dst)
         if _is_probe(payload):
-            ifc.shadow.refresh(hw)
-        for p, h, pl in ifc.shadow.send(hw, payload, now):
+            ifc.shadow.refresh(dst)
+        for p, h, pl in ifc.shadow.send(dst, payload, now):
             self._send_ud(ifc, p.dlid, h.qpn, p.sl, pl)
         self._queries(ifc, now)
 

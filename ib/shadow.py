@@ -44,10 +44,10 @@ class ShadowArp:
         self._queries: list[bytes] = []  # GIDs to ask the SA about
         self._asking: set[bytes] = set()
 
-    def _entry(self, hw: HwAddr, now: float) -> Neigh | None:
-        key = hw.pack()
+    def _entry(self, key: bytes, now: float) -> Neigh | None:
         n = self.neighs.get(key)
         if n is None:
+            hw = HwAddr.unpack(key)
             if len(self.neighs) >= MAX_NEIGHS:
                 self.counters["drop_neigh_table_full"] += 1
                 return None
@@ -62,18 +62,19 @@ class ShadowArp:
 
     def learn(self, hw: HwAddr, now: float) -> None:
         """An ARP reply or neighbour advertisement taught ``hw``: resolve it ahead of use."""
-        self._entry(hw, now)
+        self._entry(hw.pack(), now)
 
-    def send(self, hw: HwAddr, payload: bytes, now: float) -> list[Send]:
+    def send(self, hw: bytes, payload: bytes, now: float) -> list[Send]:
+        """Frames to send now for ``payload`` to the 20-byte address ``hw``."""
         n = self._entry(hw, now)
         if n is None:
             return []
         n.used = now
         if n.state is State.RESOLVED:
-            return [(n.path, hw, payload)]
+            return [(n.path, n.hw, payload)]
         if n.state is State.STALE:
             n.state = State.PENDING
-            self._ask(hw.gid)
+            self._ask(n.hw.gid)
         if len(n.queue) >= NEIGH_QUEUE_MAX:
             self.counters["drop_neigh_queue_full"] += 1
             return []
@@ -109,11 +110,11 @@ class ShadowArp:
         self.counters["paths_failed"] += 1
         return dropped
 
-    def refresh(self, hw: HwAddr) -> None:
+    def refresh(self, hw: bytes) -> None:
         """The kernel probes ``hw`` (a unicast ARP request or neighbour solicitation):
         the seed's rule keeps us in step with its neighbour cache by querying the path
         again with this frame."""
-        n = self.neighs.get(hw.pack())
+        n = self.neighs.get(hw)
         if n is not None and n.state is State.RESOLVED:
             n.state = State.STALE
             self.counters["neigh_refreshed"] += 1
