@@ -144,6 +144,17 @@ def ibctl_main(ctx, sock, as_json) -> None:
     ctx.obj = (sock, as_json)
 
 
+def json_option(f):
+    """``--json`` after the command too (``ibctl neighbours --json``)."""
+
+    def _set(ctx, _param, value):
+        if value:
+            ctx.obj = (ctx.obj[0], True)
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=_set,
+                        help="Print the daemon's JSON answer.")(f)
+
+
 def _ask(ctx, req: dict) -> dict:
     sock, _ = ctx.obj
     r = reach_daemon("ibctl", sock, "the daemon", lambda: request(sock, req))
@@ -162,6 +173,7 @@ def _show(ctx, r: dict, text) -> None:
 
 
 @ibctl_main.command()
+@json_option
 @click.pass_context
 def status(ctx) -> None:
     """Interfaces (P_Key, QPN, carrier, MTU, 20-byte address) of a port, or the SM's/switch's state."""
@@ -183,6 +195,7 @@ def status(ctx) -> None:
 
 
 @ibctl_main.command()
+@json_option
 @click.pass_context
 def counters(ctx) -> None:
     """Every counter of the daemon (drops carry their reason in the name)."""
@@ -192,6 +205,7 @@ def counters(ctx) -> None:
 
 
 @ibctl_main.command()
+@json_option
 @click.pass_context
 def neighbours(ctx) -> None:
     """Shadow-ARP entries: 20-byte address, LID, state, frames queued."""
@@ -201,6 +215,7 @@ def neighbours(ctx) -> None:
 
 
 @ibctl_main.command()
+@json_option
 @click.pass_context
 def groups(ctx) -> None:
     """Multicast groups of the port: MGID, MLID, JoinState joined/wanted."""
@@ -211,6 +226,7 @@ def groups(ctx) -> None:
 
 @ibctl_main.command()
 @click.argument("ip")
+@json_option
 @click.pass_context
 def path(ctx, ip) -> None:
     """Path information for IP (the seed's ipoib_path_info): GIDs, LIDs, P_Key, SL, MTU, rate."""

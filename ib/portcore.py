@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from . import addr, mgmt, nodeinfo, packet, sa
 from .addr import HwAddr
 from .constants import (CLIENT_KEEPALIVE_S, IB_MTU_2048, IB_MTU_BYTES, IPOIB_HEADER_BYTES, JOIN_BACKOFF_MAX_S,
-                        JOIN_BACKOFF_MIN_S, LID_PERMISSIVE, LINK_HELLO_S, MAX_GROUPS, PKEY_FULL,
+                        JOIN_BACKOFF_MIN_S, LID_PERMISSIVE, LINK_HELLO_S, MAX_GROUPS, NEIGH_IDLE_S, PKEY_FULL,
                         PKEY_PARTITION_MASK, QPN_MCAST, SA_RETRIES, SA_TIMEOUT_S, SENDONLY_QUEUE_MAX)
 from .eipoib import Translator
 from .mgmt import PEER_CA, Kind, Status
@@ -36,6 +36,7 @@ class Group:
     retry_at: float = 0.0
     backoff: float = JOIN_BACKOFF_MIN_S
     queue: deque = field(default_factory=deque)
+    used: float = 0.0  # last send to a send-only group (reaped when idle)
 
 
 def _is_probe(payload: bytes) -> bool:
@@ -231,6 +232,20 @@ class PortCore:
             ifc.mtu = mtu
         self._out.append(("carrier", ifc.name, up, ifc.mtu))
 
+    def _reap_sendonly(self, ifc: Iface, now: float) -> None:
+        """Send-only groups (e.g. other hosts' solicited-node groups) left after 60 s idle."""
+        for mg, g in list(ifc.groups.items()):
+            if g.want == sa.JOIN_SENDONLY_FULL and now - g.used >= NEIGH_IDLE_S and not g.busy:
+                del ifc.groups[mg]
+                self.counters["mc_sendonly_reaped"] += 1
+                if g.joined:
+                    self._leave(ifc, mg, g.joined, now)
+
+    def _leave(self, ifc: Iface, mgid: bytes, state: int, now: float) -> None:
+        rec = sa.MCMemberRecord(mgid=mgid, port_gid=self.gid, pkey=ifc.pkey | PKEY_FULL, join_state=state)
+        self._request(Kind.MC_LEAVE, mgmt.masked_body(sa.MC_MGID | sa.MC_PORT_GID | sa.MC_JOIN_STATE, rec.encode()),
+                      ("leave", ifc.name, mgid), now)
+
     def set_kernel_groups(self, name: str, mgids: set[bytes], now: float) -> None:
         """The groups the kernel has joined on interface ``name`` (as MGIDs): join new
         ones, leave the ones it dropped."""
@@ -240,9 +255,7 @@ class PortCore:
         for mg in ifc.kernel_groups - mgids:
             g = ifc.groups.pop(mg, None)
             if g is not None and g.joined and self.info is not None and ifc.tr is not None and mg != ifc.bcast:
-                rec = sa.MCMemberRecord(mgid=mg, port_gid=self.gid, pkey=ifc.pkey | PKEY_FULL, join_state=g.joined)
-                self._request(Kind.MC_LEAVE, mgmt.masked_body(sa.MC_MGID | sa.MC_PORT_GID | sa.MC_JOIN_STATE,
-                                                               rec.encode()), ("leave", name, mg), now)
+                self._leave(ifc, mg, g.joined, now)
         ifc.kernel_groups = set(mgids)
         self._joins(now)
 
@@ -366,6 +379,7 @@ class PortCore:
                 g = self._want(ifc, dst, sa.JOIN_SENDONLY_FULL, now)
                 if g is None:
                     return
+            g.used = now
             if g.joined:
                 self._send_mcast(ifc, g, payload)
             elif len(g.queue) < SENDONLY_QUEUE_MAX:
@@ -427,6 +441,7 @@ class PortCore:
             self._next_reap = now + 1.0
             for ifc in self.ifaces:
                 ifc.shadow.reap(now)
+                self._reap_sendonly(ifc, now)
         self._joins(now)
 
     def outgoing(self) -> list[tuple]:

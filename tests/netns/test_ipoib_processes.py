@@ -155,6 +155,9 @@ def test_ipv4_ipv6_ping_mtu_and_tcpdump_sees_plain_ip(ibf):
     assert ibf.ping(1, "192.0.2.2", "-c", "1", "-s", "2016", "-M", "do", "-W", "5").returncode == 0
     neigh = ibf.ibctl(1, "neighbours")["neighbours"]
     assert any(n["state"] == "resolved" and len(bytes.fromhex(n["hwaddr"].replace(":", ""))) == 20 for n in neigh)
+    text = subprocess.run([str(BIN / "ibctl"), "-s", str(ibf.tmp / "h1" / "ib0.ctl"), "neighbours"],
+                          capture_output=True, text=True, timeout=10).stdout
+    assert f"LID {ibf.status(2)['lid']}  resolved" in text, text
     path = ibf.ibctl(1, "path", "192.0.2.2")
     assert path and path["dest_lid"] == ibf.status(2)["lid"] and path["mtu"] == 2048
     groups = ibf.ibctl(1, "groups")["groups"]

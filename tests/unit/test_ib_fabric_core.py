@@ -295,3 +295,19 @@ def test_lid_state_file(tmp_path):
     assert load_lids(f) == {}  # damaged: logged, LIDs assigned afresh
     f.write_text('{"lids": {"0x5": 49152, "0x6": 3}}')
     assert load_lids(f) == {6: 3}  # a multicast LID is not a port's
+
+
+def test_idle_send_only_groups_are_left_after_60_s():
+    net = three()
+    mg = addr.mgid_ipv4("239.9.9.9", 0x7FFF)
+    frame = ip_frame(net.mac(1), bytes.fromhex("01005e090909"), "10.0.0.1", "239.9.9.9", b"once")
+    net.send(1, "ib0", frame)
+    net.run(0.5)
+    assert net.sm.groups[mg].members == {net.hosts[1].gid: sa.JOIN_SENDONLY_FULL}
+    net.run(30.0)
+    net.send(1, "ib0", frame)  # used again: kept
+    net.run(45.0)
+    assert mg in net.hosts[1].ifaces[0].groups
+    net.run(20.0)
+    assert mg not in net.hosts[1].ifaces[0].groups and mg not in net.sm.groups  # left; the SM dropped the empty group
+    assert net.hosts[1].counters["mc_sendonly_reaped"] == 1
