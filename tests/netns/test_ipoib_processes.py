@@ -124,14 +124,15 @@ def test_queued_frames_flushed_in_order_after_a_delayed_path_record(ibf):
     try:
         p = subprocess.Popen(["ip", "netns", "exec", ibf.fab.host_ns[0], "ping", "-n", "-c", "3", "-i", "0.2", "-W",
                               "8", "192.0.2.3"], stdout=subprocess.PIPE, text=True)
-        time.sleep(1.5)  # within the 3 x 1000 ms the SA client waits
+        # frames wait on a PENDING entry while the SA is silent (within its 3 x 1000 ms)
+        poll(lambda: sum(ibf.counter(i, "neigh_queued") for i in (1, 3)) > before, 2.5, interval=0.1,
+             what="frames queued on a pending neighbour")
     finally:
         ibf.signal_sm(signal.SIGCONT)
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 0, out
     seqs = [int(w.split("=")[1]) for w in out.split() if w.startswith("icmp_seq=")]
     assert seqs == sorted(seqs) and len(seqs) == 3, out
-    assert sum(ibf.counter(i, "neigh_queued") for i in (1, 3)) > before
 
 
 def test_ipv4_ipv6_ping_mtu_and_tcpdump_sees_plain_ip(ibf):
