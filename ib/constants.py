@@ -13,13 +13,10 @@ LID_MCAST_MIN = 0xC000  # [OSM]
 LID_MCAST_MAX = 0xFFFE  # [OSM]
 LID_PERMISSIVE = 0xFFFF  # [OSM]
 QPN_MCAST = 0xFFFFFF  # IPoIB multicast QPN [LNX]
-QPN_SMI = 0  # QP0 [OSM]
-QPN_GSI = 1  # QP1 [OSM]
-QKEY_GSI = 0x80010000  # [OSM]
+QPN_SMI = 0  # QP0, the management QP [OSM]
 QKEY_PRIVILEGED = 0x80000000  # high bit: controlled key [OSM]
 QKEY_IPOIB_DEFAULT = 0x00000B1B  # broadcast group Q_Key of an ipoib partition [OSM]
 PKEY_FULL = 0x8000  # bit 15 = full membership [OSM]
-PKEY_DEFAULT = 0xFFFF  # default partition, full [OSM]
 PKEY_PARTITION_MASK = 0x7FFF
 GID_PREFIX_DEFAULT = 0xFE80000000000000  # fe80::/64 [OSM]
 
@@ -43,8 +40,7 @@ LNH_GLOBAL = 3  # GRH follows (IBA)
 LRH_LVER = 0
 BTH_TVER = 0
 OPCODE_UD_SEND_ONLY = 0x64  # UD class (0b011) + SEND Only (IBA)
-VL_DATA = 0
-VL_MANAGEMENT = 15
+VL_MANAGEMENT = 15  # hellos travel on the management VL (IBA)
 
 # --- IPoIB (spec 2.2-2.6) --------------------------------------------------------
 IPOIB_HEADER_BYTES = 4  # [SEED-IB; LNX; RFC4391]
@@ -83,7 +79,6 @@ MAX_SWITCH_PORTS = 64  # MFT port mask width; project choice
 MAX_LFT_ENTRIES = 4096  # entries in one table message; project choice
 DATAGRAM_MAX = 65535
 DROPLOG_PERIOD_S = 1.0  # daemons look at their drop counters this often (for the log); project choice
-TX_QUEUE_MAX = 256  # per-cable UDP send queue; project choice
 MAX_NEIGHS = 4096  # shadow-ARP entries per interface; project choice
 MAX_GROUPS = 256  # multicast groups per interface; project choice
 SM_MAX_PORTS = 16384  # registered ports the SM keeps; project choice

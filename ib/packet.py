@@ -19,7 +19,6 @@ from .constants import (BTH_BYTES, BTH_TVER, DETH_BYTES, GRH_BYTES, GRH_NEXT_HEA
 _LRH = struct.Struct("!BBHHH")
 _BTH = struct.Struct("!BBHI I")
 _DETH = struct.Struct("!II")
-HEADROOM = LRH_BYTES + GRH_BYTES + BTH_BYTES + DETH_BYTES + ICRC_BYTES + 3
 MAX_PKT_WORDS = (1 << 11) - 1  # 11-bit LRH PktLen in 4-byte words
 
 

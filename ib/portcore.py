@@ -17,7 +17,7 @@ from . import addr, mgmt, nodeinfo, packet, sa
 from .addr import HwAddr
 from .constants import (CLIENT_KEEPALIVE_S, IB_MTU_2048, IB_MTU_BYTES, IPOIB_HEADER_BYTES, JOIN_BACKOFF_MAX_S,
                         JOIN_BACKOFF_MIN_S, LID_PERMISSIVE, LINK_HELLO_S, MAX_GROUPS, NEIGH_IDLE_S, PKEY_FULL,
-                        PKEY_PARTITION_MASK, QPN_MCAST, SA_RETRIES, SA_TIMEOUT_S, SENDONLY_QUEUE_MAX)
+                        PKEY_PARTITION_MASK, QPN_BASE, QPN_MCAST, SA_RETRIES, SA_TIMEOUT_S, SENDONLY_QUEUE_MAX)
 from .eipoib import Translator
 from .mgmt import PEER_CA, Kind, Status
 from .partitions import may_talk
@@ -84,7 +84,7 @@ class PortCore:
         self.guid, self.node_guid, self.port_number = port_guid, node_guid, port_number
         self.mac = addr.lemac(port_guid)
         self.counters: Counter[str] = Counter()
-        self.ifaces = [Iface(name, pk, (0x48 + i) & 0xFFFFFF, self.counters) for i, (name, pk) in enumerate(ifaces)]
+        self.ifaces = [Iface(name, pk, QPN_BASE + i, self.counters) for i, (name, pk) in enumerate(ifaces)]
         self.by_qpn = {i.qpn: i for i in self.ifaces}
         self.by_name = {i.name: i for i in self.ifaces}
         self.info: mgmt.PortInfo | None = None

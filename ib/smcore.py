@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from . import addr, mgmt, sa
 from .constants import (CLIENT_KEEPALIVE_S, GID_PREFIX_DEFAULT, IB_MTU_BYTES, LID_MCAST_MAX, LID_MCAST_MIN,
-                        LID_UNICAST_MAX, LINK_DEAD_S, PACKET_LIFETIME_DEFAULT, PKEY_FULL, PKEY_PARTITION_MASK,
+                        LID_UNICAST_MAX, PACKET_LIFETIME_DEFAULT, PKEY_FULL, PKEY_PARTITION_MASK, QKEY_PRIVILEGED,
                         SCOPE_LINK_LOCAL, SM_LID, SM_MAX_GROUPS, SM_MAX_JOINS_PER_PORT, SM_MAX_PORTS,
                         SM_MAX_PORTS_PER_ADDR)
 from .mgmt import PEER_CA, PEER_SWITCH, Kind, Status
@@ -255,6 +255,10 @@ class SmCore:
             self._reply(src, m, Kind.MC_REPLY, Status.REQ_INVALID)
             return
         if g is None:
+            if r.qkey & QKEY_PRIVILEGED:  # a controlled Q_Key is the SM's to hand out
+                self.counters["mc_privileged_qkey_refused"] += 1
+                self._reply(src, m, Kind.MC_REPLY, Status.REQ_INVALID)
+                return
             if not mask & sa.MC_QKEY or not mask & sa.MC_PKEY or len(self.groups) >= SM_MAX_GROUPS:
                 self._reply(src, m, Kind.MC_REPLY, Status.NO_RECORDS)
                 return

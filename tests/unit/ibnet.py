@@ -3,7 +3,6 @@ wired together directly (no sockets), for the core tests."""
 
 from __future__ import annotations
 
-import heapq
 import ipaddress
 import struct
 

@@ -3,8 +3,6 @@ discovery and LIDs, carrier after the broadcast join, ARP type 32 end to end, th
 shadow-ARP machine (queue of 3 flushed in order, failed PathRecord drops it, 60 s
 reaping), partitions, SM restart (re-register, paths invalid), multicast tables."""
 
-import pytest
-
 from ib import addr, mgmt, sa
 from ib.constants import IPOIB_UD_MTU_2048, NEIGH_QUEUE_MAX
 from ib.partitions import Partition
@@ -311,3 +309,14 @@ def test_idle_send_only_groups_are_left_after_60_s():
     net.run(20.0)
     assert mg not in net.hosts[1].ifaces[0].groups and mg not in net.sm.groups  # left; the SM dropped the empty group
     assert net.hosts[1].counters["mc_sendonly_reaped"] == 1
+
+
+def test_a_port_cannot_create_a_group_with_a_controlled_qkey():
+    net = three()
+    rec = sa.MCMemberRecord(mgid=addr.mgid_ipv4("239.1.1.1", 0x7FFF), port_gid=net.hosts[1].gid, qkey=0x80010000,
+                            pkey=0xFFFF, join_state=1)
+    net.sm.on_datagram(mgmt.Mgmt(mgmt.Kind.MC_JOIN, 1, body=mgmt.masked_body(0x1FFFF, rec.encode())).encode(),
+                       ("h", 1), net.now)
+    (_, data), = [o for o in net.sm.outgoing() if mgmt.decode(o[1]).kind == mgmt.Kind.MC_REPLY]
+    assert mgmt.decode(data).status == mgmt.Status.REQ_INVALID
+    assert net.sm.counters["mc_privileged_qkey_refused"] == 1
