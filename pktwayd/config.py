@@ -9,12 +9,12 @@ from daemons.wire.ula import parse_ula
 
 from daemons.io.pmtu import check_mtu, family_of
 from daemons.io.udp import resolve
+from ib.constants import QPN_PACKETWAY
+from ib.udport import route as ib_route
 
 from .constants import LIVENESS_S
 from .eep import L2RH
 from .udpsan import native
-from ib.constants import QPN_PACKETWAY
-from ib.udport import route as ib_route
 from .routing import NodeEntry
 
 

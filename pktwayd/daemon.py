@@ -20,6 +20,7 @@ from daemons.runtime.schema import Schema
 from daemons.runtime.notify import sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.ula import format_ula, parse_ula
+from ib.udport import AsyncIbPort
 
 from .config import HalfConfig, RouterConfig
 from .constants import ETHERTYPE_PKTWAY
@@ -28,7 +29,6 @@ from .engine import Engine
 from .routing import HalfRouter
 from .twinlink import TwinLink
 from .udpsan import AsyncSanPort, native
-from ib.udport import AsyncIbPort
 
 log = structlog.get_logger("pktwayd")
 
