@@ -21,12 +21,11 @@ from . import kgroups
 from .config import IpoibConfig
 from .control import IPOIB_SCHEMA
 from .portcore import PortCore
-from .constants import DROPLOG_PERIOD_S
+from .constants import DROPLOG_PERIOD_S, KERNEL_GROUPS_POLL_S
 from .runner import Runner
 from .udp import Udp
 
 log = structlog.get_logger("ipoibd")
-KERNEL_GROUPS_POLL_S = 1.0  # how often the kernel's multicast memberships are read; project choice
 
 
 class IpoibDaemon:

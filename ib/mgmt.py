@@ -14,10 +14,9 @@ import enum
 import struct
 from dataclasses import dataclass, field
 
-from .constants import MAX_LFT_ENTRIES, MAX_SWITCH_PORTS
+from .constants import MAX_LFT_ENTRIES, MAX_SWITCH_PORTS, MGMT_MAGIC, MGMT_VERSION
 
-MAGIC = b"IM"
-VERSION = 1
+MAGIC, VERSION = MGMT_MAGIC, MGMT_VERSION
 _HDR = struct.Struct("!2sBBHxxQQ")
 HEADER_BYTES = _HDR.size  # 24
 

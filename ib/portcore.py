@@ -17,13 +17,12 @@ from . import addr, mgmt, nodeinfo, packet, sa
 from .addr import HwAddr
 from .constants import (CLIENT_KEEPALIVE_S, IB_MTU_2048, IB_MTU_BYTES, IPOIB_HEADER_BYTES, JOIN_BACKOFF_MAX_S,
                         JOIN_BACKOFF_MIN_S, LID_PERMISSIVE, LINK_HELLO_S, MAX_GROUPS, NEIGH_IDLE_S, PKEY_FULL,
-                        PKEY_PARTITION_MASK, QPN_BASE, QPN_MCAST, SA_RETRIES, SA_TIMEOUT_S, SENDONLY_QUEUE_MAX)
+                        PKEY_PARTITION_MASK, PORT_UD_MTU, QPN_BASE, QPN_MCAST, SA_RETRIES, SA_TIMEOUT_S, SENDONLY_QUEUE_MAX)
 from .eipoib import Translator
 from .mgmt import PEER_CA, Kind, Status
 from .partitions import may_talk
 from .shadow import ShadowArp
 
-PORT_UD_MTU = IB_MTU_BYTES[IB_MTU_2048]  # the emulated port's UD MTU (2048)
 
 
 @dataclass

@@ -20,15 +20,13 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from . import addr, mgmt, sa
-from .constants import (CLIENT_KEEPALIVE_S, GID_PREFIX_DEFAULT, IB_MTU_BYTES, LID_MCAST_MAX, LID_MCAST_MIN,
+from .constants import (GID_PREFIX_DEFAULT, PORT_EXPIRY_S, SWITCH_EXPIRY_S, IB_MTU_BYTES, LID_MCAST_MAX, LID_MCAST_MIN,
                         LID_UNICAST_MAX, PACKET_LIFETIME_DEFAULT, PKEY_FULL, PKEY_PARTITION_MASK, QKEY_PRIVILEGED,
                         SCOPE_LINK_LOCAL, SM_LID, SM_MAX_GROUPS, SM_MAX_JOINS_PER_PORT, SM_MAX_PORTS,
                         SM_MAX_PORTS_PER_ADDR)
 from .mgmt import PEER_CA, PEER_SWITCH, Kind, Status
 from .partitions import Partition, may_talk, pkey_table
 
-PORT_EXPIRY_S = 3 * CLIENT_KEEPALIVE_S  # a port silent this long is forgotten (its LID is kept); project choice
-SWITCH_EXPIRY_S = 3.0  # project choice
 
 
 @dataclass
