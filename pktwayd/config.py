@@ -10,6 +10,8 @@ from daemons.wire.ula import parse_ula
 from daemons.io.pmtu import check_mtu, family_of
 from daemons.io.udp import resolve
 from daemons.runtime.keyfile import cable_key, overhead
+from ib.constants import QPN_PACKETWAY
+from ib.udport import route as ib_route
 
 from .constants import LIVENESS_S
 from .eep import L2RH
@@ -27,10 +29,14 @@ class HalfConfig:
     dialect: str = "pw0"  # "pw0" PacketWay EEP, "mw5" MessageWay v5 (16-bit addresses) on this SAN
     map: bool = True  # follow the switch's ULA list (gsnd control socket): LRT liveness, Hey-You
     control: str = ""  # gsnd's control socket (default: the ULP socket's path with .ctl)
-    kind: str = "gsn"  # "gsn", or "udp": an emulated ServerNet/InfiniBand-style SAN (pktway-san)
-    switch: tuple | None = None  # udp: the pktway-san switch's address
-    local: tuple | None = None  # udp: my port's UDP address
+    kind: str = "gsn"  # "gsn"; "udp": an emulated ServerNet-style SAN (pktway-san); "infiniband": an
+    # InfiniBand-style fabric (ib-sm, ib-switch), L2RH = DLID + QPN
+    switch: tuple | None = None  # udp: the pktway-san switch's address; infiniband: the ib-switch port
+    local: tuple | None = None  # udp, infiniband: my port's UDP address
     port: int = 0  # udp: my port number on that switch
+    guid: int = 0  # infiniband: my port GUID
+    sm: tuple | None = None  # infiniband: the subnet manager
+    pkey: int = 0xFFFF  # infiniband: my partition
 
 
 @dataclass
@@ -57,9 +63,20 @@ class RouterConfig:
 
 
 def _kind(v: str) -> str:
-    if v not in ("gsn", "udp"):
-        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd) or udp (an emulated SAN via pktway-san)")
+    if v not in ("gsn", "udp", "infiniband"):
+        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd), udp (an emulated SAN via pktway-san) or "
+                         "infiniband (an InfiniBand-style fabric via ib-sm and ib-switch)")
     return v
+
+
+def _guid(v: str) -> int:
+    try:
+        g = int(v, 16)
+    except ValueError:
+        raise ValueError(f"{v!r} is not a hexadecimal GUID like \"0x0002c90300000001\"") from None
+    if not 0 < g < 1 << 64:
+        raise ValueError(f"{v!r} is outside 1..2^64-1")
+    return g
 
 
 def _dialect(v: str) -> str:
@@ -108,6 +125,13 @@ def load(path: str) -> RouterConfig:
         if kind == "gsn":
             half.map = h.get("map", bool, True)
             half.control = h.get("control", str, half.ulp.removesuffix(".ulp") + ".ctl")
+        elif kind == "infiniband":  # a port on an InfiniBand-style fabric: LIDs from its SM
+            half.map = False
+            half.guid = h.get("guid", str, required=True, check=_guid)
+            half.local = h.get("local", str, required=True, check=resolve)
+            half.switch = h.get("switch", str, required=True, check=resolve)
+            half.sm = h.get("sm", str, required=True, check=resolve)
+            half.pkey = h.get("pkey", int, 0xFFFF, check=in_range(1, 0xFFFF))
         else:  # an emulated SAN (pktway-san): no switch map, liveness by WRU only
             half.map = False
             half.switch = h.get("switch", str, required=True, check=resolve)
@@ -120,6 +144,9 @@ def load(path: str) -> RouterConfig:
             addr = n.get("addr", int, required=True, check=in_range(1, 0x7FFFFD))
             if kind == "gsn":
                 route = n.get("ula", str, required=True, check=parse_ula)
+            elif kind == "infiniband":
+                route = ib_route(n.get("lid", int, required=True, check=in_range(1, 0xBFFF)),
+                                 n.get("qpn", int, QPN_PACKETWAY, check=in_range(0, 0xFFFFFF)))
             else:
                 route = native(n.get("port", int, required=True, check=in_range(0, 255)))
             q = n.get("q", int, 1, check=in_range(0, 0xFFFF))

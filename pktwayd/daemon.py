@@ -20,6 +20,7 @@ from daemons.runtime.schema import Schema
 from daemons.runtime.notify import sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.ula import format_ula, parse_ula
+from ib.udport import AsyncIbPort
 
 from .config import HalfConfig, RouterConfig
 from .constants import ETHERTYPE_PKTWAY
@@ -129,6 +130,8 @@ class Pktwayd:
         self.control_counters: Counter[str] = Counter()
         # ports on emulated SANs, bound now so that a taken address fails at start
         self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
+        self.san_ports |= {h.addr: AsyncIbPort(h.guid, h.local, h.switch, h.sm, h.pkey) for h in cfg.halves
+                           if h.kind == "infiniband"}
         if cfg.twin is None:
             a, b = cfg.halves
             self.halves = [Half(a, b.addr, cfg), Half(b, a.addr, cfg)]
@@ -200,6 +203,10 @@ class Pktwayd:
                     h.set_client(port)
                     h.on_status(native(h.cfg.port))
                     nursery.start_soon(port.run, h.on_frame)
+                elif h.cfg.kind == "infiniband":  # up once the SM gave the port its LID
+                    port = self.san_ports[h.cfg.addr]
+                    h.set_client(port)
+                    nursery.start_soon(port.run, h.on_frame, h.on_status)
                 else:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
                                                on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))

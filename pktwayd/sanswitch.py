@@ -1,6 +1,6 @@
-"""pktway-san: a ServerNet- or InfiniBand-style datagram SAN emulated by one UDP
-switch process (spec pktway.md §3.8), so that pktwayd can join GSN fabrics to a
-SAN of another kind."""
+"""pktway-san: a ServerNet-style datagram SAN emulated by one UDP switch process
+(spec pktway.md §3.8), so that pktwayd can join GSN fabrics to a SAN of another
+kind.  (InfiniBand-style fabrics have their own emulation: ib-sm and ib-switch.)"""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class SanSwitchd:
               help="Port N (0..255) is the node or half-router at that UDP address. Repeat for each port.")
 @click.option("--mtu", default=0, show_default=True, help="Largest packet in bytes; bigger ones are dropped, counted "
               "(0 = what one datagram holds).")
-@click.option("--kind", type=click.Choice(["servernet", "infiniband"]), default="servernet", show_default=True,
+@click.option("--kind", type=click.Choice(["servernet"]), default="servernet", show_default=True,
               help="What the SAN stands for (logs and status only: the framing is the same).")
 @click.option("--control", help="Control socket answering {\"cmd\": \"status\"} with the per-port counters.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",

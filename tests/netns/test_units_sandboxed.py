@@ -23,7 +23,8 @@ from stpd.client import StClient
 SANDBOX = Path(__file__).with_name("sandbox.py")
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 UNIT_OF = {"gsnd": "gsnd@.service", "gsn-switch": "gsn-switch.service", "harpd": "harpd.service",
-           "stpd": "stpd.service", "pktwayd": "pktwayd@.service"}
+           "stpd": "stpd.service", "pktwayd": "pktwayd@.service", "ib-sm": "ib-sm.service",
+           "ib-switch": "ib-switch@.service", "ipoibd": "ipoibd@.service"}
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
@@ -192,3 +193,27 @@ ula = "{ula_b[0]}"
             proc.wait()
         assert "Operation not permitted" not in log.read_text() and "Traceback" not in log.read_text(), \
             log.read_text()[-2000:]
+
+
+def test_ib_sm_switches_ipoibd_sandboxed(notify):
+    from tests.netns.test_ipoib_processes import IbFabric
+
+    ibf = IbFabric(SandboxedFabric)
+    try:
+        ibf.up()  # ipoibd: TAPs, rtnetlink MTU, /proc/net/igmp; ib-sm: state file; switches: UDP only
+        r = ibf.ping(1, "192.0.2.3", "-c", "2", "-i", "0.2", "-W", "5")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert ibf.ibctl(1, "path", "192.0.2.3")["dest_lid"] == ibf.status(3)["lid"]
+        names = ["sm", "swa", "swb", "ipoibd1", "ipoibd2", "ipoibd3"]
+        pids = {name: ibf.fab.procs[name].pid for name in names}
+        poll(lambda: all(notify.pings(pid) >= 3 for pid in pids.values()), 10, what="three pings from each daemon")
+        for name, pid in pids.items():
+            assert "READY=1" in notify.by_pid[pid], name
+            assert "Seccomp:\t2" in Path(f"/proc/{pid}/status").read_text(), f"{name} is not filtered"
+        for sock in (ibf.tmp / "sm" / "control.sock", ibf.tmp / "swa" / "control.sock", ibf.tmp / "h1" / "ib0.ctl"):
+            assert mode(sock) == 0o660, f"{sock}: {oct(mode(sock))}"
+        for name in names:
+            log = ibf.fab.logs[name].read_text()
+            assert "Operation not permitted" not in log and "Traceback" not in log, f"{name}: {log[-2000:]}"
+    finally:
+        ibf.fab.close()

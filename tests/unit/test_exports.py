@@ -6,7 +6,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["daemons", "harpd", "stpd", "pktwayd"]
+PACKAGES = ["daemons", "harpd", "stpd", "pktwayd", "ib"]
 
 
 def _modules():

@@ -1,0 +1,114 @@
+"""InfiniBand-style fabric targets (ib/): the UD packet and management codecs, and the
+SM, switch and IPoIB port cores fed built-then-mutated datagrams and TAP frames."""
+
+from __future__ import annotations
+
+from .draw import Draw
+from .mutate import mutate_bytes
+from .registry import target
+
+GUID = 0x0002C90300000001
+
+
+def _ud(d: Draw) -> bytes:
+    from ib import packet
+
+    grh = packet.Grh(d.take(16).ljust(16, b"\xff"), d.take(16).ljust(16, b"\xff")) if d.bool() else None
+    return packet.UdPacket(slid=d.int(2), dlid=d.int(2), pkey=d.int(2), dqpn=d.int(3), sqpn=d.int(3), qkey=d.int(4),
+                           payload=d.take(d.below(120)), grh=grh).encode()
+
+
+@target("ib.packet", rejects=(ValueError,), seeds=[b"", b"\x00" * 40, b"\x01" * 90])
+def ib_packet(data: bytes) -> None:
+    """UD packet decode (LRH/GRH/BTH/DETH/ICRC) of built-then-mutated packets; round trip when intact."""
+    from ib import packet
+
+    d = Draw(data)
+    raw = _ud(d)
+    if d.bool():
+        raw = mutate_bytes(d, raw, offsets=[0, 1, 4, 5, 8, 9])
+    try:
+        p = packet.decode(raw)
+    except packet.PacketError:
+        return
+    assert packet.decode(p.encode()) == p
+
+
+def _mgmt(d: Draw) -> bytes:
+    from ib import addr, mgmt, sa
+
+    gid = addr.gid(0xFE80 << 48, GUID + d.below(3))
+    kind = d.choice(list(mgmt.Kind))
+    if kind in (mgmt.Kind.MC_JOIN, mgmt.Kind.MC_LEAVE, mgmt.Kind.MC_REPLY):
+        body = mgmt.masked_body(d.int(4), sa.MCMemberRecord(mgid=addr.mgid_ipv4("224.0.0.1", d.int(2)), port_gid=gid,
+                                                             qkey=d.int(4), pkey=d.int(2), join_state=d.bits(4)).encode())
+    elif kind in (mgmt.Kind.PATH_GET, mgmt.Kind.PATH_REPLY):
+        body = mgmt.masked_body(d.int(4), sa.PathRecord(dgid=addr.gid(0xFE80 << 48, GUID + d.below(3)), sgid=gid,
+                                                         pkey=d.int(2)).encode())
+    elif kind == mgmt.Kind.REGISTER:
+        body = mgmt.register_body(GUID + d.below(3), d.int(8))
+    elif kind == mgmt.Kind.SWITCH_REPORT:
+        body = mgmt.SwitchReport(d.int(8), d.int(4), d.int(4), ((1 + d.below(62), GUID, 1, d.below(3)),)).encode()
+    else:
+        body = d.take(d.below(60))
+    raw = mgmt.Mgmt(kind, d.int(8), d.int(8), d.choice(list(mgmt.Status)), body).encode()
+    return mutate_bytes(d, raw, offsets=[3, 4, 5]) if d.bool() else raw
+
+
+@target("ib.sm", seeds=[b"", b"\x03" * 60, b"\x05" * 120])
+def ib_sm(data: bytes) -> None:
+    """SmCore.on_datagram and its timers on management datagrams (registrations, SA queries, joins, reports)."""
+    from ib.partitions import Partition
+    from ib.smcore import SmCore
+
+    d = Draw(data)
+    sm = SmCore(1, [Partition("default", 0x7FFF, all="full"), Partition("red", 1, all="limited")])
+    now = 0.0
+    for _ in range(1 + d.below(8)):
+        sm.on_datagram(_mgmt(d), ("h", d.below(3)), now)
+        now += d.below(10)
+        sm.handle_timer(now)
+        sm.outgoing()
+        sm.status()
+
+
+@target("ib.port", seeds=[b"", b"\x02" * 80, b"\x07" * 200])
+def ib_port(data: bytes) -> None:
+    """PortCore fed SM replies, cable datagrams and TAP frames (ARP/IPv6/other), with timers."""
+    from ib import mgmt
+    from ib.portcore import PortCore
+
+    d = Draw(data)
+    core = PortCore(GUID, GUID, [("ib0", None), ("ib0.8001", 0x8001)])
+    info = mgmt.PortInfo(2 + d.below(3), 1, 0xFE80 << 48, (0xFFFF, 0x8001), d.bool()).encode()
+    core.on_sm(mgmt.Mgmt(mgmt.Kind.REGISTER_REPLY, 0, 1, body=info).encode(), 0.0)
+    now = 0.0
+    for _ in range(1 + d.below(8)):
+        which = d.below(3)
+        if which == 0:
+            core.on_sm(_mgmt(d), now)
+        elif which == 1:
+            core.on_cable(_ud(d), now)
+        else:
+            etype = d.choice([b"\x08\x06", b"\x86\xdd", b"\x08\x00", d.take(2).ljust(2, b"\0")])
+            core.on_tap(d.choice(["ib0", "ib0.8001"]), d.take(12).ljust(12, b"\0") + etype + d.take(d.below(100)), now)
+        now += d.below(5) * 0.5
+        core.handle_timer(now)
+        core.outgoing()
+    core.status(), core.neighbours(), core.groups()
+
+
+@target("ib.switch", seeds=[b"", b"\x01" * 50])
+def ib_switch(data: bytes) -> None:
+    """SwitchCore forwarding and table updates on built-then-mutated datagrams."""
+    from ib.switchcore import SwitchCore
+
+    d = Draw(data)
+    sw = SwitchCore(0x1001, [1, 2, 3])
+    for _ in range(1 + d.below(8)):
+        if d.bool():
+            sw.on_sm(_mgmt(d))
+        else:
+            for port, _out in sw.on_cable(1 + d.below(3), _ud(d), 0.0):
+                assert port in (1, 2, 3)
+    sw.status()

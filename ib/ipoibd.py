@@ -1,0 +1,153 @@
+"""ipoibd: one IPoIB port.  A UDP cable to its switch, a management socket to the SM,
+one TAP per interface (ib0 and its P_Key children) presented the eIPoIB way, and a
+control socket."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import partial
+
+import ipaddress
+
+import structlog
+import trio
+
+from daemons.io.tap import Tap
+from daemons.runtime.control import serve_control
+from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
+
+from . import kgroups
+from .config import IpoibConfig
+from .control import IPOIB_SCHEMA
+from .portcore import PortCore
+from .constants import DROPLOG_PERIOD_S, KERNEL_GROUPS_POLL_S
+from .runner import Runner
+from .udp import Udp
+
+log = structlog.get_logger("ipoibd")
+
+
+class IpoibDaemon:
+    def __init__(self, cfg: IpoibConfig) -> None:
+        self.cfg = cfg
+        ifs = [(cfg.interface, None)] + [(f"{cfg.interface}.{pk:04x}", pk) for pk in cfg.children]
+        self.core = PortCore(cfg.guid, cfg.guid, ifs)
+        self.cable = Udp(cfg.local, cfg.peer)
+        self.mgmt = Udp((cfg.local[0], 0), cfg.sm)
+        self.taps: dict[str, Tap] = {}
+        self.runner = Runner(self.core, self.flush)
+        self.droplog = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
+
+    def flush(self) -> None:
+        for item in self.core.outgoing():
+            kind = item[0]
+            if kind == "cable":
+                self.cable.send(item[1])
+            elif kind == "sm":
+                self.mgmt.send(item[1])
+            elif kind == "tap":
+                self.taps[item[1]].write(item[2])
+            elif kind == "carrier":
+                _, name, up, mtu = item
+                tap = self.taps[name]
+                if up:
+                    tap.configure(mtu=mtu)
+                tap.set_carrier(up)
+                log.info("carrier", interface=name, up=up, mtu=mtu)
+
+    async def _cable(self) -> None:
+        while True:
+            await self.cable.wait_readable()
+            now = trio.current_time()
+            for data, _ in self.cable.drain():
+                self.core.on_cable(data, now)
+            self.runner.poke()
+
+    async def _mgmt(self) -> None:
+        while True:
+            await self.mgmt.wait_readable()
+            now = trio.current_time()
+            for data, _ in self.mgmt.drain():
+                self.core.on_sm(data, now)
+            self.runner.poke()
+
+    async def _tap(self, name: str, tap: Tap) -> None:
+        while True:
+            await tap.wait_readable()
+            now = trio.current_time()
+            for frame in tap.drain():
+                self.core.on_tap(name, frame, now)
+            self.runner.poke()
+
+    async def _kernel_groups(self) -> None:
+        while True:
+            now = trio.current_time()
+            for ifc in self.core.ifaces:
+                if ifc.tr is not None:
+                    self.core.set_kernel_groups(ifc.name, kgroups.read(ifc.name, ifc.pkey), now)
+            self.runner.poke()
+            await trio.sleep(KERNEL_GROUPS_POLL_S)
+
+    async def _control(self, req: dict) -> dict:
+        cmd = req["cmd"]
+        if cmd == "status":
+            return {"ok": True, **self.core.status(), "taps": {n: dict(t.counters) for n, t in self.taps.items()},
+                    "sockets": {"cable": dict(self.cable.counters), "sm": dict(self.mgmt.counters)},
+                    "control": dict(self.control_counters)}
+        if cmd == "neighbours":
+            return {"ok": True, "neighbours": self.core.neighbours()}
+        if cmd == "groups":
+            return {"ok": True, "groups": self.core.groups()}
+        return self._path(req["ip"])
+
+    def _path(self, ip: str) -> dict:
+        """The seed's path-info query: the kernel's neighbour entry for ``ip`` names the
+        MAC; the shadow-ARP entry behind it holds the PathRecord."""
+        try:
+            target = ipaddress.ip_address(ip)
+        except ValueError:
+            return {"ok": False, "error": f"{ip!r} is not an IP address"}
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for n in ipr.get_neighbours(family=10 if target.version == 6 else 2):
+                if n.get_attr("NDA_DST") == str(target) and n.get_attr("NDA_LLADDR"):
+                    mac = bytes.fromhex(n.get_attr("NDA_LLADDR").replace(":", ""))
+                    info = self.core.path_info(mac)
+                    if info is not None:
+                        return {"ok": True, "ip": str(target), **info}
+        return {"ok": False, "error": f"{target}: no neighbour entry (EAGAIN: not resolved yet)"}
+
+    async def _drops(self) -> None:
+        """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
+        while True:
+            await trio.sleep(DROPLOG_PERIOD_S)
+            self.droplog.update("port", self.core.counters, trio.current_time())
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
+        for ifc in self.core.ifaces:
+            tap = self.taps[ifc.name] = Tap(ifc.name)
+            tap.configure(mac=self.core.mac)
+            tap.set_carrier(False)  # up only after the broadcast join
+        log.info("port.start", guid=f"{self.cfg.guid:#x}", interfaces=list(self.taps))
+        try:
+            async with trio.open_nursery() as n:
+                sock = self.cfg.runtime_dir / f"{self.cfg.interface}.ctl"
+                await n.start(partial(serve_control, str(sock), self._control, IPOIB_SCHEMA,
+                                  counters=self.control_counters))
+                n.start_soon(self._cable)
+                n.start_soon(self._mgmt)
+                for name, tap in self.taps.items():
+                    n.start_soon(self._tap, name, tap)
+                n.start_soon(self._kernel_groups)
+                n.start_soon(self.runner.run)
+                n.start_soon(self._drops)
+                sd_notify("READY=1")
+                task_status.started()
+        finally:
+            for tap in self.taps.values():
+                tap.set_carrier(False)
+                tap.close()
