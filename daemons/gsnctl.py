@@ -164,5 +164,36 @@ def admin(path, command, args, hops_text, route_text) -> None:
         click.echo(f"{r['command']} status={r['status']} args={r['args']}")
 
 
+@main.command()
+@click.option("--pid", type=int, metavar="PID", help="Send SIGHUP to this process instead (a daemon without a control "
+              "socket, e.g. stpd: ExecReload=gsnctl reload --pid $MAINPID).")
+@click.pass_obj
+def reload(path, pid) -> None:
+    """Reload a daemon: re-read its configuration's log level, one log line says so.
+
+    Through the control socket (-s, or -i for a gsnd) the reload is done when this
+    returns, and a bad configuration file fails it (exit 1, nothing changed); the
+    units' ExecReload= run this, so no kill(1) binary is needed.
+
+    \b
+    gsnctl -i gsn0 reload
+    gsnctl -s /run/gsn-switch/control.sock reload
+    """
+    if pid is not None:
+        import os
+        import signal
+
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except OSError as exc:
+            raise click.ClickException(f"pid {pid}: {exc.strerror}")
+        return
+    reply = _ask(path, {"cmd": "reload"})
+    if reply.get("reloaded"):
+        click.echo(f"reloaded: log level {reply.get('log_level')} (from {reply.get('source')})")
+    else:
+        click.echo("nothing to reload")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

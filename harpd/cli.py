@@ -57,7 +57,7 @@ def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, 
         await nursery.start(Harpd(opts, runtime_dir=runtime_dir, state_dir=state_dir,
                                   gsnd_runtime=gsnd_runtime).run)
 
-    daemon.run(_main)
+    daemon.run(_main, daemon.level_reloader(log_level))
 
 
 def _ask(sock: str, req: dict, fatal: bool = True) -> dict:

@@ -17,7 +17,7 @@ import trio
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
 from daemons.runtime.control import request, serve_control
 from daemons.runtime.schema import Schema
-from daemons.runtime.notify import sd_notify
+from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.ula import format_ula, parse_ula
 
@@ -127,6 +127,7 @@ class Pktwayd:
         self.cfg = cfg
         self.link: TwinLink | None = None
         self.control_counters: Counter[str] = Counter()
+        self.status_line = StatusLine()
         # ports on emulated SANs, bound now so that a taken address fails at start
         self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
         if cfg.twin is None:
@@ -187,6 +188,17 @@ class Pktwayd:
             reply["twin_link"] = self.link.status()
         return reply
 
+    def _notify_status(self) -> None:
+        halves = [f"{h.engine.hr.addr:#x} {'up' if h.up else 'down'} ({len(h.engine.hr.rts)} SANs routed)"
+                  for h in self.halves]
+        twin = "" if self.link is None else f", twin link {'up' if self.link.up else 'down'}"
+        self.status_line.update(f"router {self.cfg.name}: " + ", ".join(halves) + twin)
+
+    async def _status(self) -> None:
+        while True:
+            self._notify_status()
+            await trio.sleep(1.0)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
         async with trio.open_nursery() as nursery:
@@ -209,4 +221,5 @@ class Pktwayd:
             log.info("pktwayd.started", router=self.cfg.name, halves=[hex(h.cfg.addr) for h in self.halves],
                      twin_link=bool(self.link))
             sd_notify("READY=1")
+            nursery.start_soon(self._status)
             task_status.started()

@@ -87,6 +87,7 @@ class SanSwitchd:
                                             counters=self.control_counters))
             log.info("pktway-san.started", kind=self.cfg.kind, listen=self.cfg.listen, ports=len(self.cfg.ports))
             sd_notify("READY=1")
+            sd_notify(f"STATUS={self.cfg.kind} SAN, {len(self.cfg.ports)} ports")
             task_status.started()
             while True:
                 await trio.lowlevel.wait_readable(self.sock)

@@ -57,7 +57,7 @@ def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log
     async def _main(nursery):
         await nursery.start(Stpd(cfg).run)
 
-    daemon.run(_main)
+    daemon.run(_main, daemon.level_reloader(log_level))
 
 
 def _client(sock: str) -> StClient:

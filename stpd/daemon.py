@@ -16,10 +16,10 @@ from itertools import chain
 import structlog
 import trio
 
-from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request
+from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
-from daemons.runtime.notify import sd_notify
+from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.ula import format_ula
 
@@ -113,6 +113,7 @@ class Stpd:
         self.api_clients = 0
         self.shared: dict[tuple[int, int], FdHandle] = {}  # exposed memory by (device, inode)
         self.drops = CounterLog(log)
+        self.status_line = StatusLine()
 
     # --- core glue ---------------------------------------------------------------------------
     def _out(self, item) -> None:
@@ -290,7 +291,7 @@ class Stpd:
                     self.api_clients += 1
                     nursery.start_soon(self._api_conn, ApiClient.of(conn))
         finally:
-            lsock.close()
+            unlink_unix(self.cfg.api_path, lsock)
 
     async def _api_conn(self, client: ApiClient) -> None:
         try:
@@ -719,11 +720,17 @@ class Stpd:
                 handle.close()
 
     # --- run ---------------------------------------------------------------------------------
+    def _notify_status(self) -> None:
+        ula = format_ula(self.ula) if self.ula else "none"
+        self.status_line.update(f"ULP {'connected' if self.client is not None else 'not connected'}, ULA {ula}, "
+                                f"{len(self.core.vcs)} connections, {self.api_clients} API clients")
+
     async def _stats(self) -> None:
         while True:
             await trio.sleep(1.0)
             self.drops.update("st", self.core.counters, trio.current_time())
             self._sweep_shared()
+            self._notify_status()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -735,4 +742,5 @@ class Stpd:
             nursery.start_soon(self._stats)
             log.info("stpd.started", api=self.cfg.api_path, ulp=self.cfg.ulp_path)
             sd_notify("READY=1")
+            self._notify_status()
             task_status.started()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..runtime import daemon, log as logsetup
+from ..runtime import daemon
 from ..runtime.cliutil import version_option
 from . import config as gconfig
 
@@ -42,13 +42,9 @@ def main(config_path, interface, local, peer, cable_id, cable_mtu, ula, runtime_
     overrides = dict(interface=interface, local=local, peer=peer, cable_id=cable_id, cable_mtu=cable_mtu, ula=ula,
                      runtime_dir=runtime_dir, log_level=log_level, tap=tap, no_tap=no_tap or None)
 
-    def _reload():
-        logsetup.setup(gconfig.load(config_path, overrides).log_level)
-
     def _gsnd(cfg):
         from .daemon import Gsnd
 
         return Gsnd(cfg)
 
-    daemon.serve(lambda: gconfig.load(config_path, overrides), config_path or "command line", _gsnd, check=check,
-                 reload=_reload)
+    daemon.serve(lambda: gconfig.load(config_path, overrides), config_path or "command line", _gsnd, check=check)

@@ -11,6 +11,7 @@ import trio
 
 from ..constants import EX_CONFIG
 from .config import ConfigError
+from . import reload as reloading
 from .notify import watchdog
 
 log = structlog.get_logger()
@@ -32,11 +33,13 @@ def raise_nofile_limit() -> int:
     return soft
 
 
-def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], None] | None = None) -> None:
-    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP calls ``reload``.  Every
-    daemon (gsnd, gsn-switch, pktwayd, pktway-san, harpd, stpd) starts here, so this is
-    where the descriptor limit is raised."""
+def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: reloading.Reloader | None = None) -> None:
+    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP (or "reload" on the control
+    socket) calls ``reload`` (``reload.reload_now``).  Every daemon (gsnd, gsn-switch,
+    pktwayd, pktway-san, harpd, stpd) starts here, so this is where the descriptor
+    limit is raised."""
     raise_nofile_limit()
+    reloading.install(reload)
 
     async def _top() -> None:
         async with trio.open_nursery() as nursery:
@@ -48,13 +51,7 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
             async for sig in sigs:
                 if sig == signal.SIGHUP:
-                    if reload is None:
-                        log.info("reload.ignored", reason="nothing to reload")
-                    else:
-                        try:
-                            reload()
-                        except ConfigError as exc:
-                            log.error("reload.failed", error=str(exc))
+                    reloading.reload_now()
                 else:
                     log.info("stopping", signal=signal.Signals(sig).name)
                     scope.cancel()
@@ -69,9 +66,16 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
     except PermissionError as exc:
-        print(f"error: {exc.filename or ''}: permission denied (run as root or with CAP_NET_ADMIN)", file=sys.stderr)
+        if exc.strerror is None:  # already one line naming the cause (e.g. daemons.io.tap)
+            print(f"error: {exc}", file=sys.stderr)
+        else:
+            print(f"error: {exc.filename or ''}: permission denied (run as root or with CAP_NET_ADMIN)",
+                  file=sys.stderr)
         raise SystemExit(77) from None
     except OSError as exc:
+        if exc.strerror is None:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(71) from None
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         raise SystemExit(71) from None
@@ -86,11 +90,18 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+def level_reloader(level: str) -> reloading.Reloader:
+    """The reload of a daemon whose log level is given on its command line only:
+    nothing to re-read, but the reload is acknowledged with the level in force."""
+    return lambda: {"log_level": level, "source": "command line"}
+
+
 def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[object], object], *,
-          check: bool = False, reload: Callable[[], None] | None = None) -> None:
+          check: bool = False) -> None:
     """The common daemon entry point: load the configuration (one line and exit 78
     when it is bad), stop after ``--check``, set up logging, run ``make_daemon(cfg).run``
-    until a signal."""
+    until a signal.  A reload loads the configuration again and applies its log level
+    (a bad file is refused with one line and changes nothing)."""
     from . import log as logsetup
     from .config import fail
 
@@ -103,7 +114,12 @@ def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[
         return
     logsetup.setup(getattr(cfg, "log_level", "info"))
 
+    def _reload() -> dict:
+        level = getattr(load_config(), "log_level", "info")
+        logsetup.setup(level)
+        return {"log_level": level, "source": label}
+
     async def _main(nursery):
         await nursery.start(make_daemon(cfg).run)
 
-    run(_main, reload)
+    run(_main, _reload)

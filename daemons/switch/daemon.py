@@ -14,7 +14,7 @@ from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
 from ..runtime.schema import Schema
 from ..runtime.log import CounterLog
-from ..runtime.notify import sd_notify
+from ..runtime.notify import StatusLine, sd_notify
 from .config import SwitchConfig
 from .core import Switch
 
@@ -45,6 +45,11 @@ class SwitchDaemon:
         }
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
+        self.status_line = StatusLine()
+
+    def _notify_status(self) -> None:
+        up = sum(p.link.up for p in self.core.ports.values())
+        self.status_line.update(f"{up} of {len(self.core.ports)} ports up, {len(self.core.table)} ULAs")
 
     def _input(self, n: int, now: float) -> None:
         link = self.core.ports[n].link
@@ -78,6 +83,7 @@ class SwitchDaemon:
                 self.drops.update(f"port{n}", p.counters, now)
                 self.drops.update(f"port{n}.cable", self.transports[n].counters, now)
             self.drops.update("switch", self.core.counters, now)
+            self._notify_status()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.cfg.runtime_dir, exist_ok=True)
@@ -91,4 +97,5 @@ class SwitchDaemon:
                      management=[p.number for p in self.cfg.ports if p.management] or None,
                      trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None)
             sd_notify("READY=1")
+            self._notify_status()
             task_status.started()
