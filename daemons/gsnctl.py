@@ -88,7 +88,8 @@ def status(path, as_json) -> None:
         for n, p in sorted(st["ports"].items(), key=lambda kv: int(kv[0])):
             click.echo(f"port {n}:")
             _print_link(p["link"])
-            for k, v in sorted({**p["counters"], **p.get("cable", {})}.items()):
+            for k, v in sorted({**p["counters"], **{k: v for k, v in p.get("cable", {}).items()
+                                                    if k not in ("local", "peer")}}.items()):
                 click.echo(f"    {k:<36} {v}")
         click.echo("ULA table:")
         for e in st["table"]:
@@ -162,6 +163,27 @@ def admin(path, command, args, hops_text, route_text) -> None:
         req["route"] = route
     for r in _ask(path, req)["responses"]:
         click.echo(f"{r['command']} status={r['status']} args={r['args']}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
+@click.option("--run-dir", default="/run", show_default=True, help="Runtime root holding gsnd/, gsn-switch/, harpd/, "
+              "stpd/ and pktwayd/ (the units' RuntimeDirectory=).")
+@click.option("--interval", type=click.FloatRange(0, 60), default=1.0, show_default=True,
+              help="Seconds between the two readings rates are computed from (0: no rates, at once).")
+def show(as_json, run_dir, interval) -> None:
+    """One screen for this host: every gsnd's link, cable peer, last-heard age, rates, per-VC
+    traffic and drops, the fabric's ULAs with harpd's IPs, the switch's ports, and the
+    harpd, stpd and pktwayd above them (those whose sockets exist).
+
+    \b
+    gsnctl show
+    gsnctl show --json | jq '.gsnd.gsn0.peers'
+    """
+    from .show import gather, render
+
+    data = gather(run_dir, interval)
+    click.echo(json.dumps(data, indent=2) if as_json else render(data), nl=as_json)
 
 
 @main.command()

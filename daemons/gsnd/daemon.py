@@ -187,6 +187,7 @@ class Gsnd:
             st = self.ep.status()
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
                       "id": self.cfg.cable_id, **self.transport.status(),
+                                               "last_heard_s": self.runner.heard_ago(),
                                                "transport": dict(self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
                            "delivery": {**self.ulp.delivery.counters,

@@ -46,6 +46,7 @@ class SwitchDaemon:
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
         self.status_line = StatusLine()
+        self.ports_cfg = {p.number: p for p in cfg.ports}
 
     def _notify_status(self) -> None:
         up = sum(p.link.up for p in self.core.ports.values())
@@ -69,7 +70,8 @@ class SwitchDaemon:
     async def _control(self, req: dict) -> dict:
         st = self.core.status()  # "status", the only command CONTROL_SCHEMA lets through
         for n, t in self.transports.items():
-            st["ports"][str(n)]["cable"] = {**t.status(), **t.counters}
+            st["ports"][str(n)]["cable"] = {**t.status(), **t.counters, "last_heard_s": self.runners[n].heard_ago(),
+                                            "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
         return {"ok": True, "status": st}
 
