@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from .runtime.control import request
+from .runtime.log import is_drop
 
 TIMEOUT_S = 2.0  # per request: a wedged daemon must not hang the whole screen
 
@@ -35,8 +36,7 @@ def _rate(new: dict, old: dict | None, key: str, dt: float) -> float | None:
 
 def _drops(counters: dict) -> dict:
     """Non-zero counters whose names say something was lost or refused."""
-    words = ("drop", "bad", "error", "discard", "invalid", "foreign", "refused", "stale", "mismatch")
-    return {k: v for k, v in sorted(counters.items()) if v and any(w in k for w in words)}
+    return {k: v for k, v in sorted(counters.items()) if v and isinstance(v, int) and is_drop(k)}
 
 
 def gather(root: str = "/run", interval: float = 1.0) -> dict:

@@ -17,6 +17,7 @@ from daemons.constants import ETHERTYPE_ARP, VC_IP
 from daemons.runtime.control import serve_control
 from daemons.runtime.schema import Schema, Str
 from daemons.runtime.log import CounterLog
+from daemons.runtime.metrics import Family, counter_families
 from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.errors import DecodeError
@@ -315,6 +316,19 @@ class Harpd:
             self.store.save(self.dynamic_statics)
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def metrics(self) -> list[Family]:
+        table = Family("gsn_harp_table_entries", "gauge", "HARP entries per interface, LIS and table "
+                       "(cache: this client's; server: what the LIS server answers for).")
+        pending = Family("gsn_harp_pending_resolutions", "gauge", "Resolutions waiting for an answer.")
+        fams = [table, pending]
+        for i, a in self.agents.items():
+            for lis in a.core.lis:
+                table.add(len(lis.cache), interface=i, lis=str(lis.net), table="cache")
+                table.add(len(lis.server_table), interface=i, lis=str(lis.net), table="server")
+                pending.add(len(lis.pending), interface=i, lis=str(lis.net))
+            fams += counter_families(a.core.counters, "harp", interface=i)
+        return fams + counter_families(self.control_counters, "control")
 
     def _notify_status(self) -> None:
         parts = []

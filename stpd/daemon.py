@@ -7,7 +7,7 @@ import base64
 import errno
 import os
 import socket
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from functools import partial
 from ipaddress import IPv4Address
@@ -19,6 +19,7 @@ import trio
 from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
+from daemons.runtime.metrics import Family, counter_families
 from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.ula import format_ula
@@ -114,6 +115,7 @@ class Stpd:
         self.shared: dict[tuple[int, int], FdHandle] = {}  # exposed memory by (device, inode)
         self.drops = CounterLog(log)
         self.status_line = StatusLine()
+        self.transfers: Counter[tuple[bool, bool]] = Counter()  # (incoming, ok) -> transfers ended
 
     # --- core glue ---------------------------------------------------------------------------
     def _out(self, item) -> None:
@@ -174,6 +176,7 @@ class Stpd:
                 if wake is not None:
                     wake.set()
             elif isinstance(ev, TransferDone):
+                self.transfers[(bool(ev.incoming), bool(ev.ok))] += 1
                 if not ev.ok:
                     log.warning("st.transfer_failed", vc=ev.vc, xid=ev.xid, incoming=ev.incoming, reason=ev.reason)
                 if ev.incoming and ev.buf is not None:
@@ -720,6 +723,18 @@ class Stpd:
                 handle.close()
 
     # --- run ---------------------------------------------------------------------------------
+    def metrics(self) -> list[Family]:
+        vcs = self.core.vcs.values()
+        active = Family("gsn_st_transfers_active", "gauge", "ST transfers in progress, by direction.")
+        active.add(sum(len(v.tx) for v in vcs), direction="send").add(sum(len(v.rx) for v in vcs), direction="receive")
+        done = Family("gsn_st_transfers_total", "counter", "ST transfers ended, by direction and result.")
+        for (incoming, ok), n in sorted(self.transfers.items()):
+            done.add(n, direction="receive" if incoming else "send", result="ok" if ok else "failed")
+        return [Family("gsn_st_connections", "gauge", "ST connections (VCs) open.").add(len(self.core.vcs)),
+                Family("gsn_st_api_clients", "gauge", "Clients on the API socket.").add(self.api_clients),
+                active, done, *counter_families(self.core.counters, "st"),
+                *counter_families(self.api_counters, "api")]
+
     def _notify_status(self) -> None:
         ula = format_ula(self.ula) if self.ula else "none"
         self.status_line.update(f"ULP {'connected' if self.client is not None else 'not connected'}, ULA {ula}, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..runtime import daemon
-from ..runtime.cliutil import version_option
+from ..runtime.cliutil import metrics_option, version_option
 from . import config as gconfig
 
 
@@ -23,9 +23,11 @@ from . import config as gconfig
 @click.option("--tap", help="TAP interface for IP over GSN (created, or attached if it exists). [= --interface]")
 @click.option("--no-tap", is_flag=True, help="No TAP: ULP socket only.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
+@metrics_option
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def main(config_path, interface, local, peer, cable_id, cable_mtu, ula, runtime_dir, tap, no_tap, log_level, check) -> None:
+def main(config_path, interface, local, peer, cable_id, cable_mtu, ula, runtime_dir, tap, no_tap, log_level, metrics,
+         check) -> None:
     """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
 
     gsnd brings the link up (RESET/RESET_ACK), learns its ULA from the switch
@@ -47,4 +49,5 @@ def main(config_path, interface, local, peer, cable_id, cable_mtu, ula, runtime_
 
         return Gsnd(cfg)
 
-    daemon.serve(lambda: gconfig.load(config_path, overrides), config_path or "command line", _gsnd, check=check)
+    daemon.serve(lambda: gconfig.load(config_path, overrides), config_path or "command line", _gsnd, check=check,
+                 metrics=metrics)

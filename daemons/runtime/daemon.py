@@ -96,8 +96,30 @@ def level_reloader(level: str) -> reloading.Reloader:
     return lambda: {"log_level": level, "source": "command line"}
 
 
+def metrics_address(text: str | None) -> tuple[str, int] | None:
+    """--metrics HOST:PORT, or None; a malformed one is a configuration error (exit 78)."""
+    if text is None:
+        return None
+    from .metrics import parse_listen
+
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise ConfigError(f"--metrics: {exc}") from None
+
+
+async def start_metrics(nursery: trio.Nursery, listen: tuple[str, int] | None, daemon: object) -> None:
+    """Serve ``daemon.metrics()`` at ``listen`` (nothing when None)."""
+    if listen is None:
+        return
+    from .metrics import serve_metrics
+
+    where = await nursery.start(lambda task_status: serve_metrics(listen, daemon.metrics, task_status=task_status))
+    log.info("metrics.listening", address=f"{where[0]}:{where[1]}")
+
+
 def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[object], object], *,
-          check: bool = False) -> None:
+          check: bool = False, metrics: str | None = None) -> None:
     """The common daemon entry point: load the configuration (one line and exit 78
     when it is bad), stop after ``--check``, set up logging, run ``make_daemon(cfg).run``
     until a signal.  A reload loads the configuration again and applies its log level
@@ -107,6 +129,7 @@ def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[
 
     try:
         cfg = load_config()
+        listen = metrics_address(metrics)
     except ConfigError as exc:
         fail(exc)
     if check:
@@ -120,6 +143,8 @@ def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[
         return {"log_level": level, "source": label}
 
     async def _main(nursery):
-        await nursery.start(make_daemon(cfg).run)
+        d = make_daemon(cfg)
+        await nursery.start(d.run)
+        await start_metrics(nursery, listen, d)
 
     run(_main, _reload)

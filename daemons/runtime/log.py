@@ -129,6 +129,16 @@ def set_level(level: int) -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
 
 
+DROP_WORDS = ("drop", "bad", "error", "violation", "stale", "mismatch", "discard", "invalid", "foreign", "unrouted",
+              "stray", "down", "aborted", "refused", "wrong_port")
+
+
+def is_drop(counter: str) -> bool:
+    """Whether a counter's name says something was lost or refused (logged as a "drop",
+    exported as gsn_drops_total, listed by gsnctl show)."""
+    return any(w in counter for w in DROP_WORDS)
+
+
 class CounterLog:
     """Logs each new drop reason when it first appears, then at most once per
     ``interval`` seconds with how many more happened since."""
@@ -146,9 +156,7 @@ class CounterLog:
             if value == prev:
                 continue
             if full not in self.last_logged or now - self.last_logged[full] >= self.interval:
-                if any(w in key for w in ("drop", "bad", "error", "violation", "stale", "mismatch", "discard",
-                                           "invalid", "foreign", "unrouted", "stray", "down", "aborted", "refused",
-                                           "wrong_port")):
+                if is_drop(key):
                     self.log.warning("drop", counter=full, new=value - prev, total=value)
                 self.seen[full] = value
                 self.last_logged[full] = now

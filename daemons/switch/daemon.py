@@ -14,6 +14,7 @@ from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
 from ..runtime.schema import Schema
 from ..runtime.log import CounterLog
+from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import StatusLine, sd_notify
 from .config import SwitchConfig
 from .core import Switch
@@ -74,6 +75,20 @@ class SwitchDaemon:
                                             "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
         return {"ok": True, "status": st}
+
+    def metrics(self) -> list[Family]:
+        fams = [Family("gsn_switch_ulas", "gauge", "Entries in the switch's ULA table.").add(len(self.core.table))]
+        heard = Family("gsn_link_last_heard_seconds", "gauge", "Seconds since the cable peer's last datagram.")
+        for n, p in self.core.ports.items():
+            fams += link_families(p.link.status(), port=n)
+            ago = self.runners[n].heard_ago()
+            heard.add(float("nan") if ago is None else ago, port=n)
+            fams += counter_families(p.link.counters, "link", port=n)
+            fams += counter_families(p.counters, "port", port=n)
+            fams += counter_families(self.transports[n].counters, "cable", port=n)
+        fams += [heard, *counter_families(self.core.counters, "switch"),
+                 *counter_families(self.control_counters, "control")]
+        return fams
 
     async def _stats(self) -> None:
         while True:
