@@ -186,6 +186,38 @@ def show(as_json, run_dir, interval) -> None:
     click.echo(json.dumps(data, indent=2) if as_json else render(data), nl=as_json)
 
 
+@main.command("install-units")
+@click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
+              help="Install under this directory instead (packaging, DESTDIR).")
+@click.option("--bin-dir", type=click.Path(file_okay=False),
+              help="Directory holding gsnd and the other console scripts.  [this installation's]")
+@click.option("--network", is_flag=True, help="Also install the systemd-networkd example as "
+              "/etc/systemd/network/50-gsn0.network (edit its Address= first).")
+def install_units(root, bin_dir, network) -> None:
+    """Install the systemd units, the sysusers file and example configurations.
+
+    Units go to /etc/systemd/system with ExecStart= pointing at this installation's
+    scripts (system-wide, or a venv outside /home and /root, which the units' sandbox
+    hides); the sysusers file to /etc/sysusers.d/gsn.conf; the example configs to /etc/gsn
+    (gsnd-gsn0.toml, gsn-switch.toml, harpd.options, pktwayd-rab.toml), never over
+    existing files.  Then: systemd-sysusers; systemctl daemon-reload; edit /etc/gsn;
+    systemctl enable --now gsn-switch gsnd@gsn0 harpd stpd.
+    """
+    from pathlib import Path
+
+    from .install import InstallError, install
+
+    try:
+        done = install(Path(root), bin_dir=Path(bin_dir) if bin_dir else None, network=network)
+    except (InstallError, OSError) as exc:
+        raise click.ClickException(str(exc))
+    for path, what in done:
+        click.echo(f"{what:<10} {path}")
+    if root == "/":
+        click.echo("next: systemd-sysusers && systemctl daemon-reload; edit /etc/gsn/*; "
+                   "systemctl enable --now gsn-switch gsnd@gsn0 harpd stpd")
+
+
 @main.command()
 @click.option("--pid", type=int, metavar="PID", help="Send SIGHUP to this process instead (a daemon without a control "
               "socket, e.g. stpd: ExecReload=gsnctl reload --pid $MAINPID).")
