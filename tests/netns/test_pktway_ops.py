@@ -90,6 +90,15 @@ def test_pktwayd_status_metrics_reload(router):
     san = scrape(fab, 9645)
     assert san['gsn_san_ports{kind="servernet"}'] == 1 and san["gsn_metrics_scrapes_total"] == 1
 
+    root = fab.tmp / "run"
+    root.mkdir()
+    (root / "pktwayd").symlink_to(fab.tmp)  # holds router.sock, as /run/pktwayd holds NAME.sock
+    r = subprocess.run([str(BIN / "gsnctl"), "show", "--run-dir", str(root), "--interval", "0"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == ("pktwayd: router\n"
+                                              "  half 0x50 on SAN 0x100: up   SANs routed 2   buddies 0\n"
+                                              "  half 0x51 on SAN 0x200: up   SANs routed 2   buddies 0\n"), r.stdout
+
     pid = fab.procs["pktwayd"].pid
     r = subprocess.run([str(BIN / "gsnctl"), "reload", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr

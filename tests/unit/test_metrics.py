@@ -19,7 +19,7 @@ SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\
 def check_format(text: str) -> None:
     """Every line a comment (HELP/TYPE) or a sample; TYPE before a name's samples."""
     typed = set()
-    for line in text.splitlines():
+    for line in text.rstrip("\n").split("\n"):  # the format's only line end is \n
         if line.startswith("# TYPE "):
             typed.add(line.split()[2])
         elif not line.startswith("# HELP "):
@@ -117,3 +117,12 @@ async def test_server_bounds_clients_and_silence():
             s.close()
         nursery.cancel_scope.cancel()
     assert counters["refused_busy"] == 1 and counters["refused_timeout"] == 2 and counters["scrapes"] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["interface", "reason", "vc"]), st.text(max_size=20), max_size=3),
+       st.one_of(st.integers(min_value=0, max_value=2**64), st.floats(allow_nan=True, allow_infinity=True)))
+def test_any_label_value_renders_one_valid_line(labels, value):
+    text = exposition([Family("gsn_t", "gauge", "t").add(value, **labels)])
+    check_format(text)
+    assert text.count("\n") == 3 and text.endswith("\n")  # HELP, TYPE, one sample: no label value breaks a line
