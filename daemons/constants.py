@@ -260,3 +260,8 @@ SWITCH_RUNTIME_DIR = "/run/gsn-switch"
 # --- defaults for config files ---------------------------------------------------
 DEFAULT_CABLE_PORT = 6400
 EX_CONFIG = 78  # sysexits.h
+
+# --- metrics (daemons/runtime/metrics.py; PROJECT CHOICE) --------------------------
+METRICS_MAX_CLIENTS = 8  # scrapes served at once; one more gets 503
+METRICS_TIMEOUT_S = 3.0  # to send the request head, and again to take the answer
+METRICS_MAX_REQUEST = 8192  # bytes of request head

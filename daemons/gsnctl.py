@@ -99,7 +99,8 @@ def status(path, as_json) -> None:
             if "cable" in p:
                 _print_cable(p["cable"])
             _print_link(p["link"])
-            for k, v in sorted({**p["counters"], **p.get("cable", {})}.items()):
+            for k, v in sorted({**p["counters"], **{k: v for k, v in p.get("cable", {}).items()
+                                                    if k not in ("local", "peer")}}.items()):
                 click.echo(f"    {k:<36} {v}")
         click.echo("ULA table:")
         for e in st["table"]:
@@ -257,6 +258,90 @@ def admin(path, command, args, hops_text, route_text) -> None:
         req["route"] = route
     for r in _ask(path, req)["responses"]:
         click.echo(f"{r['command']} status={r['status']} args={r['args']}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
+@click.option("--run-dir", default="/run", show_default=True, help="Runtime root holding gsnd/, gsn-switch/, harpd/, "
+              "stpd/ and pktwayd/ (the units' RuntimeDirectory=).")
+@click.option("--interval", type=click.FloatRange(0, 60), default=1.0, show_default=True,
+              help="Seconds between the two readings rates are computed from (0: no rates, at once).")
+def show(as_json, run_dir, interval) -> None:
+    """One screen for this host: every gsnd's link, cable peer, last-heard age, rates, per-VC
+    traffic and drops, the fabric's ULAs with harpd's IPs, the switch's ports, and the
+    harpd, stpd and pktwayd above them (those whose sockets exist).
+
+    \b
+    gsnctl show
+    gsnctl show --json | jq '.gsnd.gsn0.peers'
+    """
+    from .show import gather, render
+
+    data = gather(run_dir, interval)
+    click.echo(json.dumps(data, indent=2) if as_json else render(data), nl=as_json)
+
+
+@main.command("install-units")
+@click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
+              help="Install under this directory instead (packaging, DESTDIR).")
+@click.option("--bin-dir", type=click.Path(file_okay=False),
+              help="Directory holding gsnd and the other console scripts.  [this installation's]")
+@click.option("--network", is_flag=True, help="Also install the systemd-networkd example as "
+              "/etc/systemd/network/50-gsn0.network (edit its Address= first).")
+def install_units(root, bin_dir, network) -> None:
+    """Install the systemd units, the sysusers file and example configurations.
+
+    Units go to /etc/systemd/system with ExecStart= pointing at this installation's
+    scripts (system-wide, or a venv outside /home and /root, which the units' sandbox
+    hides); the sysusers file to /etc/sysusers.d/gsn.conf; the example configs to /etc/gsn
+    (gsnd-gsn0.toml, gsn-switch.toml, harpd.options, pktwayd-rab.toml), never over
+    existing files.  Then: systemd-sysusers; systemctl daemon-reload; edit /etc/gsn;
+    systemctl enable --now gsn-switch gsnd@gsn0 harpd stpd.
+    """
+    from pathlib import Path
+
+    from .install import InstallError, install
+
+    try:
+        done = install(Path(root), bin_dir=Path(bin_dir) if bin_dir else None, network=network)
+    except (InstallError, OSError) as exc:
+        raise click.ClickException(str(exc))
+    for path, what in done:
+        click.echo(f"{what:<10} {path}")
+    if root == "/":
+        click.echo("next: systemd-sysusers && systemctl daemon-reload; edit /etc/gsn/*; "
+                   "systemctl enable --now gsn-switch gsnd@gsn0 harpd stpd")
+
+
+@main.command()
+@click.option("--pid", type=int, metavar="PID", help="Send SIGHUP to this process instead (a daemon without a control "
+              "socket, e.g. stpd: ExecReload=gsnctl reload --pid $MAINPID).")
+@click.pass_obj
+def reload(path, pid) -> None:
+    """Reload a daemon: re-read its configuration's log level, one log line says so.
+
+    Through the control socket (-s, or -i for a gsnd) the reload is done when this
+    returns, and a bad configuration file fails it (exit 1, nothing changed); the
+    units' ExecReload= run this, so no kill(1) binary is needed.
+
+    \b
+    gsnctl -i gsn0 reload
+    gsnctl -s /run/gsn-switch/control.sock reload
+    """
+    if pid is not None:
+        import os
+        import signal
+
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except OSError as exc:
+            raise click.ClickException(f"pid {pid}: {exc.strerror}")
+        return
+    reply = _ask(path, {"cmd": "reload"})
+    if reply.get("reloaded"):
+        click.echo(f"reloaded: log level {reply.get('log_level')} (from {reply.get('source')})")
+    else:
+        click.echo("nothing to reload")
 
 
 if __name__ == "__main__":  # pragma: no cover

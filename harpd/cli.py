@@ -11,7 +11,7 @@ import click
 
 from daemons.runtime import daemon, log as logsetup
 from daemons.runtime.config import ConfigError, fail
-from daemons.runtime.cliutil import reach_daemon, version_option
+from daemons.runtime.cliutil import metrics_option, reach_daemon, version_option
 from daemons.runtime.control import request
 
 from . import options as hoptions
@@ -29,9 +29,10 @@ CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--timer-scale", type=float, default=1.0, show_default=True,
               help="Multiply every HARP timer (e.g. 0.01 for a test fabric).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@metrics_option
 @click.option("--check", is_flag=True, help="Validate harpd.options and exit.")
 @version_option
-def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, log_level, check) -> None:
+def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, log_level, metrics, check) -> None:
     """HARP daemon (RFC 2835): address resolution for IP on GSN interfaces.
 
     On every host harpd is a HARP client: it detects whether the fabric
@@ -43,6 +44,7 @@ def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, 
     """
     try:
         opts = hoptions.load(options_path)
+        listen = daemon.metrics_address(metrics)
         if timer_scale != 1.0:
             opts.timers = opts.timers.scaled(timer_scale)
     except ConfigError as exc:
@@ -54,10 +56,11 @@ def harpd_main(options_path, runtime_dir, state_dir, gsnd_runtime, timer_scale, 
     from .daemon import Harpd
 
     async def _main(nursery):
-        await nursery.start(Harpd(opts, runtime_dir=runtime_dir, state_dir=state_dir,
-                                  gsnd_runtime=gsnd_runtime).run)
+        harpd = Harpd(opts, runtime_dir=runtime_dir, state_dir=state_dir, gsnd_runtime=gsnd_runtime)
+        await nursery.start(harpd.run)
+        await daemon.start_metrics(nursery, listen, harpd)
 
-    daemon.run(_main)
+    daemon.run(_main, daemon.level_reloader(log_level))
 
 
 def _ask(sock: str, req: dict, fatal: bool = True) -> dict:

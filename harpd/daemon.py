@@ -17,7 +17,8 @@ from daemons.constants import ETHERTYPE_ARP, VC_IP
 from daemons.runtime.control import serve_control
 from daemons.runtime.schema import Schema, Str
 from daemons.runtime.log import CounterLog
-from daemons.runtime.notify import sd_notify
+from daemons.runtime.metrics import Family, counter_families
+from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.errors import DecodeError
 from daemons.wire.ula import format_ula, parse_ula
@@ -204,6 +205,7 @@ class Harpd:
         self.store = StaticStore(Path(state_dir) / "static.conf")
         self.agents = {i: Agent(i, opts, f"{gsnd_runtime}/{i}.ulp") for i in opts.lises}
         self.drops = CounterLog(log)
+        self.status_line = StatusLine()
         self.control_counters: Counter[str] = Counter()
         self.dynamic_statics = self.store.load()
         for iface, ip, ula in self.dynamic_statics:
@@ -315,11 +317,33 @@ class Harpd:
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
+    def metrics(self) -> list[Family]:
+        table = Family("gsn_harp_table_entries", "gauge", "HARP entries per interface, LIS and table "
+                       "(cache: this client's; server: what the LIS server answers for).")
+        pending = Family("gsn_harp_pending_resolutions", "gauge", "Resolutions waiting for an answer.")
+        fams = [table, pending]
+        for i, a in self.agents.items():
+            for lis in a.core.lis:
+                table.add(len(lis.cache), interface=i, lis=str(lis.net), table="cache")
+                table.add(len(lis.server_table), interface=i, lis=str(lis.net), table="server")
+                pending.add(len(lis.pending), interface=i, lis=str(lis.net))
+            fams += counter_families(a.core.counters, "harp", interface=i)
+        return fams + counter_families(self.control_counters, "control")
+
+    def _notify_status(self) -> None:
+        parts = []
+        for i, a in self.agents.items():
+            lis = a.core.lis
+            parts.append(f"{i}: ULA {format_ula(a.ula) if a.ula else 'none'}, {len(lis)} LIS, "
+                         f"{sum(len(x.cache) for x in lis)} cached, {sum(len(x.server_table) for x in lis)} served")
+        self.status_line.update("; ".join(parts) or "no interface")
+
     async def _stats(self) -> None:
         while True:
             await trio.sleep(1.0)
             for i, a in self.agents.items():
                 self.drops.update(i, a.core.counters, trio.current_time())
+            self._notify_status()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.runtime_dir, exist_ok=True)
@@ -332,4 +356,5 @@ class Harpd:
                 nursery.start_soon(a.run)
             log.info("harpd.started", interfaces=list(self.agents))
             sd_notify("READY=1")
+            self._notify_status()
             task_status.started()

@@ -8,7 +8,7 @@ import sys
 import click
 
 from daemons.runtime import daemon
-from daemons.runtime.cliutil import reach_daemon, version_option
+from daemons.runtime.cliutil import metrics_option, reach_daemon, version_option
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 
@@ -18,9 +18,10 @@ CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.command(context_settings=CTX)
 @click.option("-c", "--config", "path", default="/etc/gsn/pktwayd.toml", show_default=True,
               help="Router config: [router] and two [[half]] tables (see etc/pktwayd.toml).")
+@metrics_option
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def pktwayd_main(path, check) -> None:
+def pktwayd_main(path, metrics, check) -> None:
     """PacketWay router: two half-routers joining two GSN fabrics (EEP + RRP level D)."""
     from .config import load
 
@@ -29,7 +30,7 @@ def pktwayd_main(path, check) -> None:
 
         return Pktwayd(cfg)
 
-    daemon.serve(lambda: load(path), path, _router, check=check)
+    daemon.serve(lambda: load(path), path, _router, check=check, metrics=metrics)
 
 
 def hops_text(hops) -> str:

@@ -17,7 +17,8 @@ import trio
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
 from daemons.runtime.control import request, serve_control
 from daemons.runtime.schema import Schema
-from daemons.runtime.notify import sd_notify
+from daemons.runtime.metrics import Family, counter_families
+from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.ula import format_ula, parse_ula
 from ib.udport import AsyncIbPort
@@ -128,6 +129,7 @@ class Pktwayd:
         self.cfg = cfg
         self.link: TwinLink | None = None
         self.control_counters: Counter[str] = Counter()
+        self.status_line = StatusLine()
         # ports on emulated SANs, bound now so that a taken address fails at start
         self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
         self.san_ports |= {h.addr: AsyncIbPort(h.guid, h.local, h.switch, h.sm, h.pkey) for h in cfg.halves
@@ -190,6 +192,36 @@ class Pktwayd:
             reply["twin_link"] = self.link.status()
         return reply
 
+    def metrics(self) -> list[Family]:
+        up = Family("gsn_pktway_half_up", "gauge", "1 while the half-router's SAN is up.")
+        rts = Family("gsn_pktway_rrp_tables", "gauge", "RRP routing tables held (one per remote SAN).")
+        nodes = Family("gsn_pktway_rrp_nodes", "gauge", "Node entries across the RRP routing tables.")
+        lrt = Family("gsn_pktway_lrt_nodes", "gauge", "Nodes in the local routing table (this SAN).")
+        twin = Family("gsn_pktway_twin_alive", "gauge", "1 while the twin answers.")
+        fams = [up, rts, nodes, lrt, twin]
+        for h in self.halves:
+            hr, half = h.engine.hr, {"router": self.cfg.name, "half": hex(h.engine.hr.addr)}
+            up.add(int(h.up), **half)
+            rts.add(len(hr.rts), **half)
+            nodes.add(sum(len(rt.nodes) for rt in hr.rts.values()), **half)
+            lrt.add(len(hr.lrt_nodes), **half)
+            twin.add(int(bool(h.engine.twin_alive)), **half)
+            fams += counter_families(h.engine.counters, "pktway", **half)
+            if hr.addr in self.san_ports:
+                fams += counter_families(self.san_ports[hr.addr].counters, "san", **half)
+        return fams + counter_families(self.control_counters, "control", router=self.cfg.name)
+
+    def _notify_status(self) -> None:
+        halves = [f"{h.engine.hr.addr:#x} {'up' if h.up else 'down'} ({len(h.engine.hr.rts)} SANs routed)"
+                  for h in self.halves]
+        twin = "" if self.link is None else f", twin link {'up' if self.link.up else 'down'}"
+        self.status_line.update(f"router {self.cfg.name}: " + ", ".join(halves) + twin)
+
+    async def _status(self) -> None:
+        while True:
+            self._notify_status()
+            await trio.sleep(1.0)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
         async with trio.open_nursery() as nursery:
@@ -216,4 +248,5 @@ class Pktwayd:
             log.info("pktwayd.started", router=self.cfg.name, halves=[hex(h.cfg.addr) for h in self.halves],
                      twin_link=bool(self.link))
             sd_notify("READY=1")
+            nursery.start_soon(self._status)
             task_status.started()

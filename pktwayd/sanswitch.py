@@ -16,11 +16,12 @@ import trio
 
 from daemons.io.udp import resolve
 from daemons.runtime import daemon
-from daemons.runtime.cliutil import version_option
+from daemons.runtime.cliutil import metrics_option, version_option
 from daemons.runtime.config import ConfigError
 from daemons.runtime.control import serve_control
 from daemons.runtime.schema import Schema
 from daemons.runtime.log import CounterLog
+from daemons.runtime.metrics import Family, counter_families
 from daemons.runtime.notify import sd_notify
 
 from .udpsan import MAX_DATAGRAM, SanSwitch
@@ -75,6 +76,11 @@ class SanSwitchd:
         self.sock.bind(cfg.listen)
         self.sock.setblocking(False)
 
+    def metrics(self) -> list[Family]:
+        return [Family("gsn_san_ports", "gauge", "Ports of the emulated SAN switch.").add(len(self.cfg.ports), kind=self.cfg.kind),
+                *counter_families(self.core.counters, "san", kind=self.cfg.kind),
+                *counter_families(self.control_counters, "control")]
+
     async def _control(self, req: dict) -> dict:
         return {"ok": True, "kind": self.cfg.kind, "ports": {p: f"{a[0]}:{a[1]}" for p, a in self.cfg.ports.items()},
                 "counters": dict(self.core.counters), "control": dict(self.control_counters)}
@@ -87,6 +93,7 @@ class SanSwitchd:
                                             counters=self.control_counters))
             log.info("pktway-san.started", kind=self.cfg.kind, listen=self.cfg.listen, ports=len(self.cfg.ports))
             sd_notify("READY=1")
+            sd_notify(f"STATUS={self.cfg.kind} SAN, {len(self.cfg.ports)} ports")
             task_status.started()
             while True:
                 await trio.lowlevel.wait_readable(self.sock)
@@ -118,9 +125,10 @@ class SanSwitchd:
 @click.option("--control", help="Control socket answering {\"cmd\": \"status\"} with the per-port counters.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@metrics_option
 @click.option("--check", is_flag=True, help="Validate the options and exit.")
 @version_option
-def main(listen, ports, mtu, kind, control, log_level, check) -> None:
+def main(listen, ports, mtu, kind, control, log_level, metrics, check) -> None:
     """An emulated datagram SAN: one switch, numbered ports, source-routed.
 
     A node sends [out port, 0x03, 0x00] + packet to the switch; the switch delivers
@@ -131,4 +139,5 @@ def main(listen, ports, mtu, kind, control, log_level, check) -> None:
 
       pktway-san --listen 127.0.0.1:7400 --port 1=127.0.0.1:7401 --port 2=127.0.0.1:7402 --port 3=127.0.0.1:7403
     """
-    daemon.serve(lambda: parse(listen, ports, mtu, kind, control, log_level), "pktway-san", SanSwitchd, check=check)
+    daemon.serve(lambda: parse(listen, ports, mtu, kind, control, log_level), "pktway-san", SanSwitchd, check=check,
+                 metrics=metrics)

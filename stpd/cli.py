@@ -11,7 +11,7 @@ from ipaddress import IPv4Address
 import click
 
 from daemons.runtime import daemon, log as logsetup
-from daemons.runtime.cliutil import reach_daemon, version_option
+from daemons.runtime.cliutil import metrics_option, reach_daemon, version_option
 from daemons.runtime.config import ConfigError, fail
 from daemons.wire.ula import parse_ula
 
@@ -33,8 +33,9 @@ META_MAX = 4096  # the small JSON {"name", "size"} that precedes a file
 @click.option("--data-vc", type=click.IntRange(1, 3), default=3, show_default=True, help="Default DATA VC.")
 @click.option("--timer-scale", type=float, default=1.0, show_default=True, help="Multiply every ST timer.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@metrics_option
 @version_option
-def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log_level) -> None:
+def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log_level, metrics) -> None:
     """Scheduled Transfer (ST) connection manager over GSN.
 
     Speaks ST (EtherType 0x8181; control on VC0, data on VC1-3) through gsnd's ULP
@@ -48,6 +49,10 @@ def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log
             table[IPv4Address(ip)] = parse_ula(ula)
     except ValueError as exc:
         fail(ConfigError(f"--peer {p!r}: {exc}"))
+    try:
+        listen = daemon.metrics_address(metrics)
+    except ConfigError as exc:
+        fail(exc)
     logsetup.setup(log_level)
     from .daemon import Stpd, StpdConfig
 
@@ -55,9 +60,11 @@ def stpd_main(ulp_path, api_path, harpd_socket, peers, data_vc, timer_scale, log
     cfg = StpdConfig(ulp_path, api_path, harpd_socket, table, Params(data_vc=data_vc), timers)
 
     async def _main(nursery):
-        await nursery.start(Stpd(cfg).run)
+        stpd = Stpd(cfg)
+        await nursery.start(stpd.run)
+        await daemon.start_metrics(nursery, listen, stpd)
 
-    daemon.run(_main)
+    daemon.run(_main, daemon.level_reloader(log_level))
 
 
 def _client(sock: str) -> StClient:

@@ -7,7 +7,7 @@ import base64
 import errno
 import os
 import socket
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from functools import partial
 from ipaddress import IPv4Address
@@ -16,10 +16,11 @@ from itertools import chain
 import structlog
 import trio
 
-from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request
+from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
-from daemons.runtime.notify import sd_notify
+from daemons.runtime.metrics import Family, counter_families
+from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.ula import format_ula
 
@@ -113,6 +114,8 @@ class Stpd:
         self.api_clients = 0
         self.shared: dict[tuple[int, int], FdHandle] = {}  # exposed memory by (device, inode)
         self.drops = CounterLog(log)
+        self.status_line = StatusLine()
+        self.transfers: Counter[tuple[bool, bool]] = Counter()  # (incoming, ok) -> transfers ended
 
     # --- core glue ---------------------------------------------------------------------------
     def _out(self, item) -> None:
@@ -173,6 +176,7 @@ class Stpd:
                 if wake is not None:
                     wake.set()
             elif isinstance(ev, TransferDone):
+                self.transfers[(bool(ev.incoming), bool(ev.ok))] += 1
                 if not ev.ok:
                     log.warning("st.transfer_failed", vc=ev.vc, xid=ev.xid, incoming=ev.incoming, reason=ev.reason)
                 if ev.incoming and ev.buf is not None:
@@ -290,7 +294,7 @@ class Stpd:
                     self.api_clients += 1
                     nursery.start_soon(self._api_conn, ApiClient.of(conn))
         finally:
-            lsock.close()
+            unlink_unix(self.cfg.api_path, lsock)
 
     async def _api_conn(self, client: ApiClient) -> None:
         try:
@@ -719,11 +723,29 @@ class Stpd:
                 handle.close()
 
     # --- run ---------------------------------------------------------------------------------
+    def metrics(self) -> list[Family]:
+        vcs = self.core.vcs.values()
+        active = Family("gsn_st_transfers_active", "gauge", "ST transfers in progress, by direction.")
+        active.add(sum(len(v.tx) for v in vcs), direction="send").add(sum(len(v.rx) for v in vcs), direction="receive")
+        done = Family("gsn_st_transfers_total", "counter", "ST transfers ended, by direction and result.")
+        for (incoming, ok), n in sorted(self.transfers.items()):
+            done.add(n, direction="receive" if incoming else "send", result="ok" if ok else "failed")
+        return [Family("gsn_st_connections", "gauge", "ST connections (VCs) open.").add(len(self.core.vcs)),
+                Family("gsn_st_api_clients", "gauge", "Clients on the API socket.").add(self.api_clients),
+                active, done, *counter_families(self.core.counters, "st"),
+                *counter_families(self.api_counters, "api")]
+
+    def _notify_status(self) -> None:
+        ula = format_ula(self.ula) if self.ula else "none"
+        self.status_line.update(f"ULP {'connected' if self.client is not None else 'not connected'}, ULA {ula}, "
+                                f"{len(self.core.vcs)} connections, {self.api_clients} API clients")
+
     async def _stats(self) -> None:
         while True:
             await trio.sleep(1.0)
             self.drops.update("st", self.core.counters, trio.current_time())
             self._sweep_shared()
+            self._notify_status()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -735,4 +757,5 @@ class Stpd:
             nursery.start_soon(self._stats)
             log.info("stpd.started", api=self.cfg.api_path, ulp=self.cfg.ulp_path)
             sd_notify("READY=1")
+            self._notify_status()
             task_status.started()

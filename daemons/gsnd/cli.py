@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..runtime import daemon, log as logsetup
-from ..runtime.cliutil import version_option
+from ..runtime import daemon
+from ..runtime.cliutil import metrics_option, version_option
 from . import config as gconfig
 
 
@@ -25,9 +25,11 @@ from . import config as gconfig
 @click.option("--tap", help="TAP interface for IP over GSN (created, or attached if it exists). [= --interface]")
 @click.option("--no-tap", is_flag=True, help="No TAP: ULP socket only.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), help="[info]")
+@metrics_option
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
 def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula, runtime_dir, tap, no_tap, log_level,
+         metrics,
          check) -> None:
     """GSN endpoint daemon: one HIPPI-6400 port over a UDP cable.
 
@@ -50,13 +52,10 @@ def main(config_path, interface, local, peer, cable_id, cable_mtu, key_file, ula
                      key_file=key_file, ula=ula, runtime_dir=runtime_dir, log_level=log_level, tap=tap,
                      no_tap=no_tap or None)
 
-    def _reload():
-        logsetup.setup(gconfig.load(config_path, overrides).log_level)
-
     def _gsnd(cfg):
         from .daemon import Gsnd
 
         return Gsnd(cfg)
 
     daemon.serve(lambda: gconfig.load(config_path, overrides), config_path or "command line", _gsnd, check=check,
-                 reload=_reload)
+                 metrics=metrics)

@@ -68,6 +68,8 @@ class Endpoint:
         self.ula: bytes | None = None
         self.neighbour: str = "unknown"  # "switch" | "endpoint" once I_AM arrives
         self.counters: Counter[str] = Counter()
+        # Messages and payload bytes per VC, each way (gsnctl show, metrics)
+        self.per_vc: dict[str, list[int]] = {k: [0] * C.NUM_VCS for k in ("tx_messages", "tx_bytes", "rx_messages", "rx_bytes")}
         self._events: list = []
         self._acquiring: Admin | None = None
         self._acquire_due: float | None = None
@@ -137,6 +139,8 @@ class Endpoint:
             return False
         self.link.enqueue(vc, stream_records(vc, encode_stream(vc, d_ula, self.ula, ethertype, payload)))
         self.counters["tx_messages"] += 1
+        self.per_vc["tx_messages"][vc] += 1
+        self.per_vc["tx_bytes"][vc] += len(payload)
         return True
 
     def _deliver(self, msg: Message) -> None:
@@ -144,6 +148,8 @@ class Endpoint:
             self.counters["rx_drop_not_for_us"] += 1
             return
         self.counters["rx_messages"] += 1
+        self.per_vc["rx_messages"][msg.vc] += 1
+        self.per_vc["rx_bytes"][msg.vc] += len(msg.payload)
         self._events.append(MessageIn(msg))
 
     # --- Admin --------------------------------------------------------------------
@@ -271,4 +277,5 @@ class Endpoint:
             "link": self.link.status(),
             "reassembly": dict(self.reasm.counters),
             "counters": dict(self.counters),
+            "per_vc": {k: list(v) for k, v in self.per_vc.items()},
         }

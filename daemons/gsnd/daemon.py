@@ -16,6 +16,7 @@ from ..io.ulp import UlpServer
 from ..runtime.control import PEER, privileged, serve_control
 from ..runtime.schema import Int, List, Schema, Str
 from ..runtime.log import CounterLog
+from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import sd_notify
 from ..io.tap import Tap
 from ..wire.admin import parse_ula_list
@@ -180,6 +181,30 @@ class Gsnd:
         ula = format_ula(self.ep.ula) if self.ep.ula else "none"
         sd_notify(f"STATUS=link {'up' if self.ep.link.up else 'down'}, ULA {ula}")
 
+    # --- metrics -------------------------------------------------------------------------
+    def metrics(self) -> list[Family]:
+        i = {"interface": self.cfg.interface}
+        fams = link_families(self.ep.link.status(), **i)
+        heard = self.runner.heard_ago()
+        fams.append(Family("gsn_link_last_heard_seconds", "gauge", "Seconds since the cable peer's last datagram.")
+                    .add(float("nan") if heard is None else heard, **i))
+        messages = Family("gsn_vc_messages_total", "counter", "GSN Messages per VC and direction.")
+        nbytes = Family("gsn_vc_bytes_total", "counter", "Message payload bytes per VC and direction.")
+        for way in ("rx", "tx"):
+            for vc, (m, b) in enumerate(zip(self.ep.per_vc[f"{way}_messages"], self.ep.per_vc[f"{way}_bytes"])):
+                messages.add(m, **i, vc=vc, direction=way)
+                nbytes.add(b, **i, vc=vc, direction=way)
+        fams += [messages, nbytes,
+                 Family("gsn_ulp_clients", "gauge", "Clients on the ULP socket.").add(len(self.ulp.clients), **i),
+                 Family("gsn_ula_assigned", "gauge", "1 once the port has a ULA.").add(int(self.ep.ula is not None), **i)]
+        for component, counters in (("link", self.ep.link.counters), ("gsnd", self.ep.counters),
+                                    ("reassembly", self.ep.reasm.counters), ("cable", self.transport.counters),
+                                    ("ulp", self.ulp.counters), ("ulp.delivery", self.ulp.delivery.counters),
+                                    ("ip", {**self.ip_counters, **(self.tap.counters if self.tap else {})}),
+                                    ("control", self.control_counters)):
+            fams += counter_families(counters, component, **i)
+        return fams
+
     # --- control socket ------------------------------------------------------------
     async def _control(self, req: dict) -> dict:
         cmd = req.get("cmd")
@@ -187,6 +212,7 @@ class Gsnd:
             st = self.ep.status()
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
                       "id": self.cfg.cable_id, **self.transport.status(),
+                                               "last_heard_s": self.runner.heard_ago(),
                                                "transport": dict(self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
                            "delivery": {**self.ulp.delivery.counters,

@@ -43,6 +43,7 @@ class LinkRunner:
         self._timer = timer or link.timer
         self._handle_timer = handle_timer or link.handle_timer
         self._scope: trio.CancelScope | None = None
+        self.last_heard: float | None = None  # trio time of the last datagram from the peer
         # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
         # datagram by its path MTU; other transports (the in-memory cable) one by one
         self._send_many = getattr(transport, "send_many", None) or self._send_each
@@ -59,6 +60,10 @@ class LinkRunner:
             self.link.max_mps = max_mps
             self.link.window = cable_window(max_mps)  # Link reads it per batch; CLink keeps its own
 
+    def heard_ago(self) -> float | None:
+        """Seconds since the peer's last datagram (None: never heard)."""
+        return None if self.last_heard is None else round(trio.current_time() - self.last_heard, 3)
+
     def flush(self, now: float) -> None:
         self._fit()
         dgrams = self.link.datagrams(now)
@@ -74,7 +79,10 @@ class LinkRunner:
                 await self.transport.wait_readable()
             self._scope = None
             now = trio.current_time()
-            for dgram in self.transport.drain():
+            dgrams = self.transport.drain()
+            if dgrams:
+                self.last_heard = now
+            for dgram in dgrams:
                 receive(dgram, now)
             rtx = self._handle_timer(now)
             if rtx:

@@ -21,17 +21,67 @@ TUNSETPERSIST = 0x400454CB
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 READ_BYTES = 65536 + 64
+TUN_DEVICE = "/dev/net/tun"
+CAP_NET_ADMIN = 12  # bit in /proc/self/status CapEff
+
+
+def _has_cap_net_admin() -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _who() -> str:
+    return f"uid {os.geteuid()} gid {os.getegid()}" + (f" groups {','.join(map(str, os.getgroups()))}"
+                                                      if os.getgroups() else "")
+
+
+def explain_open(exc: OSError, device: str) -> OSError:
+    """Why ``device`` (/dev/net/tun) could not be opened, as one line naming the real cause."""
+    if exc.errno == errno.ENOENT:
+        return FileNotFoundError(f"{device}: no such device (load the tun module: modprobe tun)")
+    if exc.errno == errno.EACCES:
+        try:
+            st = os.stat(device)
+            mode = f"mode {st.st_mode & 0o7777:04o} owner {st.st_uid}:{st.st_gid}"
+        except OSError:
+            mode = "mode unknown"
+        return PermissionError(f"{device}: {mode} does not let {_who()} read and write it; CAP_NET_ADMIN does not "
+                               f"override file permissions: make it 0666 (the kernel's default) or give this user's "
+                               f"group rw")
+    if exc.errno == errno.EPERM:
+        return PermissionError(f"{device}: the device cgroup refuses it (systemd: DeviceAllow={device} rw)")
+    return exc
+
+
+def explain_tunsetiff(exc: OSError, name: str) -> OSError:
+    """Why TUNSETIFF failed: the capability is missing, or the TAP is someone else's."""
+    if exc.errno != errno.EPERM:
+        return exc
+    if not _has_cap_net_admin():
+        return PermissionError(f"TAP {name}: creating or attaching it needs CAP_NET_ADMIN, which this process "
+                               f"({_who()}) lacks: run as root or with AmbientCapabilities=CAP_NET_ADMIN")
+    return PermissionError(f"TAP {name}: it exists and belongs to another user or group than {_who()}: "
+                           f"recreate it with ip tuntap add {name} mode tap user <gsnd's user>, or delete it")
 
 
 class Tap:
-    def __init__(self, name: str, persist: bool = True) -> None:
+    def __init__(self, name: str, persist: bool = True, device: str = TUN_DEVICE) -> None:
         self.name = name
-        self.fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self.fd = os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise explain_open(exc, device) from None
         try:
             fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
-        except OSError:
+        except OSError as exc:
             os.close(self.fd)
-            raise
+            raise explain_tunsetiff(exc, name) from None
         if persist:  # the interface and its addresses outlive a crash, like a NIC's
             fcntl.ioctl(self.fd, TUNSETPERSIST, 1)
         self.counters: Counter[str] = Counter()

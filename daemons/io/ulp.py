@@ -37,7 +37,7 @@ from ..constants import (
     ULP_PUMP_RETRY_S,
 )
 from ..gsnd.delivery import Delivery
-from ..runtime.control import NOBODY, bind_unix, peer_cred, privileged
+from ..runtime.control import NOBODY, bind_unix, peer_cred, privileged, unlink_unix
 from ..wire.errors import DecodeError
 from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
@@ -129,7 +129,7 @@ class UlpServer:
                     self.delivery.add(client)
                     nursery.start_soon(self._client, client)
         finally:
-            lsock.close()
+            unlink_unix(self.path, lsock)
             if self._reserve is not None:
                 os.close(self._reserve)
                 self._reserve = None

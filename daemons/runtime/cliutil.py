@@ -47,3 +47,10 @@ def reach_daemon(prog: str, sock: str, daemon: str, fn: Callable[[], T]) -> T:
     except PermissionError:
         click.echo(f"{prog}: {sock}: permission denied (root or the daemon's group)", err=True)
         sys.exit(EX_NOPERM)
+
+
+def metrics_option(f):
+    """``--metrics HOST:PORT``: serve Prometheus metrics there (off by default)."""
+    return click.option("--metrics", "metrics", metavar="HOST:PORT",
+                        help="Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
+                             "bind it to a management address, e.g. 127.0.0.1:9640).")(f)

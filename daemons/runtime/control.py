@@ -17,12 +17,14 @@ import contextvars
 import os
 import socket
 import struct
+import weakref
 from collections import Counter
 from typing import Awaitable, Callable
 
 import structlog
 import trio
 
+from .reload import reload_now
 from .schema import Schema, SchemaError
 
 log = structlog.get_logger("control")
@@ -53,6 +55,10 @@ def peer_cred(sock) -> tuple[int, int, int]:
 def privileged(uid: int) -> bool:
     """Root, or the user this daemon runs as (the gsn service user under systemd)."""
     return uid == 0 or uid == os.geteuid()
+
+
+# socket -> inode of the file bind_unix bound it to, for unlink_unix
+_BOUND: "weakref.WeakKeyDictionary[socket.socket, int]" = weakref.WeakKeyDictionary()
 
 
 class SocketInUse(OSError):
@@ -104,10 +110,24 @@ def bind_unix(path: str, type: int = socket.SOCK_STREAM, mode: int = 0o660) -> s
     try:
         sock.bind(path)
         os.chmod(path, mode)
+        _BOUND[sock] = os.lstat(path).st_ino  # unlink_unix removes the path only while it is still ours
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def unlink_unix(path: str, sock: socket.socket) -> None:
+    """Close a socket ``bind_unix`` made and remove its path on the way out, unless the
+    path is no longer this socket's (a newer daemon bound it meanwhile: its inode differs
+    from the one recorded at bind), so a stopped daemon leaves nothing in /run."""
+    ino = _BOUND.pop(sock, None)
+    sock.close()
+    try:
+        if ino is not None and os.lstat(path).st_ino == ino:
+            os.unlink(path)
+    except OSError:
+        pass  # already gone
 
 
 def _reject_constant(name: str):
@@ -122,8 +142,19 @@ def parse_request(data: bytes) -> object:
         raise ValueError("nested too deeply") from None
 
 
+RELOAD = {"cmd": "reload"}  # every control socket's own request: reload the daemon (gsnctl reload)
+
+
 async def handle(req: dict, handler: Handler, schema: Schema, counters: Counter) -> dict:
-    """Validate ``req`` against ``schema`` and run ``handler``; never raises."""
+    """Validate ``req`` against ``schema`` and run ``handler``; never raises.  ``{"cmd":
+    "reload"}`` is answered here for every daemon (root or its own user only)."""
+    if req == RELOAD:
+        peer = PEER.get()
+        if peer is not None and not privileged(peer[1]):
+            counters["refused_reload_unprivileged"] += 1
+            return {"ok": False, "error": f"reload: uid {peer[1]} may not reload the daemon (root or its own user only)"}
+        counters["reloads"] += 1
+        return reload_now()
     try:
         req = schema.validate(req)
     except SchemaError as exc:
@@ -191,6 +222,7 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
                 nursery.start_soon(_one, conn)
     finally:
         sock.close()
+        unlink_unix(path, lsock)
         if reserve is not None:
             os.close(reserve)
 

@@ -11,6 +11,7 @@ import trio
 
 from ..constants import EX_CONFIG
 from .config import ConfigError
+from . import reload as reloading
 from .notify import watchdog
 
 log = structlog.get_logger()
@@ -32,11 +33,13 @@ def raise_nofile_limit() -> int:
     return soft
 
 
-def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], None] | None = None) -> None:
-    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP calls ``reload``.  Every
-    daemon (gsnd, gsn-switch, pktwayd, pktway-san, harpd, stpd) starts here, so this is
-    where the descriptor limit is raised."""
+def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: reloading.Reloader | None = None) -> None:
+    """Run ``main(nursery)`` until SIGTERM/SIGINT; SIGHUP (or "reload" on the control
+    socket) calls ``reload`` (``reload.reload_now``).  Every daemon (gsnd, gsn-switch,
+    pktwayd, pktway-san, harpd, stpd) starts here, so this is where the descriptor
+    limit is raised."""
     raise_nofile_limit()
+    reloading.install(reload)
 
     async def _top() -> None:
         async with trio.open_nursery() as nursery:
@@ -48,13 +51,7 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
             async for sig in sigs:
                 if sig == signal.SIGHUP:
-                    if reload is None:
-                        log.info("reload.ignored", reason="nothing to reload")
-                    else:
-                        try:
-                            reload()
-                        except ConfigError as exc:
-                            log.error("reload.failed", error=str(exc))
+                    reloading.reload_now()
                 else:
                     log.info("stopping", signal=signal.Signals(sig).name)
                     scope.cancel()
@@ -69,9 +66,16 @@ def run(main: Callable[[trio.Nursery], Awaitable[None]], reload: Callable[[], No
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
     except PermissionError as exc:
-        print(f"error: {exc.filename or ''}: permission denied (run as root or with CAP_NET_ADMIN)", file=sys.stderr)
+        if exc.strerror is None:  # already one line naming the cause (e.g. daemons.io.tap)
+            print(f"error: {exc}", file=sys.stderr)
+        else:
+            print(f"error: {exc.filename or ''}: permission denied (run as root or with CAP_NET_ADMIN)",
+                  file=sys.stderr)
         raise SystemExit(77) from None
     except OSError as exc:
+        if exc.strerror is None:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(71) from None
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         raise SystemExit(71) from None
@@ -86,16 +90,46 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+def level_reloader(level: str) -> reloading.Reloader:
+    """The reload of a daemon whose log level is given on its command line only:
+    nothing to re-read, but the reload is acknowledged with the level in force."""
+    return lambda: {"log_level": level, "source": "command line"}
+
+
+def metrics_address(text: str | None) -> tuple[str, int] | None:
+    """--metrics HOST:PORT, or None; a malformed one is a configuration error (exit 78)."""
+    if text is None:
+        return None
+    from .metrics import parse_listen
+
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise ConfigError(f"--metrics: {exc}") from None
+
+
+async def start_metrics(nursery: trio.Nursery, listen: tuple[str, int] | None, daemon: object) -> None:
+    """Serve ``daemon.metrics()`` at ``listen`` (nothing when None)."""
+    if listen is None:
+        return
+    from .metrics import serve_metrics
+
+    where = await nursery.start(lambda task_status: serve_metrics(listen, daemon.metrics, task_status=task_status))
+    log.info("metrics.listening", address=f"{where[0]}:{where[1]}")
+
+
 def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[object], object], *,
-          check: bool = False, reload: Callable[[], None] | None = None) -> None:
+          check: bool = False, metrics: str | None = None) -> None:
     """The common daemon entry point: load the configuration (one line and exit 78
     when it is bad), stop after ``--check``, set up logging, run ``make_daemon(cfg).run``
-    until a signal."""
+    until a signal.  A reload loads the configuration again and applies its log level
+    (a bad file is refused with one line and changes nothing)."""
     from . import log as logsetup
     from .config import fail
 
     try:
         cfg = load_config()
+        listen = metrics_address(metrics)
     except ConfigError as exc:
         fail(exc)
     if check:
@@ -103,7 +137,14 @@ def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[
         return
     logsetup.setup(getattr(cfg, "log_level", "info"))
 
-    async def _main(nursery):
-        await nursery.start(make_daemon(cfg).run)
+    def _reload() -> dict:
+        level = getattr(load_config(), "log_level", "info")
+        logsetup.setup(level)
+        return {"log_level": level, "source": label}
 
-    run(_main, reload)
+    async def _main(nursery):
+        d = make_daemon(cfg)
+        await nursery.start(d.run)
+        await start_metrics(nursery, listen, d)
+
+    run(_main, _reload)

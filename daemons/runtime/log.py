@@ -1,8 +1,10 @@
-"""structlog setup (console on a TTY, JSON otherwise) and rate-limited drop logs."""
+"""structlog setup (console on a TTY, JSON otherwise, with syslog priority prefixes when
+stderr is the journal) and rate-limited drop logs."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections import Counter, OrderedDict
@@ -57,15 +59,52 @@ class RateLimiter:
         return event_dict
 
 
+# sd-daemon(3) priority prefixes, read by journald from a service's stdout/stderr
+PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "exception": 3, "critical": 2}
+LEVELS = ("debug", "info", "warning", "error")
+_level = logging.INFO  # the level in force; setup() and set_level() change it
+
+
+def stderr_is_journal(stream=None) -> bool:
+    """True when ``stream`` (stderr) is the connection systemd gave to journald: $JOURNAL_STREAM
+    is "DEV:INODE" of that very descriptor (a child whose stderr was redirected is not)."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        dev, ino = (int(x) for x in os.environ.get("JOURNAL_STREAM", "").split(":"))
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+class JournalPrefix:
+    """Wraps a renderer: each line starts with ``<N>``, its syslog priority, so that
+    journald stores it at that priority (``journalctl -p warning`` works)."""
+
+    def __init__(self, renderer) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger, method_name: str, event_dict: dict) -> str:
+        priority = PRIORITY.get(event_dict.get("level", method_name), 6)
+        return f"<{priority}>{self.renderer(logger, method_name, event_dict)}"
+
+
 def setup(level: str = "info", json: bool | None = None, file=None,
           rate_limiter: RateLimiter | None = None) -> None:
-    if json is None:
-        json = not sys.stderr.isatty()
+    """Log to ``file`` (stderr) at ``level``.  Loggers are not cached, so calling this
+    again (a reload) changes the level of every module's logger at once."""
+    global _level
     file = sys.stderr if file is None else file
+    journal = stderr_is_journal(file)
+    if json is None:
+        json = journal or not file.isatty()
     if json:  # exceptions as a "exception" string holding the traceback
         tail = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:  # the console renderer prints exc_info's traceback itself
         tail = [structlog.dev.ConsoleRenderer(colors=False)]
+    if journal:
+        tail[-1] = JournalPrefix(tail[-1])
+    _level = getattr(logging, level.upper(), logging.INFO)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -73,10 +112,32 @@ def setup(level: str = "info", json: bool | None = None, file=None,
             structlog.processors.TimeStamper(fmt="iso"),
             *tail,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
+        wrapper_class=structlog.make_filtering_bound_logger(_level),
         logger_factory=structlog.PrintLoggerFactory(file=file),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,
     )
+
+
+def current_level() -> int:
+    return _level
+
+
+def set_level(level: int) -> None:
+    """Change only the level (the processors stay as they are)."""
+    global _level
+    _level = level
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+
+
+DROP_WORDS = ("drop", "bad", "error", "violation", "stale", "mismatch", "discard", "invalid", "foreign", "unrouted",
+              "stray", "down", "aborted", "refused", "wrong_port", "unauthenticated", "truncated",
+              "reflected", "replayed", "old_session", "too_old")
+
+
+def is_drop(counter: str) -> bool:
+    """Whether a counter's name says something was lost or refused (logged as a "drop",
+    exported as gsn_drops_total, listed by gsnctl show)."""
+    return any(w in counter for w in DROP_WORDS)
 
 
 class CounterLog:
@@ -96,10 +157,7 @@ class CounterLog:
             if value == prev:
                 continue
             if full not in self.last_logged or now - self.last_logged[full] >= self.interval:
-                if any(w in key for w in ("drop", "bad", "error", "violation", "stale", "mismatch", "discard",
-                                           "invalid", "foreign", "unrouted", "stray", "down", "aborted", "refused",
-                                           "wrong_port", "unauthenticated", "truncated", "reflected", "replayed",
-                                           "old_session", "too_old")):
+                if is_drop(key):
                     self.log.warning("drop", counter=full, new=value - prev, total=value)
                 self.seen[full] = value
                 self.last_logged[full] = now

@@ -23,6 +23,18 @@ def sd_notify(state: str) -> bool:
         return False
 
 
+class StatusLine:
+    """systemd's STATUS= (the line `systemctl status` shows), sent only when it changes."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+
+    def update(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            sd_notify(f"STATUS={text}")
+
+
 def watchdog_interval() -> float | None:
     """Seconds between WATCHDOG=1 pings (half of $WATCHDOG_USEC), or None when systemd
     does not watch this process: no or a bad $WATCHDOG_USEC, or $WATCHDOG_PID naming

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..runtime import daemon
-from ..runtime.cliutil import version_option
+from ..runtime.cliutil import metrics_option, version_option
 from . import config as sconfig
 
 
@@ -17,9 +17,10 @@ from . import config as sconfig
 @click.option("--cable-mtu", type=int, help="Override [cable] mtu: the underlay MTU bounding every port's "
               "datagrams (a port's own mtu still wins). [each port's kernel path MTU]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@metrics_option
 @click.option("--check", is_flag=True, help="Validate the configuration and exit.")
 @version_option
-def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> None:
+def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, metrics, check) -> None:
     """GSN switch: joins UDP cables (ports) into one HIPPI-6400 fabric.
 
     Forwards Messages by destination ULA, assigns ULAs 02:47:53:<id>:<port>:00 to
@@ -44,4 +45,4 @@ def main(config_path, broadcast, runtime_dir, cable_mtu, log_level, check) -> No
         return SwitchDaemon(cfg)
 
     overrides = dict(broadcast=broadcast, runtime_dir=runtime_dir, log_level=log_level, cable_mtu=cable_mtu)
-    daemon.serve(lambda: sconfig.load(config_path, overrides), config_path, _switch, check=check)
+    daemon.serve(lambda: sconfig.load(config_path, overrides), config_path, _switch, check=check, metrics=metrics)

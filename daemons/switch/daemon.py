@@ -14,7 +14,8 @@ from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
 from ..runtime.schema import Schema
 from ..runtime.log import CounterLog
-from ..runtime.notify import sd_notify
+from ..runtime.metrics import Family, counter_families, link_families
+from ..runtime.notify import StatusLine, sd_notify
 from .config import SwitchConfig
 from .core import Switch
 from .driver import AgentTimer
@@ -49,6 +50,12 @@ class SwitchDaemon:
         self._generation = 0
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
+        self.status_line = StatusLine()
+        self.ports_cfg = {p.number: p for p in cfg.ports}
+
+    def _notify_status(self) -> None:
+        up = sum(p.link.up for p in self.core.ports.values())
+        self.status_line.update(f"{up} of {len(self.core.ports)} ports up, {len(self.core.table)} ULAs")
 
     def _input(self, n: int, now: float) -> None:
         link = self.core.ports[n].link
@@ -78,9 +85,24 @@ class SwitchDaemon:
             return {"ok": True, "fabric": self.core.agent.describe(), "switch_id": self.core.switch_id}
         st = self.core.status()  # "status", the only command CONTROL_SCHEMA lets through
         for n, t in self.transports.items():
-            st["ports"][str(n)]["cable"] = {**t.status(), **t.counters}
+            st["ports"][str(n)]["cable"] = {**t.status(), **t.counters, "last_heard_s": self.runners[n].heard_ago(),
+                                            "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
         return {"ok": True, "status": st}
+
+    def metrics(self) -> list[Family]:
+        fams = [Family("gsn_switch_ulas", "gauge", "Entries in the switch's ULA table.").add(len(self.core.table))]
+        heard = Family("gsn_link_last_heard_seconds", "gauge", "Seconds since the cable peer's last datagram.")
+        for n, p in self.core.ports.items():
+            fams += link_families(p.link.status(), port=n)
+            ago = self.runners[n].heard_ago()
+            heard.add(float("nan") if ago is None else ago, port=n)
+            fams += counter_families(p.link.counters, "link", port=n)
+            fams += counter_families(p.counters, "port", port=n)
+            fams += counter_families(self.transports[n].counters, "cable", port=n)
+        fams += [heard, *counter_families(self.core.counters, "switch"),
+                 *counter_families(self.control_counters, "control")]
+        return fams
 
     async def _stats(self) -> None:
         while True:
@@ -92,6 +114,7 @@ class SwitchDaemon:
                 self.drops.update(f"port{n}", p.counters, now)
                 self.drops.update(f"port{n}.cable", self.transports[n].counters, now)
             self.drops.update("switch", self.core.counters, now)
+            self._notify_status()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.cfg.runtime_dir, exist_ok=True)
@@ -107,4 +130,5 @@ class SwitchDaemon:
                      trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None,
                      switch_ports=[p.number for p in self.cfg.ports if p.switch] or None)
             sd_notify("READY=1")
+            self._notify_status()
             task_status.started()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 import structlog
@@ -91,3 +92,54 @@ def test_switch_security_counters_are_logged_as_drops():
                         "drop_spoofed_source": 1, "rx_admin": 3}, 0.0)
     assert sorted(logged) == ["port2.admin_refused_not_management", "port2.admin_response_wrong_port",
                               "port2.drop_spoofed_source"]
+
+
+def _journal_stream(monkeypatch, f) -> None:
+    st = os.fstat(f.fileno())
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+
+
+def test_journal_lines_carry_their_priority(tmp_path, monkeypatch):
+    """stderr is the journal ($JOURNAL_STREAM names it): every line starts with <N> (sd-daemon(3)),
+    so journald files warnings at priority 4 and `journalctl -p warning` shows them."""
+    with open(tmp_path / "journal", "w+") as f:
+        _journal_stream(monkeypatch, f)
+        assert logsetup.stderr_is_journal(f)
+        logsetup.setup("debug", file=f)
+        log = structlog.get_logger("j")
+        log.debug("d")
+        log.info("i")
+        log.warning("w")
+        log.error("e")
+        log.critical("c")
+        f.seek(0)
+        lines = f.read().splitlines()
+    assert [line[:3] for line in lines] == ["<7>", "<6>", "<4>", "<3>", "<2>"]
+    assert [json.loads(line[3:])["event"] for line in lines] == ["d", "i", "w", "e", "c"]
+
+
+def test_not_the_journal_when_stderr_was_redirected(tmp_path, monkeypatch):
+    """$JOURNAL_STREAM inherited by a process whose stderr is another file: no prefix."""
+    with open(tmp_path / "journal", "w") as journal, open(tmp_path / "other", "w+") as other:
+        _journal_stream(monkeypatch, journal)
+        assert not logsetup.stderr_is_journal(other)
+        logsetup.setup("info", file=other)
+        structlog.get_logger("j").warning("w")
+        other.seek(0)
+        assert json.loads(other.read())["event"] == "w"
+
+
+def test_terminal_output_unchanged(monkeypatch):
+    """On a TTY: the console renderer, no <N> prefix, even with $JOURNAL_STREAM set (e.g. an
+    operator's shell started from a unit)."""
+    import pty
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as tty:
+        monkeypatch.setenv("JOURNAL_STREAM", "1:1")
+        logsetup.setup("info", file=tty)
+        structlog.get_logger("t").warning("link.down", interface="gsn0")
+        tty.flush()
+        out = os.read(master, 4096).decode()
+    os.close(master)
+    assert not out.startswith("<") and "[warning  ]" in out and "link.down" in out and "interface=gsn0" in out

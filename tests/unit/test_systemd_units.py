@@ -1,12 +1,14 @@
 """The shipped units (ExecStart pointed at this install): systemd-analyze verify accepts them,
 every one carries the common hardening, and systemd-analyze security rates each exposure <= 2.5."""
 
-import os
+import json
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,21 +93,58 @@ signal.signal(signal.SIGHUP, lambda *a: (print("hup", flush=True), sys.exit(0)))
 print("ready", flush=True)
 signal.pause()
 """
+BIN = Path(sys.executable).parent
 
 
-@pytest.mark.parametrize("unit", [u for u, _ in INSTANCES if "ExecReload" in directives(u)])
-def test_reload_needs_no_kill_binary(unit):
-    """ExecReload= (gsnd's) delivers SIGHUP to $MAINPID with the shell's builtin kill: run as
-    systemd would (${MAINPID} substituted), with an empty environment (no PATH: no kill(1))."""
+def reload_argv(unit: str, **subst: str) -> list[str]:
+    """The unit's ExecReload= as systemd would run it: ${MAINPID} and the socket path
+    substituted, the program taken from this install."""
     (reload,) = directives(unit)["ExecReload"]
+    argv = shlex.split(reload)
+    assert argv[0] == "/usr/local/bin/gsnctl", unit  # gsnctl install-units points it at the install
+    argv[0] = str(BIN / "gsnctl")
+    return [subst.get(w, w.replace("${MAINPID}", subst.get("MAINPID", "${MAINPID}"))) for w in argv]
+
+
+@pytest.mark.parametrize("unit", [u for u, _ in INSTANCES if "--pid" in directives(u)["ExecReload"][0]])
+def test_reload_by_pid_needs_no_kill_binary(unit):
+    """gsnctl reload --pid sends SIGHUP itself: run with an empty environment (no PATH, no kill(1))."""
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
-        argv = [w.replace("${MAINPID}", str(child.pid)) for w in shlex.split(reload)]
-        assert argv[0] == "/bin/sh" and os.path.exists(argv[0])
-        subprocess.run(argv, env={}, check=True, timeout=10)
+        subprocess.run(reload_argv(unit, MAINPID=str(child.pid)), env={}, check=True, timeout=30)
         assert child.stdout.readline().strip() == "hup"
         assert child.wait(10) == 0
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.parametrize("unit", [u for u, _ in INSTANCES if "--pid" not in directives(u)["ExecReload"][0]])
+def test_reload_by_control_socket_waits_for_the_daemon(unit, tmp_path):
+    """gsnctl -s SOCK reload asks a running daemon (here pktway-san: every control socket answers
+    "reload" alike) and returns once it reloaded; the daemon logs one line acknowledging it."""
+    (reload,) = directives(unit)["ExecReload"]
+    sock_path = next(w for w in shlex.split(reload) if w.startswith("/run/"))
+    ctl = tmp_path / "ctl.sock"
+    log = open(tmp_path / "log", "w+")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # a free UDP port for its listen address
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen([str(BIN / "pktway-san"), "--listen", f"127.0.0.1:{port}", "--port", "1=127.0.0.1:9",
+                               "--control", str(ctl)], stderr=log)
+    try:
+        deadline = time.monotonic() + 20
+        while not ctl.exists():
+            assert daemon.poll() is None and time.monotonic() < deadline, (tmp_path / "log").read_text()
+            time.sleep(0.05)
+        r = subprocess.run(reload_argv(unit, **{sock_path: str(ctl)}), env={}, capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "reloaded: log level info (from pktway-san)\n"
+        lines = [json.loads(x) for x in (tmp_path / "log").read_text().splitlines()]
+        assert [x["event"] for x in lines].count("reload.done") == 1
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+        log.close()
