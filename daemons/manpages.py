@@ -25,10 +25,14 @@ PROGRAMS = {
     "stpd": (8, "stpd.cli:stpd_main"),
     "pktwayd": (8, "pktwayd.cli:pktwayd_main"),
     "pktway-san": (8, "pktwayd.sanswitch:main"),
+    "ib-sm": (8, "ib.cli:sm_main"),
+    "ib-switch": (8, "ib.cli:switch_main"),
+    "ipoibd": (8, "ib.cli:ipoibd_main"),
     "gsnctl": (1, "daemons.gsnctl:main"),
     "gsnarp": (1, "harpd.cli:gsnarp_main"),
     "stp": (1, "stpd.cli:stp_main"),
     "pktway": (1, "pktwayd.cli:pktway_main"),
+    "ibctl": (1, "ib.cli:ibctl_main"),
 }
 # configuration file -> (what reads it, where the units expect it)
 CONFIGS = {
