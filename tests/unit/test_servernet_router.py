@@ -1,0 +1,77 @@
+"""The ServerNet router core: forwarding by DID (first 3 bytes only), longest prefix,
+TPB tagging of a bad CRC, one fabric only, deadlock masks, every drop counted."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from servernet.codec import Packet, envelope, open_envelope
+from servernet.constants import TType
+from servernet.router import RouterCore, parse_route
+
+P = {0: ("10.0.0.1", 7510), 1: ("10.0.0.2", 7520), 2: ("10.0.0.3", 7500)}
+N1, N2 = 0x01001, 0x02001
+
+
+def core(**kw):
+    return RouterCore(0, P, [parse_route("0x01001=0"), parse_route("0x02001=1"), parse_route("0x40000/6=2")], **kw)
+
+
+def write(did, fabric=0):
+    return envelope(Packet(did, N1, TType.WRITE, False, 1, path=fabric, address=0, data=b"x" * 8).encode(), fabric)
+
+
+def test_forwards_by_did_and_longest_prefix():
+    r = core()
+    assert r.receive(P[0], write(N2)) == (P[1], write(N2))
+    assert r.receive(P[1], write(0x40123)) == (P[2], write(0x40123))  # by the node prefix
+    assert r.counters["port0_rx"] == 1 and r.counters["port1_tx"] == 1 and r.counters["port2_tx"] == 1
+
+
+def test_port_is_chosen_from_the_first_three_bytes_only():
+    r = core()
+    d = bytearray(write(N2))
+    d[4 + 3:] = bytes(len(d) - 7)  # everything after the DID's bytes is garbage ...
+    dst, out = r.receive(P[0], bytes(d))
+    assert dst == P[1] and open_envelope(out).tpb  # ... still routed, tagged bad
+
+
+def test_bad_crc_is_forwarded_tagged_not_dropped():
+    r = core()
+    d = bytearray(write(N2))
+    d[-1] ^= 1
+    dst, out = r.receive(P[0], bytes(d))
+    assert dst == P[1] and out[3] & 0x02 and out[4:] == bytes(d[4:])
+    assert r.counters["tagged_bad_crc"] == 1
+    r.counters.clear()
+    assert r.receive(P[0], out) == (P[1], out)  # already tagged: forwarded as is, not counted again
+    assert r.counters["tagged_bad_crc"] == 0
+
+
+def test_drops_are_counted_by_reason():
+    r = core(enables={0: frozenset({0, 2})})
+    assert r.receive(("9.9.9.9", 1), write(N2)) is None
+    assert r.receive(P[0], write(N2, fabric=1)) is None  # a Y packet on X
+    assert r.receive(P[0], write(0x3FFFF)) is None
+    assert r.receive(P[0], write(N2)) is None  # port 0 may not reach port 1
+    assert r.receive(P[1], b"SN\x01\x00" + bytes(5)) is None
+    assert r.receive(P[1], b"XX\x01\x00" + bytes(20)) is None
+    assert r.receive(P[1], b"SN\x01\x00" + bytes(81)) is None
+    assert {k: v for k, v in r.counters.items() if k.startswith("drop")} == {
+        "drop_unknown_sender": 1, "drop_wrong_fabric": 1, "drop_no_route": 1, "drop_port_disabled": 1,
+        "drop_runt": 1, "drop_bad_envelope": 1, "drop_oversize": 1}
+
+
+def test_route_syntax():
+    assert parse_route("0x40000/6=3").bits == 6
+    for bad in ("1=", "x=1", "0x100000=1", "0x40001/6=1", "5/21=1", "5"):
+        with pytest.raises(ValueError):
+            parse_route(bad)
+    with pytest.raises(ValueError):
+        RouterCore(0, P, [parse_route("5=9")])
+
+
+@given(st.binary(max_size=600), st.sampled_from(list(P.values())))
+def test_garbage_from_a_port_never_raises(data, src):
+    out = core().receive(src, data)
+    assert out is None or out[0] in P.values()
