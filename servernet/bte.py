@@ -94,6 +94,8 @@ class Bte:
         self.out: list[tuple[int, bytes]] = []
         self.counters: Counter[str] = Counter()
         self.seq = 0
+        self.in_use = 0
+        self.high_water = 0  # most TIDs ever in use at once
 
     # --- the host's requests ------------------------------------------------------------------
     def submit(self, op: Op, now: float) -> Op:
@@ -184,6 +186,8 @@ class Bte:
             ttype, address, data, length, bell = nxt
             txn = Txn(tid, op, ttype, address, data, length, fabric, now + self.timeout, is_doorbell=bell)
             self.slots[tid] = txn
+            self.in_use += 1
+            self.high_water = max(self.high_water, self.in_use)
             op.inflight += 1
             self._send(txn)
             if op.kind == "block" and not op.rang:
@@ -198,6 +202,7 @@ class Bte:
 
     def _release(self, txn: Txn, now: float) -> None:
         self.slots[txn.tid] = None
+        self.in_use -= 1
         txn.op.inflight -= 1
         if txn.tries_here > 1 or txn.switched:
             self.quarantine[txn.tid] = now + self.timeout  # a late answer to the first try must find no one

@@ -200,7 +200,7 @@ class Snetd:
                             for f, (lo, r) in self.cfg.fabrics.items()},
                 "peers": {f"{p.id:#07x}": p.name for p in self.cfg.peers},
                 "paths": core.paths_status(now),
-                "tids_in_use": sum(s is not None for s in core.bte.slots), "pending_ops": len(core.bte.ready),
+                "tids_in_use": core.bte.in_use, "tids_high_water": core.bte.high_water, "pending_ops": len(core.bte.ready),
                 "interrupts_queued": len(core.avt.queue),
                 "windows": [{"name": w.name, "address": f"{w.base:#010x}", "bytes": w.size, "access": w.access,
                              "interrupt": w.interrupt, "paths": sorted(Fabric(f).name for f in w.paths),

@@ -125,10 +125,10 @@ def test_sixteen_transactions_outstanding_then_the_rest():
     net = Net()
     a = net.nodes[A]
     ops = [a.bte.write(B, BUF + 8 * i, bytes([i]) * 8, net.now) for i in range(20)]
-    assert len(a.out) == 16 and all(s is not None for s in a.bte.slots)
+    assert len(a.out) == 16 and all(s is not None for s in a.bte.slots) and a.bte.in_use == 16
     assert sorted(decode(open_envelope(d).packet).tid for _, d in a.out) == list(range(16))
     net.run()
-    assert all(o.done and o.error is None for o in ops)
+    assert all(o.done and o.error is None for o in ops) and a.bte.in_use == 0 and a.bte.high_water == 16
     assert net.nodes[B].avt.windows[0].memory[:160] == b"".join(bytes([i]) * 8 for i in range(20))
     both = {f for f, p in net.log if not p.rsp}
     assert both == {X, Y}  # both fabrics carry traffic
