@@ -18,9 +18,10 @@ from typing import Callable
 
 from .codec import Packet, envelope, max_data
 from .constants import (DOORBELL_BYTES, PAGE_BYTES, PENDING_OPS, RESPONSE_TIMEOUT_S, RETRIES_SAME_FABRIC,
-                        TID_COUNT, Fabric, TType)
+                        TID_COUNT, FABRIC_NAMES, Fabric, TType)
 from .paths import Path, State
 
+TX_KEYS = tuple(f"tx_{n}" for n in FABRIC_NAMES)
 _DOORBELL = struct.Struct(">IIII")  # address, length, seq, crc32 (project choice, §1.8)
 
 
@@ -129,15 +130,16 @@ class Bte:
     # --- fabric choice --------------------------------------------------------------------------
     def choose(self, peer: int) -> int | None:
         """UP paths first, alternating X/Y per transaction when both are; else a SUSPECT one."""
-        up = [f for f in (Fabric.X, Fabric.Y) if self.paths[peer, f].state is State.UP]
-        if len(up) == 2:
+        px, py = self.paths[peer, Fabric.X], self.paths[peer, Fabric.Y]
+        if px.state is State.UP:
+            if py.state is not State.UP:
+                return Fabric.X
             f = self.toggle[peer]
             self.toggle[peer] = 1 - f
             return f
-        if up:
-            return up[0]
-        usable = [f for f in (Fabric.X, Fabric.Y) if self.paths[peer, f].usable]
-        return usable[0] if usable else None
+        if py.state is State.UP:
+            return Fabric.Y
+        return Fabric.X if px.usable else Fabric.Y if py.usable else None
 
     # --- issuing ---------------------------------------------------------------------------------
     def _next(self, op: Op) -> tuple[int, int, bytes, int, bool] | None:
@@ -197,8 +199,8 @@ class Bte:
         pkt = Packet(txn.op.peer, self.id, txn.ttype, False, txn.tid, txn.fabric, False, txn.address, txn.data,
                      txn.length, self.ii)
         self.out.append((txn.fabric, envelope(pkt.encode(), txn.fabric, ii=self.ii)))
-        txn.op.packets[Fabric(txn.fabric).name] += 1
-        self.counters[f"tx_{Fabric(txn.fabric).name}"] += 1
+        txn.op.packets[FABRIC_NAMES[txn.fabric]] += 1
+        self.counters[TX_KEYS[txn.fabric]] += 1
 
     def _release(self, txn: Txn, now: float) -> None:
         self.slots[txn.tid] = None
@@ -258,7 +260,7 @@ class Bte:
 
     def _expire(self, txn: Txn, now: float) -> None:
         op = txn.op
-        self.counters[f"timeout_{Fabric(txn.fabric).name}"] += 1
+        self.counters[f"timeout_{FABRIC_NAMES[txn.fabric]}"] += 1
         if op.kind == "barrier":
             self._release(txn, now)
             self.paths[op.peer, op.fabric].on_barrier(False, now)

@@ -32,6 +32,9 @@ class Fabric(enum.IntEnum):
     Y = 1
 
 
+FABRIC_NAMES = ("X", "Y")  # by path bit, without an enum lookup per packet
+
+
 # --- UDP envelope (§1.8, project choice) -------------------------------------------------------
 ENVELOPE_MAGIC = 0x534E  # 'SN'
 ENVELOPE_VERSION = 1

@@ -14,7 +14,9 @@ from daemons.wire.errors import DecodeError
 from .avt import Avt, Interrupt
 from .bte import Bte, parse_doorbell
 from .codec import Packet, decode, envelope, open_envelope
-from .constants import INTERRUPT_QUEUE, RESPONSE_TIMEOUT_S, Fabric, TType
+from .constants import FABRIC_NAMES, INTERRUPT_QUEUE, RESPONSE_TIMEOUT_S, Fabric, TType
+
+RX_KEYS = tuple(f"rx_{n}" for n in FABRIC_NAMES)
 
 
 class Endpoint:
@@ -63,7 +65,7 @@ class Endpoint:
         if pkt.path != fabric:
             self._drop("path_bit")
             return
-        self.counters[f"rx_{Fabric(fabric).name}"] += 1
+        self.counters[RX_KEYS[fabric]] += 1
         if pkt.rsp:
             self.bte.on_response(pkt, fabric, now)
         else:

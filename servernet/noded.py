@@ -66,6 +66,7 @@ class Snetd:
         self.control_counters: Counter[str] = Counter()
         self.drops = CounterLog(log)
         self.kick = trio.Event()
+        self.wake_at = float("inf")  # when the timer task wakes next
         self.waiting = 0
 
     # --- datagrams ---------------------------------------------------------------------------
@@ -81,7 +82,8 @@ class Snetd:
             except OSError:  # e.g. ICMP unreachable while the router is gone
                 self.counters[f"tx_error_{Fabric(fabric).name}"] += 1
         out.clear()
-        self.kick.set()
+        if self.core.next_deadline() < self.wake_at:
+            self.kick.set()
 
     async def _rx(self, fabric: int) -> None:
         sock, router = self.socks[fabric], self.cfg.fabrics[fabric][1]
@@ -107,7 +109,8 @@ class Snetd:
     async def _timers(self) -> None:
         while True:
             self.kick = trio.Event()
-            with trio.move_on_at(min(self.core.next_deadline(), trio.current_time() + 0.5)):
+            self.wake_at = min(self.core.next_deadline(), trio.current_time() + 0.5)
+            with trio.move_on_at(self.wake_at):
                 await self.kick.wait()
             self.core.tick(trio.current_time())
             self.flush()

@@ -61,6 +61,7 @@ class RouterCore:
         self.enables = enables or {}  # in port -> out ports it may use (deadlock masks), all when absent
         self.cache: dict[int, int | None] = {}
         self.counters: Counter[str] = Counter()
+        self.keys = {p: (f"port{p}_rx", f"port{p}_tx") for p in self.ports}
 
     def lookup(self, did: int) -> int | None:
         try:
@@ -106,6 +107,6 @@ class RouterCore:
         if not flags & FLAG_TPB and not crc_ok(memoryview(datagram)[ENVELOPE_BYTES:]):
             c["tagged_bad_crc"] += 1
             datagram = bytes(datagram[:3]) + bytes((flags | FLAG_TPB,)) + bytes(datagram[4:])
-        c[f"port{in_port}_rx"] += 1
-        c[f"port{out}_tx"] += 1
+        c[self.keys[in_port][0]] += 1
+        c[self.keys[out][1]] += 1
         return self.ports[out], datagram
