@@ -10,6 +10,8 @@ from daemons.wire.ula import parse_ula
 from daemons.io.pmtu import check_mtu, family_of
 from daemons.io.udp import resolve
 
+from servernet.constants import PREF_EITHER, RING_BASE
+
 from .constants import LIVENESS_S
 from .eep import L2RH
 from .udpsan import native
@@ -26,7 +28,9 @@ class HalfConfig:
     dialect: str = "pw0"  # "pw0" PacketWay EEP, "mw5" MessageWay v5 (16-bit addresses) on this SAN
     map: bool = True  # follow the switch's ULA list (gsnd control socket): LRT liveness, Hey-You
     control: str = ""  # gsnd's control socket (default: the ULP socket's path with .ctl)
-    kind: str = "gsn"  # "gsn", or "udp": an emulated ServerNet/InfiniBand-style SAN (pktway-san)
+    kind: str = "gsn"  # "gsn"; "udp": a generic datagram SAN (pktway-san); "servernet": a ServerNet SAN
+    snet: object = None  # servernet: the end node's configuration (servernet.config.NodeConfig)
+    rings: dict | None = None  # servernet: ring base of each node whose ring is not at the default
     switch: tuple | None = None  # udp: the pktway-san switch's address
     local: tuple | None = None  # udp: my port's UDP address
     port: int = 0  # udp: my port number on that switch
@@ -55,9 +59,44 @@ class RouterConfig:
 
 
 def _kind(v: str) -> str:
-    if v not in ("gsn", "udp"):
-        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd) or udp (an emulated SAN via pktway-san)")
+    if v not in ("gsn", "udp", "servernet"):
+        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd), udp (a datagram SAN via pktway-san) or "
+                         "servernet (a ServerNet SAN: snet-router fabrics X and Y)")
     return v
+
+
+def _snet_node(path: str):
+    from servernet.config import load as load_snet
+    from servernet.ring import ring_windows
+
+    cfg = load_snet(path)
+    try:
+        ring_windows(cfg.windows)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return cfg
+
+
+def _snet_route(n: Section, snet) -> bytes:
+    from servernet.ring import route
+
+    did = n.get("did", int, required=True, check=in_range(1, 0xFFFFF))
+    if snet.peer(str(did)) is None:
+        raise ConfigError(f"{n.source}: {n.name}.did: {did:#x} is not a [[peer]] of {snet.name!r}'s ServerNet node")
+    prefs = {"x": 0, "y": 1, "either": PREF_EITHER}
+    fabric = n.get("fabric", str, "either", check=lambda v: v if v in prefs else _bad_fabric(v))
+    ring = n.get("ring", int, RING_BASE, check=_page_aligned)
+    return route(did, prefs[fabric], ring)
+
+
+def _page_aligned(v: int) -> int:
+    if not 0 <= v <= 0xFFFFF000 or v % 4096:
+        raise ValueError(f"{v:#x} is not a page-aligned (4 KiB) 32-bit address")
+    return v
+
+
+def _bad_fabric(v):
+    raise ValueError(f"{v!r} is not x, y or either")
 
 
 def _dialect(v: str) -> str:
@@ -105,6 +144,9 @@ def load(path: str) -> RouterConfig:
         if kind == "gsn":
             half.map = h.get("map", bool, True)
             half.control = h.get("control", str, half.ulp.removesuffix(".ulp") + ".ctl")
+        elif kind == "servernet":  # the half is a ServerNet end node; liveness by WRU only
+            half.map = False
+            half.snet = h.get("servernet", str, required=True, check=_snet_node)
         else:  # an emulated SAN (pktway-san): no switch map, liveness by WRU only
             half.map = False
             half.switch = h.get("switch", str, required=True, check=resolve)
@@ -117,6 +159,11 @@ def load(path: str) -> RouterConfig:
             addr = n.get("addr", int, required=True, check=in_range(1, 0x7FFFFD))
             if kind == "gsn":
                 route = n.get("ula", str, required=True, check=parse_ula)
+            elif kind == "servernet":
+                route = _snet_route(n, half.snet)
+                ring = int.from_bytes(route[4:], "big")
+                if ring != RING_BASE:
+                    half.rings = (half.rings or {}) | {int.from_bytes(route[:3], "big"): ring}
             else:
                 route = native(n.get("port", int, required=True, check=in_range(0, 255)))
             q = n.get("q", int, 1, check=in_range(0, 0xFFFF))

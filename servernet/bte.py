@@ -42,8 +42,9 @@ class Op:
     address: int
     data: bytes = b""
     length: int = 0
-    fabric: int | None = None  # a BARRIER's fabric
+    fabric: int | None = None  # a BARRIER's fabric; for the others, the one preferred
     doorbell: int | None = None  # a block's doorbell address
+    bell_data: bytes | None = None  # what the doorbell WRITE carries (default: address, length, seq, crc32)
     seq: int = 0
     on_done: Callable[["Op"], None] | None = None
     done: bool = False
@@ -128,8 +129,11 @@ class Bte:
         return self.submit(Op("block", peer, address, bytes(data), len(data), doorbell=bell, **kw), now)
 
     # --- fabric choice --------------------------------------------------------------------------
-    def choose(self, peer: int) -> int | None:
-        """UP paths first, alternating X/Y per transaction when both are; else a SUSPECT one."""
+    def choose(self, peer: int, prefer: int | None = None) -> int | None:
+        """The preferred fabric if its path is UP; else UP paths first, alternating X/Y per
+        transaction when both are; else a SUSPECT one."""
+        if prefer is not None and self.paths[peer, prefer].state is State.UP:
+            return prefer
         px, py = self.paths[peer, Fabric.X], self.paths[peer, Fabric.Y]
         if px.state is State.UP:
             if py.state is not State.UP:
@@ -160,7 +164,8 @@ class Bte:
         if op.inflight or op.rang:
             return None
         op.rang = True
-        bell = doorbell(op.address, len(op.data), op.seq, zlib.crc32(op.data))
+        bell = op.bell_data if op.bell_data is not None else doorbell(op.address, len(op.data), op.seq,
+                                                                      zlib.crc32(op.data))
         return TType.WRITE, op.doorbell, bell, 0, True
 
     def _free_tid(self, now: float) -> int | None:
@@ -180,7 +185,7 @@ class Bte:
             nxt = self._next(op)
             if nxt is None:
                 continue
-            fabric = op.fabric if op.kind == "barrier" else self.choose(op.peer)
+            fabric = op.fabric if op.kind == "barrier" else self.choose(op.peer, op.fabric)
             if fabric is None:
                 self.counters["no_path"] += 1
                 op.finish(now, "no_path")

@@ -62,6 +62,16 @@ PENDING_OPS = 4096  # transactions waiting for a TID (beyond: refused, counted)
 DOORBELL_BYTES = 16  # {address u32, length u32, seq u32, crc32 u32}
 MAX_BLOCK_BYTES = 64 << 20  # largest block one request may move
 
+# --- PacketWay over ServerNet (§1.8, project choice) -----------------------------------------
+RING_WINDOW = "pktway-ring"  # the AVT window PacketWay messages are written into
+BELL_WINDOW = "pktway-bell"  # its doorbell page (interrupt flag), the page right after the ring
+RING_SLOTS = 16  # slots of one page each: a message of up to 4096 bytes per slot
+RING_BASE = 0x00400000  # where the ring sits unless a node's route says otherwise
+SLOT_BYTES = PAGE_BYTES
+PW_MTU_BYTES = 512  # default PacketWay MTU on this link (the pre-push buffer size [SDM 9-12])
+L2RH_ROUTE_BYTES = 8  # DID (3) | fabric preference (1) | ring base (4)
+PREF_EITHER = 2
+
 # --- daemons (project choice) ----------------------------------------------------------------------
 ROUTER_PORTS = 12  # ports per router (the ServerNet II router has 12 [GLOS])
 RX_BURST = 256  # datagrams drained per wake-up before yielding

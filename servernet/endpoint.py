@@ -22,7 +22,7 @@ RX_KEYS = tuple(f"rx_{n}" for n in FABRIC_NAMES)
 class Endpoint:
     def __init__(self, my_id: int, peers: list[int], avt: Avt, *, ii: bool = False,
                  timeout: float = RESPONSE_TIMEOUT_S, now: float = 0.0,
-                 on_interrupt: Callable[[Interrupt, dict | None], None] | None = None) -> None:
+                 on_interrupt: Callable[[Interrupt], bool] | None = None) -> None:
         self.id = my_id
         self.ii = ii
         self.peers = frozenset(peers)
@@ -31,7 +31,7 @@ class Endpoint:
         self.out = self.bte.out  # one list: responses and requests in the order made
         self.counters: Counter[str] = Counter()
         self.blocks: deque[dict] = deque(maxlen=INTERRUPT_QUEUE)  # the last doorbells checked
-        self.on_interrupt = on_interrupt
+        self.on_interrupt = on_interrupt  # True: it took the interrupt off the queue's tail
 
     def _drop(self, reason: str) -> None:
         self.counters[f"drop_{reason}"] += 1
@@ -69,6 +69,7 @@ class Endpoint:
         if pkt.rsp:
             self.bte.on_response(pkt, fabric, now)
         else:
+            self.bte.paths[pkt.sid, fabric].heard(now)
             self._serve(pkt, fabric, now)
 
     def _respond(self, req: Packet, fabric: int, ack: bool, data: bytes = b"") -> None:
@@ -91,8 +92,11 @@ class Endpoint:
             self.counters["diag_rx"] += 1  # DIAG/STATUS: no response
 
     def _interrupt(self, irq: Interrupt) -> None:
-        """A 16-byte doorbell names a block just written here: check it against memory."""
-        block = None
+        """Host code (PacketWay's ring) may take the interrupt; otherwise a 16-byte doorbell
+        names a block just written here: check it against memory."""
+        if self.on_interrupt is not None and self.on_interrupt(irq):
+            self.avt.queue.pop()
+            return
         desc = parse_doorbell(irq.data)
         if desc is not None:
             address, length, seq, crc = desc
@@ -102,8 +106,6 @@ class Endpoint:
                      "intact": intact}
             self.blocks.append(block)
             self.counters["blocks_intact" if intact else "blocks_corrupt"] += 1
-        if self.on_interrupt is not None:
-            self.on_interrupt(irq, block)
 
     def tick(self, now: float) -> None:
         self.bte.tick(now)

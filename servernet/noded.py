@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 from collections import Counter
 from functools import partial
 
@@ -16,15 +15,14 @@ import trio
 from daemons.runtime import daemon
 from daemons.runtime.cliutil import version_option
 from daemons.runtime.control import serve_control
-from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
 from daemons.runtime.schema import Int, Schema, Str
 
 from .avt import Avt
 from .bte import Op
 from .config import NodeConfig, load
-from .constants import (CONTROL_INLINE_BYTES, MAX_BLOCK_BYTES, MAX_DATAGRAM_II, MAX_WAITING_CLIENT_OPS,
-                        RX_BURST, SOCKET_BUFFER_BYTES, Fabric)
+from .constants import CONTROL_INLINE_BYTES, MAX_BLOCK_BYTES, MAX_WAITING_CLIENT_OPS, Fabric
+from .driver import FabricDriver
 from .endpoint import Endpoint
 
 log = structlog.get_logger("snetd")
@@ -54,67 +52,12 @@ class Snetd:
         avt = Avt(cfg.windows, frozenset(p.id for p in cfg.peers), cfg.interrupt_queue)
         self.core = Endpoint(cfg.id, [p.id for p in cfg.peers], avt, ii=cfg.ii, timeout=cfg.timeout,
                              now=trio.current_time())
-        self.socks: dict[int, socket.socket] = {}
-        for fabric, (local, _router) in cfg.fabrics.items():
-            s = socket.socket(socket.AF_INET6 if ":" in local[0] else socket.AF_INET, socket.SOCK_DGRAM)
-            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-                s.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
-            s.bind(local)
-            s.setblocking(False)
-            self.socks[fabric] = s
-        self.counters: Counter[str] = Counter()
+        self.driver = FabricDriver(self.core, cfg.fabrics)
         self.control_counters: Counter[str] = Counter()
-        self.drops = CounterLog(log)
-        self.kick = trio.Event()
-        self.wake_at = float("inf")  # when the timer task wakes next
         self.waiting = 0
 
-    # --- datagrams ---------------------------------------------------------------------------
     def flush(self) -> None:
-        out = self.core.out
-        if not out:
-            return
-        for fabric, dgram in out:
-            try:
-                self.socks[fabric].sendto(dgram, self.cfg.fabrics[fabric][1])
-            except BlockingIOError:
-                self.counters[f"drop_tx_full_{Fabric(fabric).name}"] += 1
-            except OSError:  # e.g. ICMP unreachable while the router is gone
-                self.counters[f"tx_error_{Fabric(fabric).name}"] += 1
-        out.clear()
-        if self.core.next_deadline() < self.wake_at:
-            self.kick.set()
-
-    async def _rx(self, fabric: int) -> None:
-        sock, router = self.socks[fabric], self.cfg.fabrics[fabric][1]
-        core = self.core
-        while True:
-            await trio.lowlevel.wait_readable(sock)
-            now = trio.current_time()
-            for _ in range(RX_BURST):
-                try:
-                    data, src = sock.recvfrom(MAX_DATAGRAM_II + 1)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    self.counters[f"rx_error_{Fabric(fabric).name}"] += 1
-                    continue
-                if src[:2] != router:
-                    self.counters["drop_foreign_sender"] += 1
-                    continue
-                core.receive(fabric, data, now)
-            self.flush()
-            await trio.lowlevel.checkpoint()
-
-    async def _timers(self) -> None:
-        while True:
-            self.kick = trio.Event()
-            self.wake_at = min(self.core.next_deadline(), trio.current_time() + 0.5)
-            with trio.move_on_at(self.wake_at):
-                await self.kick.wait()
-            self.core.tick(trio.current_time())
-            self.flush()
-            self.drops.update("node", self.counters | self.core.counters, trio.current_time())
+        self.driver.flush()
 
     # --- control -------------------------------------------------------------------------------
     async def _wait(self, ops: list[Op]) -> list[Op]:
@@ -209,7 +152,7 @@ class Snetd:
                              "interrupt": w.interrupt, "paths": sorted(Fabric(f).name for f in w.paths),
                              "sources": None if w.sources is None else sorted(f"{s:#07x}" for s in w.sources)}
                             for w in core.avt.windows],
-                "counters": {"node": dict(self.counters | core.counters), "avt": dict(core.avt.counters),
+                "counters": {"node": dict(self.driver.counters | core.counters), "avt": dict(core.avt.counters),
                              "bte": dict(core.bte.counters)},
                 "control": dict(self.control_counters)}
 
@@ -218,9 +161,7 @@ class Snetd:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
                                         counters=self.control_counters))
-            for fabric in self.socks:
-                nursery.start_soon(self._rx, fabric)
-            nursery.start_soon(self._timers)
+            self.driver.start(nursery)
             log.info("snetd.started", id=f"{self.cfg.id:#07x}", name=self.cfg.name, peers=len(self.cfg.peers),
                      windows=len(self.cfg.windows))
             sd_notify("READY=1")

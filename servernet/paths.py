@@ -3,6 +3,7 @@
     UP --timeout--> SUSPECT --any ACK--> UP
     SUSPECT --more than 40 consecutive timeouts, or a BARRIER NAKed/timed out--> HARD_DOWN
     HARD_DOWN --every 1 s, send a BARRIER--> PROBING --3 BARRIER ACKs in a row--> UP
+    (a request from the peer on a HARD_DOWN path's fabric brings its next BARRIER forward)
     PROBING --BARRIER NAKed/timed out--> HARD_DOWN
 
 A path going SUSPECT asks for a BARRIER at once, so a dead fabric is found hard down
@@ -67,6 +68,13 @@ class Path:
         self._to(State.HARD_DOWN, now)
         self.probe_acks = 0
         self.barrier_due = now + PROBE_INTERVAL_S
+
+    def heard(self, now: float) -> None:
+        """The peer's request arrived on this fabric ("fabric auto up" [SCM 8-18]): a
+        HARD_DOWN path is probed now rather than at the next 1 s tick."""
+        if self.state is State.HARD_DOWN and not self.barrier_out and (self.barrier_due or 0) > now:
+            self.counters["probe_early"] += 1
+            self.barrier_due = now
 
     def barrier_sent(self, now: float) -> None:
         self.barrier_out, self.barrier_due = True, None

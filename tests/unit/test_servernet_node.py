@@ -244,6 +244,20 @@ def test_path_machine_suspect_recovers_on_any_ack_and_probing_fails_back_down():
     assert p.state is State.HARD_DOWN and p.probe_acks == 0
 
 
+def test_a_request_from_the_peer_brings_the_probe_of_a_hard_down_path_forward():
+    net = Net()
+    net.down.add(X)
+    net.nodes[A].bte.toggle[B] = X
+    net.nodes[A].bte.write(B, BUF, b"x", net.now)
+    net.run(until=0.3)
+    assert net.state(X) is State.HARD_DOWN
+    net.down.clear()
+    net.nodes[B].bte.toggle[A] = X
+    net.nodes[B].bte.write(A, BUF, b"from b on X", net.now)  # A hears B on X: probes at once
+    net.run(until=net.now + 0.01)
+    assert net.state(X) is State.UP and net.nodes[A].bte.paths[B, X].counters["probe_early"] == 1
+
+
 def test_receive_drops_are_counted_by_reason():
     b = Net().nodes[B]
     good = Packet(B, A, TType.WRITE, False, 0, X, False, BUF, b"x").encode()
