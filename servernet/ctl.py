@@ -132,11 +132,14 @@ def read(ctx, peer, address, length, out) -> None:
 @click.argument("address", callback=_int)
 @click.option("--hex", "hexdata", help="The bytes, in hex.")
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False), help="The bytes, from a file.")
+@click.option("--fabric", type=click.Choice(["x", "y"]), help="Prefer this fabric while its path is UP "
+              "(default: alternate X and Y).")
 @click.pass_context
-def write(ctx, peer, address, hexdata, path) -> None:
-    f"""Write bytes (at most {CONTROL_INLINE_BYTES}) at ADDRESS of PEER's exposed window."""
+def write(ctx, peer, address, hexdata, path, fabric) -> None:
+    """Write bytes (at most 16 KiB) at ADDRESS of PEER's exposed window (<= 64-byte WRITEs)."""
     data = _data(hexdata, path, CONTROL_INLINE_BYTES)
-    r = _call(ctx, {"cmd": "write", "peer": peer, "address": address, "data": data.hex()})
+    req = {"cmd": "write", "peer": peer, "address": address, "data": data.hex()}
+    r = _call(ctx, req | ({"fabric": fabric} if fabric else {}))
     click.echo(f"wrote {r['length']} bytes in {r['elapsed_s'] * 1e3:.2f} ms")
 
 
@@ -149,9 +152,11 @@ def write(ctx, peer, address, hexdata, path) -> None:
               help="A block of this many pseudo-random bytes made by the daemon from --seed.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--doorbell", callback=_int, help="The doorbell address on PEER (default: the peer's in the config).")
+@click.option("--fabric", type=click.Choice(["x", "y"]), help="Prefer this fabric while its path is UP "
+              "(default: alternate X and Y).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def block(ctx, peer, address, path, length, seed, doorbell, as_json) -> None:
+def block(ctx, peer, address, path, length, seed, doorbell, fabric, as_json) -> None:
     """Send a block of any length to ADDRESS on PEER: <= 64-byte WRITEs over both
     fabrics, then the doorbell once every one is ACKed."""
     if (path is None) == (length is None):
@@ -163,6 +168,8 @@ def block(ctx, peer, address, path, length, seed, doorbell, as_json) -> None:
         req |= {"length": length, "seed": seed}
     if doorbell is not None:
         req["doorbell"] = doorbell
+    if fabric:
+        req["fabric"] = fabric
     r = _call(ctx, req, timeout=BLOCK_TIMEOUT_S)
     if as_json:
         click.echo(json.dumps(r, indent=2))

@@ -33,10 +33,11 @@ ADDR = Int(0, 0xFFFFFFFF)
 CONTROL_SCHEMA = Schema({
     "status": {},
     "read": {"peer": PEER, "address": ADDR, "length": Int(1, CONTROL_INLINE_BYTES)},
-    "write": {"peer": PEER, "address": ADDR, "data": Str(2 * CONTROL_INLINE_BYTES, pattern=HEX)},
+    "write": {"peer": PEER, "address": ADDR, "data": Str(2 * CONTROL_INLINE_BYTES, pattern=HEX),
+              "fabric": Str(1, pattern="[xy]", optional=True)},
     "block": {"peer": PEER, "address": ADDR, "data": Str(2 * CONTROL_INLINE_BYTES, pattern=HEX, optional=True),
               "length": Int(1, MAX_BLOCK_BYTES, optional=True), "seed": Int(0, 2**32 - 1, optional=True),
-              "doorbell": Int(0, 0xFFFFFFFF, optional=True)},
+              "doorbell": Int(0, 0xFFFFFFFF, optional=True), "fabric": Str(1, pattern="[xy]", optional=True)},
     "interrupts": {"max": Int(1, 4096, optional=True)},
 })
 
@@ -104,6 +105,7 @@ class Snetd:
 
     async def _transfer(self, cmd: str, peer, req: dict, now: float) -> dict:
         addr, chunk = req["address"], self.core.bte.chunk
+        prefer = Fabric[req["fabric"].upper()] if "fabric" in req else None
         if addr + req.get("length", len(req.get("data", "")) // 2) > 1 << 32:
             return {"ok": False, "error": "the range runs past the 32-bit address space"}
         if cmd == "read":
@@ -117,7 +119,8 @@ class Snetd:
                     "elapsed_s": max(o.finished for o in ops) - now}
         if cmd == "write":
             data = bytes.fromhex(req["data"])
-            ops = [self._submit("write", peer.id, addr + o, data=data[o:o + chunk]) for o in range(0, len(data), chunk)]
+            ops = [self._submit("write", peer.id, addr + o, data=data[o:o + chunk], fabric=prefer)
+                   for o in range(0, len(data), chunk)]
             await self._wait(ops)
             err = next((o.error for o in ops if o.error), None)
             return {"ok": err is None, "error": err, "length": len(data),
@@ -133,7 +136,8 @@ class Snetd:
             return {"ok": False, "error": "block: give data, or length (and seed) for a pattern"}
         if not data:
             return {"ok": False, "error": "block: no data"}
-        (op,) = await self._wait([self._submit("block", peer.id, addr, data=data, length=len(data), doorbell=bell)])
+        (op,) = await self._wait([self._submit("block", peer.id, addr, data=data, length=len(data), doorbell=bell,
+                                              fabric=prefer)])
         elapsed = op.finished - op.started
         return {"ok": op.error is None, "error": op.error, "length": len(data), "seq": op.seq,
                 "elapsed_s": elapsed, "goodput_MBps": len(data) / elapsed / 1e6 if elapsed > 0 else None,

@@ -27,7 +27,7 @@ def node_toml(fa, i, me, peer, name, peer_name):
 id = {me:#x}
 name = "{name}"
 control = "{fa.tmp / f'{name}.sock'}"
-timeout = 0.05
+timeout = 0.2
 [fabric.x]
 local = "198.18.{i}.2:{LOCAL['x']}"
 router = "198.18.{i}.1:{PORT['x']}"
