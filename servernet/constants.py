@@ -60,7 +60,7 @@ PROBE_INTERVAL_S = 1.0  # a HARD_DOWN path is probed with a BARRIER every second
 PROBE_ACKS_UP = 3  # barrier ACKs in a row that bring a PROBING path UP
 PENDING_OPS = 4096  # transactions waiting for a TID (beyond: refused, counted)
 DOORBELL_BYTES = 16  # {address u32, length u32, seq u32, crc32 u32}
-MAX_BLOCK_BYTES = 64 << 20  # largest block one request may move
+MAX_BLOCK_BYTES = 16 << 20  # largest block one control request may move
 
 # --- PacketWay over ServerNet (§1.8, project choice) -----------------------------------------
 RING_WINDOW = "pktway-ring"  # the AVT window PacketWay messages are written into
@@ -78,3 +78,4 @@ RX_BURST = 256  # datagrams drained per wake-up before yielding
 SOCKET_BUFFER_BYTES = 1 << 20
 CONTROL_INLINE_BYTES = 16384  # largest data a control request carries in hex
 MAX_WAITING_CLIENT_OPS = 64  # control requests waiting on the BTE at once
+MAX_WAITING_BLOCKS = 4  # of which blocks (each holds its data in memory until done)

@@ -21,7 +21,7 @@ from daemons.runtime.schema import Int, Schema, Str
 from .avt import Avt
 from .bte import Op
 from .config import NodeConfig, load
-from .constants import CONTROL_INLINE_BYTES, MAX_BLOCK_BYTES, MAX_WAITING_CLIENT_OPS, Fabric
+from .constants import CONTROL_INLINE_BYTES, MAX_BLOCK_BYTES, MAX_WAITING_BLOCKS, MAX_WAITING_CLIENT_OPS, Fabric
 from .driver import FabricDriver
 from .endpoint import Endpoint
 
@@ -56,6 +56,7 @@ class Snetd:
         self.driver = FabricDriver(self.core, cfg.fabrics)
         self.control_counters: Counter[str] = Counter()
         self.waiting = 0
+        self.waiting_blocks = 0
 
     def flush(self) -> None:
         self.driver.flush()
@@ -97,11 +98,16 @@ class Snetd:
         if self.waiting >= MAX_WAITING_CLIENT_OPS:
             self.control_counters["refused_busy"] += 1
             return {"ok": False, "error": "busy: too many requests waiting on the BTE; try again"}
+        if cmd == "block" and self.waiting_blocks >= MAX_WAITING_BLOCKS:
+            self.control_counters["refused_busy"] += 1
+            return {"ok": False, "error": f"busy: {MAX_WAITING_BLOCKS} blocks already under way; try again"}
         self.waiting += 1
+        self.waiting_blocks += cmd == "block"
         try:
             return await self._transfer(cmd, peer, req, now)
         finally:
             self.waiting -= 1
+            self.waiting_blocks -= cmd == "block"
 
     async def _transfer(self, cmd: str, peer, req: dict, now: float) -> dict:
         addr, chunk = req["address"], self.core.bte.chunk
