@@ -1,5 +1,6 @@
-"""ServerNet as real processes in namespaces: one router process per fabric (X and Y)
-in the middle namespace, two end nodes (snetd) in host namespaces, driven by snetctl.
+"""ServerNet as real processes in namespaces: router processes per fabric in the
+middle namespace (X: two routers cabled together, Y: one), two end nodes (snetd) in
+host namespaces, driven by snetctl.
 Writes, reads, a NAK, 16 transactions in flight, a 1 MiB block intact; the X router
 killed with SIGKILL mid-block: the block completes on Y, the X paths go HARD_DOWN and
 come back UP once the router is restarted."""
@@ -16,7 +17,7 @@ from daemons.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
 A, B = 0x01001, 0x02001
-PORT = {"x": 7500, "y": 7501}
+PORT = {"x": 7500, "y": 7501, "x2": 7502}
 LOCAL = {"x": 7510, "y": 7511}
 BUF, BELL = 0x100000, 0x300000
 
@@ -30,7 +31,7 @@ control = "{fa.tmp / f'{name}.sock'}"
 timeout = 0.2
 [fabric.x]
 local = "198.18.{i}.2:{LOCAL['x']}"
-router = "198.18.{i}.1:{PORT['x']}"
+router = "198.18.{i}.1:{PORT['x'] if i == 1 else PORT['x2']}"
 [fabric.y]
 local = "198.18.{i}.2:{LOCAL['y']}"
 router = "198.18.{i}.1:{PORT['y']}"
@@ -50,19 +51,34 @@ interrupt = true
 """
 
 
-def start_router(fa, f):
-    fa._spawn(f"router-{f}", fa.sw_ns, [
-        str(BIN / "snet-router"), "--fabric", f, "--listen", f"0.0.0.0:{PORT[f]}",
-        "--port", f"0=198.18.1.2:{LOCAL[f]}", "--port", f"1=198.18.2.2:{LOCAL[f]}",
-        "--route", f"{A:#x}=0", "--route", f"{B:#x}=1", "--control", str(fa.tmp / f"router-{f}.sock")])
-    poll(lambda: (fa.tmp / f"router-{f}.sock").exists(), 10, what=f"router {f}")
+def start_router(fa, name):
+    """Fabric Y: one router for both nodes.  Fabric X: router "x" serves node A and is
+    cabled (over loopback) to router "x2", which serves node B."""
+    fabric = name[0]
+    if name == "y":
+        ports = [f"0=198.18.1.2:{LOCAL['y']}", f"1=198.18.2.2:{LOCAL['y']}"]
+        routes = [f"{A:#x}=0", f"{B:#x}=1"]
+    elif name == "x":
+        ports = [f"0=198.18.1.2:{LOCAL['x']}", f"1=127.0.0.1:{PORT['x2']}"]
+        routes = [f"{A:#x}=0", f"{B:#x}=1"]
+    else:
+        ports = [f"0=198.18.2.2:{LOCAL['x']}", f"1=127.0.0.1:{PORT['x']}"]
+        routes = [f"{B:#x}=0", "0/0=1"]  # everything else: towards router x
+    argv = [str(BIN / "snet-router"), "--fabric", fabric, "--listen", f"0.0.0.0:{PORT[name]}",
+            "--control", str(fa.tmp / f"router-{name}.sock")]
+    for p in ports:
+        argv += ["--port", p]
+    for r in routes:
+        argv += ["--route", r]
+    fa._spawn(f"router-{name}", fa.sw_ns, argv)
+    poll(lambda: (fa.tmp / f"router-{name}.sock").exists(), 10, what=f"router {name}")
 
 
 @pytest.fixture
 def san():
     with Fabric(2, prefix="snt") as fa:
-        for f in ("x", "y"):
-            start_router(fa, f)
+        for name in ("x", "x2", "y"):
+            start_router(fa, name)
         for i, (me, peer, name, pname) in enumerate([(A, B, "a", "b"), (B, A, "b", "a")], 1):
             (fa.tmp / f"{name}.toml").write_text(node_toml(fa, i, me, peer, name, pname))
             fa.spawn(f"snetd-{name}", i, str(BIN / "snetd"), "-c", str(fa.tmp / f"{name}.toml"))
@@ -99,10 +115,10 @@ def test_writes_reads_nak_and_sixteen_in_flight(san):
     st = status(fa, "b")
     assert st["tids_high_water"] == 16 and st["tids_in_use"] == 0  # 64 READs, 16 at a time
     assert st["counters"]["bte"]["tx_X"] > 0 and st["counters"]["bte"]["tx_Y"] > 0  # both fabrics at once
-    routers = [request(str(fa.tmp / f"router-{f}.sock"), {"cmd": "status"}) for f in ("x", "y")]
-    assert [r["fabric"] for r in routers] == ["X", "Y"]
-    assert all(r["counters"]["port0_rx"] > 0 and not any(k.startswith("drop") for k in r["counters"])
-               for r in routers)
+    routers = [request(str(fa.tmp / f"router-{f}.sock"), {"cmd": "status"}) for f in ("x", "x2", "y")]
+    assert [r["fabric"] for r in routers] == ["X", "X", "Y"]
+    assert all(r["counters"]["port0_rx"] > 0 and r["counters"]["port1_rx"] > 0
+               and not any(k.startswith("drop") for k in r["counters"]) for r in routers)
 
 
 def test_one_mib_block_survives_the_x_router_killed_and_x_fails_back(san):

@@ -75,3 +75,15 @@ def test_route_syntax():
 def test_garbage_from_a_port_never_raises(data, src):
     out = core().receive(src, data)
     assert out is None or out[0] in P.values()
+
+
+def test_routers_of_one_fabric_cabled_together():
+    """node A - r1 - r2 - node B: r1 sends B's packets to r2, which delivers them."""
+    a, b, r1_addr, r2_addr = ("10.0.0.1", 7510), ("10.0.0.2", 7520), ("10.0.1.1", 7500), ("10.0.1.2", 7500)
+    r1 = RouterCore(0, {0: a, 1: r2_addr}, [parse_route(f"{N1:#x}=0"), parse_route(f"{N2:#x}=1")])
+    r2 = RouterCore(0, {0: b, 1: r1_addr}, [parse_route(f"{N2:#x}=0"), parse_route("0/0=1")])  # default route
+    hop1 = r1.receive(a, write(N2))
+    assert hop1 == (r2_addr, write(N2))
+    assert r2.receive(r1_addr, hop1[1]) == (b, write(N2))
+    back = envelope(Packet(N1, N2, TType.WRITE, True, 1, ack=True).encode(), 0)
+    assert r2.receive(b, back) == (r1_addr, back) and r1.receive(r2_addr, back) == (a, back)
