@@ -104,6 +104,10 @@ class Bte:
         if (op.peer, Fabric.X) not in self.paths:
             op.finish(now, "unknown_peer")
             return op
+        if not self._fits(op):
+            self.counters["refused_length"] += 1
+            op.finish(now, "length")
+            return op
         if len(self.ready) >= PENDING_OPS:
             self.counters["refused_queue_full"] += 1
             op.finish(now, "queue_full")
@@ -118,6 +122,22 @@ class Bte:
             self.ready.append(op)
         self.pump(now)
         return op
+
+    def _fits(self, op: Op) -> bool:
+        """What the packet format can carry: one packet for a read or write, a 32-bit
+        range for a block, whole 8-byte units in ServerNet II mode."""
+        if op.kind == "barrier":
+            return True
+        n = op.length if op.kind == "read" else len(op.data)
+        if op.address + n > 1 << 32:
+            return False
+        if op.kind == "read" and not 1 <= n <= self.chunk:
+            return False
+        if op.kind == "write" and n > self.chunk:
+            return False
+        if op.kind == "block" and (not n or op.doorbell is None):
+            return False
+        return not (self.ii and (op.address % 8 or n % 8))
 
     def read(self, peer: int, address: int, length: int, now: float, **kw) -> Op:
         return self.submit(Op("read", peer, address, length=length, **kw), now)

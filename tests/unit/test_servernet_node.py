@@ -258,6 +258,50 @@ def test_a_request_from_the_peer_brings_the_probe_of_a_hard_down_path_forward():
     assert net.state(X) is State.UP and net.nodes[A].bte.paths[B, X].counters["probe_early"] == 1
 
 
+def test_servernet_ii_mode_moves_512_byte_packets():
+    net = Net()
+    for me, peer in ((A, B), (B, A)):
+        ep = node(me, [peer])
+        net.nodes[me] = Endpoint(me, [peer], ep.avt, ii=True)
+    data = bytes(i & 0xFF for i in range(10_000))
+    blk = net.nodes[A].bte.block(B, BUF, data, BELL, net.now)
+    net.log.clear()
+    while net.nodes[A].out or net.nodes[B].out:
+        for ep in net.nodes.values():
+            out, ep.out[:] = list(ep.out), []
+            for fabric, d in out:
+                env = open_envelope(d)
+                net.log.append(decode(env.packet, ii=True))
+                net.nodes[did_of(env.packet)].receive(fabric, d, 0.0)
+    assert blk.done and blk.error is None
+    sizes = [len(p.data) for p in net.log if not p.rsp and p.address != BELL]
+    assert max(sizes) == 512 and sum(sizes) == len(data)
+    assert bytes(net.nodes[B].avt.windows[0].memory[:len(data)]) == data
+    # a node in ServerNet I mode drops a ServerNet II packet (counted), never NAKs it
+    plain = node(B, [A])
+    plain.receive(X, envelope(Packet(B, A, TType.WRITE, False, 0, X, False, BUF, bytes(512), ii=True).encode(), X,
+                              ii=True), 0.0)
+    assert plain.counters["drop_mode"] == 1 and not plain.out
+
+
+def test_requests_the_format_cannot_carry_are_refused_at_submit():
+    a = Net().nodes[A]
+    assert a.bte.write(B, BUF, bytes(65), 0.0).error == "length"
+    assert a.bte.read(B, BUF, 0, 0.0).error == "length"
+    assert a.bte.block(B, 0xFFFFFFF0, bytes(32), BELL, 0.0).error == "length"
+    ii = Endpoint(A, [B], node(A, [B]).avt, ii=True)
+    assert ii.bte.write(B, BUF, bytes(12), 0.0).error == "length"  # not whole 8-byte units
+    assert ii.bte.block(B, BUF + 4, bytes(64), BELL, 0.0).error == "length"
+    assert ii.bte.write(B, BUF, bytes(512), 0.0).error is None
+    assert not a.out and a.bte.in_use == 0
+
+
+def test_diag_gets_no_response():
+    b = Net().nodes[B]
+    b.receive(X, envelope(Packet(B, A, TType.DIAG, False, 0, X, False, 0, b"status").encode(), X), 0.0)
+    assert b.counters["diag_rx"] == 1 and not b.out
+
+
 def test_receive_drops_are_counted_by_reason():
     b = Net().nodes[B]
     good = Packet(B, A, TType.WRITE, False, 0, X, False, BUF, b"x").encode()
