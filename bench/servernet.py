@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.runtime.control import request  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
-A, B = 0x01001, 0x02001
+A, B = 0x04001, 0x08001
 BASE = 17500  # routers 17500/17501, node A 17510/17511, node B 17520/17521, anchor 17530/17531
 REQ, RSP, WINDOW = 84, 16, 16  # datagram sizes of a 64-byte write and its response (with the envelope)
 

@@ -9,7 +9,7 @@ from .draw import Draw
 from .mutate import mutate_bytes
 from .registry import target
 
-A, B = 0x01001, 0x02001
+A, B = 0x04001, 0x08001
 
 
 def _datagram(d: Draw) -> bytes:
@@ -48,7 +48,7 @@ def router(data: bytes) -> None:
 
     d = Draw(data)
     ports = {0: ("10.0.0.1", 1), 1: ("10.0.0.2", 2)}
-    core = RouterCore(d.bits(1), ports, [parse_route(f"{A:#x}=0"), parse_route("0x02000/19=1")])
+    core = RouterCore(d.bits(1), ports, [parse_route(f"{A:#x}=0"), parse_route("0x08000/6=1")])
     for _ in range(1 + d.below(4)):
         out = core.receive(d.choice([ports[0], ports[1], ("9.9.9.9", 9)]), _datagram(d))
         assert out is None or out[0] in ports.values()

@@ -30,7 +30,8 @@ MIN_PACKET = HEADER_BYTES + CRC_BYTES
 KNOWN_TTYPES = frozenset(int(t) for t in TType)
 
 
-def has_address(ttype: int, rsp: bool) -> bool:
+def has_address(rsp: bool) -> bool:
+    """Every request names a target address; no response does."""
     return not rsp
 
 
@@ -70,7 +71,7 @@ class Packet:
             raise ValueError("TID is 4-bit, PATH 1-bit")
         if self.ack and not self.rsp:
             raise ValueError("ACK is meaningful only in responses")
-        if (self.address is not None) != has_address(self.ttype, self.rsp):
+        if (self.address is not None) != has_address(self.rsp):
             raise ValueError("requests carry an address, responses do not")
         if self.address is not None and not 0 <= self.address <= 0xFFFFFFFF:
             raise ValueError("the address is 32-bit")
@@ -129,7 +130,7 @@ def decode(raw: bytes, ii: bool = False) -> Packet:
         raise DecodeError("len", 5, "a BARRIER has LEN 0")
     if ttype == TType.WRITE and rsp and length:
         raise DecodeError("len", 5, "a write response carries no data")
-    addr = has_address(ttype, rsp)
+    addr = has_address(rsp)
     data_len = length if has_data(ttype, rsp) else 0
     want = MIN_PACKET + (ADDRESS_BYTES if addr else 0) + data_len
     if n != want:

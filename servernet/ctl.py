@@ -21,6 +21,8 @@ EXPLAIN = {
     "timeout": "timeout: no answer on either fabric",
     "no_path": "no_path: both paths to the peer are down",
     "queue_full": "queue_full: too many transactions waiting for a TID",
+    "length": "length: the packet format cannot carry that (ServerNet II mode: whole 8-byte units at 8-byte "
+              "aligned addresses; nothing past 0xffffffff)",
 }
 
 

@@ -195,7 +195,7 @@ def main(path, check) -> None:
 
     \b
       [node]
-      id = 0x01001
+      id = 0x04001
       control = "/run/snetd/a.sock"
       [fabric.x]
       local = "127.0.0.1:7510"
@@ -204,7 +204,7 @@ def main(path, check) -> None:
       local = "127.0.0.1:7511"
       router = "127.0.0.1:7501"
       [[peer]]
-      id = 0x02001
+      id = 0x08001
       name = "b"
       doorbell = 0x300000
       [[window]]

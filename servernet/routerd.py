@@ -155,12 +155,12 @@ def main(fabric, listen, ports, routes, enables, control, log_level, check) -> N
     end node drops and counts it).  Run one router per fabric (X and Y on separate
     ports); routers of one fabric can be cabled to each other by a --port.
 
-    Example, fabric X joining nodes 0x01001 and 0x02001 on loopback:
+    Example, fabric X joining nodes 0x04001 and 0x08001 on loopback:
 
     \b
       snet-router --fabric x --listen 127.0.0.1:7500 \\
         --port 0=127.0.0.1:7510 --port 1=127.0.0.1:7520 \\
-        --route 0x01001=0 --route 0x02001=1 --control /run/servernet/x.sock
+        --route 0x04001=0 --route 0x08001=1 --control /run/servernet/x.sock
     """
     daemon.serve(lambda: parse(fabric, listen, ports, routes, enables, control, log_level), "snet-router", Routerd,
                  check=check)

@@ -15,7 +15,7 @@ from pktwayd.node import Node
 from servernet.ring import route
 
 H_A, R_A, R_S, H_S = 0x40, 0x50, 0x51, 0x60
-SN_R, SN_H = 0x01001, 0x02001
+SN_R, SN_H = 0x04001, 0x08001
 ROUTER = {"x": 7600, "y": 7601}
 
 

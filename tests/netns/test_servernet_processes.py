@@ -16,7 +16,7 @@ import pytest
 from daemons.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
-A, B = 0x01001, 0x02001
+A, B = 0x04001, 0x08001
 PORT = {"x": 7500, "y": 7501, "x2": 7502}
 LOCAL = {"x": 7510, "y": 7511}
 BUF, BELL = 0x100000, 0x300000

@@ -10,7 +10,7 @@ import pytest
 BIN = Path(sys.executable).parent
 ETC = Path(__file__).resolve().parents[2] / "etc"
 FABRICS = '[fabric.x]\nlocal = "127.0.0.1:1"\nrouter = "127.0.0.1:2"\n[fabric.y]\nlocal = "127.0.0.1:3"\nrouter = "127.0.0.1:4"\n'
-PEER = '[[peer]]\nid = 0x02001\n'
+PEER = '[[peer]]\nid = 0x08001\n'
 
 
 def run(*argv):
@@ -80,7 +80,7 @@ def test_snetctl_usage_errors_and_no_daemon(tmp_path):
 
 def test_pktwayd_servernet_half_errors(tmp_path):
     snet = tmp_path / "snet.toml"
-    snet.write_text("[node]\nid = 0x01001\n" + FABRICS + PEER)
+    snet.write_text("[node]\nid = 0x04001\n" + FABRICS + PEER)
     base = f"""[router]\nname = "r"\ncontrol = "{tmp_path}/r.sock"\n[[half]]\naddr = 0x50\nsan_id = 1\nulp = "/x.ulp"
 [[half]]\nkind = "servernet"\naddr = 0x51\nsan_id = 2\nservernet = "{snet}"\n"""
     cfg = tmp_path / "r.toml"
@@ -89,10 +89,10 @@ def test_pktwayd_servernet_half_errors(tmp_path):
     assert r.returncode == 78 and "PacketWay needs windows named 'pktway-ring'" in r.stderr, r.stderr
     snet.write_text(snet.read_text() + '[[window]]\nname = "pktway-ring"\npage = 0x400\npages = 16\n'
                     '[[window]]\nname = "pktway-bell"\npage = 0x410\naccess = "w"\ninterrupt = true\n')
-    for node, needle in [("did = 0x03001", "is not a [[peer]]"), ('did = 0x02001\nfabric = "z"', "not x, y or either"),
-                         ("did = 0x02001\nring = 0x123", "page-aligned")]:
+    for node, needle in [("did = 0x0c001", "is not a [[peer]]"), ('did = 0x08001\nfabric = "z"', "not x, y or either"),
+                         ("did = 0x08001\nring = 0x123", "page-aligned")]:
         cfg.write_text(base + f"[[half.node]]\naddr = 0x60\n{node}\n")
         r = run("pktwayd", "-c", str(cfg), "--check")
         assert r.returncode == 78 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
-    cfg.write_text(base + "[[half.node]]\naddr = 0x60\ndid = 0x02001\n")
+    cfg.write_text(base + "[[half.node]]\naddr = 0x60\ndid = 0x08001\n")
     assert run("pktwayd", "-c", str(cfg), "--check").returncode == 0

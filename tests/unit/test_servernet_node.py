@@ -16,7 +16,7 @@ from servernet.constants import HARD_DOWN_TIMEOUTS, PAGE_BYTES, RESPONSE_TIMEOUT
 from servernet.endpoint import Endpoint
 from servernet.paths import Path, State
 
-A, B, C = 0x01001, 0x02001, 0x03001
+A, B, C = 0x04001, 0x08001, 0x0c001
 BUF, RO, BELL = 0x10 << 12, 0x200 << 12, 0x300 << 12
 X, Y = Fabric.X, Fabric.Y
 

@@ -13,7 +13,7 @@ from servernet.constants import RING_BASE, RING_SLOTS, TType
 from servernet.endpoint import Endpoint
 from servernet.ring import RingLink, parse_route, ring_windows, route
 
-A, B = 0x01001, 0x02001
+A, B = 0x04001, 0x08001
 BELL = RING_BASE + RING_SLOTS * 4096
 
 
@@ -63,10 +63,10 @@ def test_busy_slots_and_a_full_ring():
 
 
 def test_route_bytes():
-    r = route(0x02001, 1, 0x00500000)
-    assert r == bytes.fromhex("0020010100500000") and parse_route(r) == (0x02001, 1, 0x00500000)
-    for bad in (b"", bytes(7), bytes.fromhex("f000000200400000"), bytes.fromhex("0020010300400000"),
-                bytes.fromhex("0020010200400010")):
+    r = route(0x08001, 1, 0x00500000)
+    assert r == bytes.fromhex("0080010100500000") and parse_route(r) == (0x08001, 1, 0x00500000)
+    for bad in (b"", bytes(7), bytes.fromhex("f000000200400000"), bytes.fromhex("0080010300400000"),
+                bytes.fromhex("0080010200400010")):
         with pytest.raises(ValueError):
             parse_route(bad)
     ea, la = ring_node(A, B, [])

@@ -10,11 +10,11 @@ from servernet.constants import TType
 from servernet.router import RouterCore, parse_route
 
 P = {0: ("10.0.0.1", 7510), 1: ("10.0.0.2", 7520), 2: ("10.0.0.3", 7500)}
-N1, N2 = 0x01001, 0x02001
+N1, N2 = 0x04001, 0x08001
 
 
 def core(**kw):
-    return RouterCore(0, P, [parse_route("0x01001=0"), parse_route("0x02001=1"), parse_route("0x40000/6=2")], **kw)
+    return RouterCore(0, P, [parse_route("0x04001=0"), parse_route("0x08001=1"), parse_route("0x40000/6=2")], **kw)
 
 
 def write(did, fabric=0):

@@ -14,7 +14,7 @@ from servernet.config import NodeConfig, Peer
 from servernet.constants import Fabric
 from servernet.noded import CONTROL_SCHEMA, Snetd, pattern
 
-A, B = 0x01001, 0x02001
+A, B = 0x04001, 0x08001
 
 
 def free_ports(n):
