@@ -108,7 +108,7 @@ class Bte:
             self.counters["refused_length"] += 1
             op.finish(now, "length")
             return op
-        if len(self.ready) >= PENDING_OPS:
+        if len(self.ready) >= PENDING_OPS and op.kind != "barrier":  # probes: at most one per path
             self.counters["refused_queue_full"] += 1
             op.finish(now, "queue_full")
             return op

@@ -78,7 +78,6 @@ class FabricDriver:
                     continue
                 core.receive(fabric, data, now)
             self.flush()
-            await trio.lowlevel.checkpoint()
 
     async def _timers(self) -> None:
         while True:

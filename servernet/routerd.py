@@ -128,7 +128,6 @@ class Routerd:
                         except OSError:
                             core.counters["tx_error"] += 1
                 self.drops.update("router", core.counters, trio.current_time())
-                await trio.lowlevel.checkpoint()
 
 
 @click.command(context_settings=CTX)

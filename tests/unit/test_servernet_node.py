@@ -296,6 +296,18 @@ def test_requests_the_format_cannot_carry_are_refused_at_submit():
     assert not a.out and a.bte.in_use == 0
 
 
+def test_a_full_queue_refuses_requests_but_never_probes():
+    from servernet.constants import PENDING_OPS
+
+    a = Net().nodes[A]
+    ops = [a.bte.write(B, BUF, b"x", 0.0) for _ in range(16 + PENDING_OPS + 5)]  # nothing answers
+    assert [o.error for o in ops[-5:]] == ["queue_full"] * 5 and len(a.bte.ready) == PENDING_OPS
+    a.tick(RESPONSE_TIMEOUT_S)  # the first timeouts: SUSPECT paths ask for BARRIERs
+    barriers = [o for o in a.bte.ready if o.kind == "barrier"]
+    assert {o.fabric for o in barriers} == {X, Y} and all(not o.done for o in barriers)
+    assert a.bte.paths[B, X].barrier_out and a.bte.paths[B, Y].barrier_out
+
+
 def test_diag_gets_no_response():
     b = Net().nodes[B]
     b.receive(X, envelope(Packet(B, A, TType.DIAG, False, 0, X, False, 0, b"status").encode(), X), 0.0)
