@@ -73,7 +73,8 @@ interrupt = true
 def start(tmp: str, procs: list) -> None:
     for i, f in enumerate("xy"):
         procs.append(subprocess.Popen([f"{BIN}/snet-router", "--fabric", f, "--listen", f"127.0.0.1:{BASE + i}",
-                                       "--port", f"0=127.0.0.1:{BASE + 10 + i}", "--port", f"1=127.0.0.1:{BASE + 20 + i}",
+                                       "--port", f"0=127.0.0.1:{BASE + 10 + i}",
+                                       "--port", f"1=127.0.0.1:{BASE + 20 + i}",
                                        "--route", f"{A:#x}=0", "--route", f"{B:#x}=1", "--log-level", "warning"]))
     for name, me, peer, port in (("a", A, B, BASE + 10), ("b", B, A, BASE + 20)):
         with open(f"{tmp}/{name}.toml", "w") as fh:
@@ -157,7 +158,8 @@ def main() -> None:
     anchor_gp, anchor_rtt = anchor(3.0, args.writes)
     print(f"block of {length} bytes, 64-byte WRITEs, window 16 (ServerNet I sizes)")
     print(f"  ServerNet, fabric X only   {one:8.3f} MB/s   ({one / anchor_gp:.2f}x anchor)")
-    print(f"  ServerNet, X and Y         {both:8.3f} MB/s   ({both / anchor_gp:.2f}x anchor, {both / one:.2f}x one fabric)")
+    print(f"  ServerNet, X and Y         {both:8.3f} MB/s   "
+          f"({both / anchor_gp:.2f}x anchor, {both / one:.2f}x one fabric)")
     print(f"  anchor: bare UDP req/resp  {anchor_gp:8.3f} MB/s   ({REQ}-byte requests, {RSP}-byte responses)")
     print("64-byte write latency (median, request to ACK)")
     print(f"  ServerNet, fabric X only   {lat_one:8.1f} us")

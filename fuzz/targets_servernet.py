@@ -20,7 +20,8 @@ def _datagram(d: Draw) -> bytes:
     rsp = d.bool() and ttype != TType.DIAG
     ii = d.bool() and d.bool()
     n = d.below(65) if not ii else 8 * d.below(65)
-    data = d.take(n).ljust(n, b"\0") if (rsp and ttype == TType.READ) or (not rsp and ttype in (TType.WRITE, TType.DIAG)) else b""
+    carries = (rsp and ttype == TType.READ) or (not rsp and ttype in (TType.WRITE, TType.DIAG))
+    data = d.take(n).ljust(n, b"\0") if carries else b""
     pkt = Packet(d.choice([A, B, d.bits(20)]), d.choice([A, B, d.bits(20)]), ttype, rsp, d.bits(4), d.bits(1),
                  rsp and d.bool(), None if rsp else d.choice([0x100000, 0x300000, 0x400000, d.int(4)]), data,
                  n if (ttype == TType.READ and not rsp) else 0, ii)

@@ -10,7 +10,7 @@ from daemons.wire.ula import parse_ula
 from daemons.io.pmtu import check_mtu, family_of
 from daemons.io.udp import resolve
 
-from servernet.constants import PREF_EITHER, RING_BASE
+from servernet.constants import PREF_EITHER, PW_MTU_BYTES, RING_BASE, SLOT_BYTES
 
 from .constants import LIVENESS_S
 from .eep import L2RH
@@ -136,7 +136,8 @@ def load(path: str) -> RouterConfig:
         half = HalfConfig(
             h.get("addr", int, required=True, check=in_range(1, 0x7FFFFD)),
             h.get("san_id", int, required=True, check=in_range(1, 0x7FFFFD)),
-            h.get("mtu", int, 8192, check=in_range(0, 1 << 24)),
+            h.get("mtu", int, PW_MTU_BYTES // 8, check=in_range(1, SLOT_BYTES // 8)) if kind == "servernet"
+            else h.get("mtu", int, 8192, check=in_range(0, 1 << 24)),
             h.get("ulp", str, required=kind == "gsn") if kind == "gsn" else "",
         )
         half.kind = kind

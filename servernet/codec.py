@@ -21,6 +21,7 @@ from daemons.wire.errors import DecodeError
 
 from .constants import (ADDRESS_BYTES, CRC_BYTES, ENVELOPE_BYTES, ENVELOPE_MAGIC, ENVELOPE_VERSION, FLAG_FABRIC,
                         FLAG_II, FLAG_TPB, FLAGS_KNOWN, HEADER_BYTES, ID_MAX, LEN_UNIT_II, MAX_DATA, MAX_DATA_II,
+                        ROUTE_BYTES,
                         TID_COUNT, Fabric, TType)
 
 _HDR = struct.Struct(">Q")
@@ -102,9 +103,9 @@ def crc_ok(raw: bytes) -> bool:
 
 def did_of(raw: bytes) -> int:
     """The DID from the first 3 bytes (all a router reads to choose the port)."""
-    if len(raw) < 3:
+    if len(raw) < ROUTE_BYTES:
         raise DecodeError("did", len(raw), "shorter than the 3 bytes holding the DID")
-    return int.from_bytes(raw[:3], "big") >> 4
+    return int.from_bytes(raw[:ROUTE_BYTES], "big") >> 4
 
 
 def decode(raw: bytes, ii: bool = False) -> Packet:

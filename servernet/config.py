@@ -94,10 +94,12 @@ def load(path: str) -> NodeConfig:
         if sources is not None and not all(isinstance(s, int) and s in ids for s in sources):
             raise ConfigError(f"{path}: window[{i}].sources: every source must be a configured peer's id")
         try:
-            win = Window(w.get("name", str, f"w{i}"), w.get("page", int, required=True, check=in_range(0, AVT_ENTRIES - 1)),
+            win = Window(w.get("name", str, f"w{i}"),
+                         w.get("page", int, required=True, check=in_range(0, AVT_ENTRIES - 1)),
                          w.get("pages", int, 1, check=in_range(1, MAX_WINDOW_PAGES)), w.get("access", str, "rw"),
                          frozenset(sources) if sources is not None else None,
-                         w.get("paths", list, frozenset({Fabric.X, Fabric.Y}), check=_fabrics), w.get("interrupt", bool, False))
+                         w.get("paths", list, frozenset({Fabric.X, Fabric.Y}), check=_fabrics),
+                         w.get("interrupt", bool, False))
         except ValueError as exc:
             raise ConfigError(f"{path}: window[{i}]: {exc}") from None
         w.finish()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .codec import MIN_PACKET, crc_ok
 from .constants import (ENVELOPE_BYTES, ENVELOPE_MAGIC, ENVELOPE_VERSION, FLAG_FABRIC, FLAG_II, FLAG_TPB,
-                        FLAGS_KNOWN, ID_BITS, ID_MAX, MAX_DATAGRAM, MAX_DATAGRAM_II)
+                        FLAGS_KNOWN, ID_BITS, ID_MAX, MAX_DATAGRAM, MAX_DATAGRAM_II, ROUTE_BYTES)
 
 Addr = tuple[str, int]
 _HEAD = (ENVELOPE_MAGIC >> 8, ENVELOPE_MAGIC & 0xFF, ENVELOPE_VERSION)
@@ -95,7 +95,7 @@ class RouterCore:
             c["drop_oversize"] += 1
             return None
         # the first 3 packet bytes choose the port
-        did = int.from_bytes(datagram[ENVELOPE_BYTES:ENVELOPE_BYTES + 3], "big") >> 4
+        did = int.from_bytes(datagram[ENVELOPE_BYTES:ENVELOPE_BYTES + ROUTE_BYTES], "big") >> 4
         out = self.lookup(did)
         if out is None:
             c["drop_no_route"] += 1

@@ -93,7 +93,8 @@ class Routerd:
         self.sock.setblocking(False)
 
     async def _control(self, req: dict) -> dict:
-        return {"ok": True, "fabric": Fabric(self.cfg.fabric).name, "listen": f"{self.cfg.listen[0]}:{self.cfg.listen[1]}",
+        host, port = self.cfg.listen
+        return {"ok": True, "fabric": Fabric(self.cfg.fabric).name, "listen": f"{host}:{port}",
                 "ports": {p: f"{a[0]}:{a[1]}" for p, a in self.cfg.ports.items()},
                 "routes": [f"{r.did:#07x}/{r.bits}={r.port}" for r in self.core.routes],
                 "counters": dict(self.core.counters), "control": dict(self.control_counters)}

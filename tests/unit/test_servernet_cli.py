@@ -9,7 +9,8 @@ import pytest
 
 BIN = Path(sys.executable).parent
 ETC = Path(__file__).resolve().parents[2] / "etc"
-FABRICS = '[fabric.x]\nlocal = "127.0.0.1:1"\nrouter = "127.0.0.1:2"\n[fabric.y]\nlocal = "127.0.0.1:3"\nrouter = "127.0.0.1:4"\n'
+FABRICS = ('[fabric.x]\nlocal = "127.0.0.1:1"\nrouter = "127.0.0.1:2"\n'
+           '[fabric.y]\nlocal = "127.0.0.1:3"\nrouter = "127.0.0.1:4"\n')
 PEER = '[[peer]]\nid = 0x08001\n'
 
 
