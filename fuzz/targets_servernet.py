@@ -64,7 +64,7 @@ def node(data: bytes) -> None:
 
     d = Draw(data)
     avt = Avt([Window("buf", 0x100, 2, "rw"), Window("bell", 0x300, 1, "w", interrupt=True),
-               Window("pktway-ring", 0x400, 16, "w"), Window("pktway-bell", 0x410, 1, "w", interrupt=True)],
+               Window("pktway-ring", 0x400, 16, "w", per_source=True), Window("pktway-bell", 0x410, 1, "w", interrupt=True)],
               frozenset({A}), queue_limit=2)
     ep = Endpoint(B, [A], avt)
     RingLink(ep, lambda *a: None)

@@ -1,7 +1,9 @@
 """The AVT (access validation and translation, spec §1.4-1.5): what this node lets
 other nodes do to its memory.  Windows are runs of 4 KiB AVT pages (address =
 ``page << 12 | offset``, project choice) with a source list, R/W permission, the
-fabrics allowed and an interrupt flag; a write to an interrupt page also goes onto
+fabrics allowed, an interrupt flag, and optionally a translation per source (each
+source reaches memory of its own at the same addresses, as the AVT table kept for
+each source device allows [SDM 2-14]); a write to an interrupt page also goes onto
 the bounded interrupt queue (the doorbell).  Invalid access is answered with a NAK
 and counted by reason."""
 
@@ -22,15 +24,26 @@ class Window:
     sources: frozenset[int] | None = None  # SIDs allowed; None: every configured peer
     paths: frozenset[int] = frozenset({0, 1})
     interrupt: bool = False
+    per_source: bool = False  # each source sees its own memory at these addresses (AVT translation per source)
     memory: bytearray = field(default_factory=bytearray)
+    by_source: dict[int, bytearray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (0 <= self.page and self.pages >= 1 and self.page + self.pages <= AVT_ENTRIES):
             raise ValueError(f"window {self.name!r}: pages {self.page}+{self.pages} are outside the AVT")
         if self.access not in ("r", "w", "rw"):
             raise ValueError(f"window {self.name!r}: access {self.access!r} is not r, w or rw")
-        if not self.memory:
+        if not self.memory and not self.per_source:
             self.memory = bytearray(self.pages * PAGE_BYTES)
+
+    def memory_of(self, sid: int) -> bytearray:
+        """The memory a source's access reaches (its own, for a per-source window)."""
+        if not self.per_source:
+            return self.memory
+        mem = self.by_source.get(sid)
+        if mem is None:  # sources are configured peers only: bounded
+            mem = self.by_source[sid] = bytearray(self.size)
+        return mem
 
     @property
     def base(self) -> int:
@@ -99,7 +112,7 @@ class Avt:
             return None
         w, off = r
         self.counters["reads"] += 1
-        return bytes(w.memory[off:off + length])
+        return bytes(w.memory_of(sid)[off:off + length])
 
     def write(self, sid: int, fabric: int, address: int, data: bytes) -> Interrupt | bool:
         """False for an invalid write (a NAK, counted); the Interrupt queued by a write to an
@@ -109,7 +122,7 @@ class Avt:
             self.counters[f"nak_{r}"] += 1
             return False
         w, off = r
-        w.memory[off:off + len(data)] = data
+        w.memory_of(sid)[off:off + len(data)] = data
         self.counters["writes"] += 1
         if not w.interrupt:
             return True

@@ -99,7 +99,7 @@ def load(path: str) -> NodeConfig:
                          w.get("pages", int, 1, check=in_range(1, MAX_WINDOW_PAGES)), w.get("access", str, "rw"),
                          frozenset(sources) if sources is not None else None,
                          w.get("paths", list, frozenset({Fabric.X, Fabric.Y}), check=_fabrics),
-                         w.get("interrupt", bool, False))
+                         w.get("interrupt", bool, False), w.get("per_source", bool, False))
         except ValueError as exc:
             raise ConfigError(f"{path}: window[{i}]: {exc}") from None
         w.finish()

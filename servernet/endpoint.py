@@ -101,7 +101,8 @@ class Endpoint:
         if desc is not None:
             address, length, seq, crc = desc
             where = self.avt.find(address, length)
-            intact = where is not None and zlib.crc32(where[0].memory[where[1]:where[1] + length]) == crc
+            intact = where is not None and zlib.crc32(
+                where[0].memory_of(irq.source)[where[1]:where[1] + length]) == crc
             block = {"source": irq.source, "address": address, "length": length, "seq": seq, "crc32": crc,
                      "intact": intact}
             self.blocks.append(block)

@@ -1,13 +1,14 @@
 """PacketWay over ServerNet (spec §1.8, project choice): the receive ring and doorbell.
 
 Each node exposes a ring of ``RING_SLOTS`` one-page slots (window ``pktway-ring``,
-writable by its peers) and, on the page right after it, a doorbell page with the
+writable by its peers, translated per source: every sender has a ring of its own at
+the same address, so senders never overwrite each other's slots) and, on the page right after it, a doorbell page with the
 interrupt flag (window ``pktway-bell``).  A sender WRITEs the message into a free slot
 of the receiver's ring in <= 64-byte chunks and, once all are ACKed, WRITEs the
 16-byte descriptor ``{slot, length, seq, crc32}`` (u32 each, big-endian) to the
 doorbell.  The receiver takes the message out of the slot at once, so a slot is free
-again when its doorbell is ACKed; the sender keeps a slot busy until then (that ACK is
-the credit).
+again when its doorbell is ACKed; the sender keeps a slot busy until then.  That ACK
+stands for the spec's credit word: no separate credit WRITE is sent.
 
 The L2RH of this SAN carries 8 route bytes: ``DID (3, 20 bits right-aligned) |
 fabric preference (0 = X, 1 = Y, 2 = either) | ring base address (4)``."""
@@ -50,8 +51,9 @@ def ring_windows(windows: list[Window]) -> tuple[Window, Window]:
     ring, bell = by_name.get(RING_WINDOW), by_name.get(BELL_WINDOW)
     if ring is None or bell is None:
         raise ValueError(f"PacketWay needs windows named {RING_WINDOW!r} and {BELL_WINDOW!r}")
-    if ring.pages != RING_SLOTS or "w" not in ring.access or ring.interrupt:
-        raise ValueError(f"window {RING_WINDOW!r}: {RING_SLOTS} writable pages without the interrupt flag")
+    if ring.pages != RING_SLOTS or "w" not in ring.access or ring.interrupt or not ring.per_source:
+        raise ValueError(f"window {RING_WINDOW!r}: {RING_SLOTS} writable pages, per_source = true, without the "
+                         "interrupt flag")
     if bell.page != ring.page + ring.pages or bell.pages != 1 or not bell.interrupt or "w" not in bell.access:
         raise ValueError(f"window {BELL_WINDOW!r}: one writable interrupt page right after the ring")
     return ring, bell
@@ -116,7 +118,7 @@ class RingLink:
         if slot >= RING_SLOTS or not 0 < length <= SLOT_BYTES:
             c["rx_drop_bad_descriptor"] += 1
             return True
-        message = bytes(self.ring.memory[slot * SLOT_BYTES:slot * SLOT_BYTES + length])
+        message = bytes(self.ring.memory_of(irq.source)[slot * SLOT_BYTES:slot * SLOT_BYTES + length])
         if zlib.crc32(message) != crc:
             c["rx_drop_bad_crc"] += 1
             return True

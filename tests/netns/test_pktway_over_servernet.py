@@ -36,6 +36,7 @@ id = {peer:#x}
 name = "pktway-ring"
 page = 0x400
 pages = 16
+per_source = true
 [[window]]
 name = "pktway-bell"
 page = 0x410

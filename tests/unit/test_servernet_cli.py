@@ -88,7 +88,7 @@ def test_pktwayd_servernet_half_errors(tmp_path):
     cfg.write_text(base)
     r = run("pktwayd", "-c", str(cfg), "--check")
     assert r.returncode == 78 and "PacketWay needs windows named 'pktway-ring'" in r.stderr, r.stderr
-    snet.write_text(snet.read_text() + '[[window]]\nname = "pktway-ring"\npage = 0x400\npages = 16\n'
+    snet.write_text(snet.read_text() + '[[window]]\nname = "pktway-ring"\npage = 0x400\npages = 16\nper_source = true\n'
                     '[[window]]\nname = "pktway-bell"\npage = 0x410\naccess = "w"\ninterrupt = true\n')
     for node, needle in [("did = 0x0c001", "is not a [[peer]]"), ('did = 0x08001\nfabric = "z"', "not x, y or either"),
                          ("did = 0x08001\nring = 0x123", "page-aligned")]:

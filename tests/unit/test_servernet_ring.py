@@ -13,14 +13,15 @@ from servernet.constants import RING_BASE, RING_SLOTS, TType
 from servernet.endpoint import Endpoint
 from servernet.ring import RingLink, parse_route, ring_windows, route
 
-A, B = 0x04001, 0x08001
+A, B, C = 0x04001, 0x08001, 0x0c001
 BELL = RING_BASE + RING_SLOTS * 4096
 
 
 def ring_node(me, peer, got):
-    avt = Avt([Window("pktway-ring", RING_BASE >> 12, RING_SLOTS, "w"),
-               Window("pktway-bell", (RING_BASE >> 12) + RING_SLOTS, 1, "w", interrupt=True)], frozenset({peer}))
-    ep = Endpoint(me, [peer], avt)
+    peers = peer if isinstance(peer, list) else [peer]
+    avt = Avt([Window("pktway-ring", RING_BASE >> 12, RING_SLOTS, "w", per_source=True),
+               Window("pktway-bell", (RING_BASE >> 12) + RING_SLOTS, 1, "w", interrupt=True)], frozenset(peers))
+    ep = Endpoint(me, peers, avt)
     return ep, RingLink(ep, lambda src, msg, back: got.append((src, msg, back)))
 
 
@@ -62,6 +63,16 @@ def test_busy_slots_and_a_full_ring():
     assert la.send(route(B), b"again!!!", 0.0)  # slots free once their doorbells were ACKed
 
 
+def test_two_senders_never_share_a_slot():
+    got, log = [], []
+    eb, lb = ring_node(B, [A, C], got)
+    ea, la = ring_node(A, B, [])
+    ec, lc = ring_node(C, B, [])
+    assert la.send(route(B), b"from A!!" * 4, 0.0) and lc.send(route(B), b"from C!!" * 4, 0.0)  # both slot 0
+    pump({A: ea, B: eb, C: ec}, log)
+    assert sorted(got) == sorted([(A, b"from A!!" * 4, route(A)), (C, b"from C!!" * 4, route(C))])
+
+
 def test_route_bytes():
     r = route(0x08001, 1, 0x00500000)
     assert r == bytes.fromhex("0080010100500000") and parse_route(r) == (0x08001, 1, 0x00500000)
@@ -95,3 +106,5 @@ def test_ring_windows_are_checked():
         ring_windows([Window("pktway-ring", 0x400, 16, "w"), Window("pktway-bell", 0x500, 1, "w", interrupt=True)])
     with pytest.raises(ValueError):
         ring_windows([Window("pktway-ring", 0x400, 16, "w")])
+    with pytest.raises(ValueError):  # a ring shared by every sender
+        ring_windows([Window("pktway-ring", 0x400, 16, "w"), Window("pktway-bell", 0x410, 1, "w", interrupt=True)])
