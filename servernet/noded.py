@@ -160,7 +160,8 @@ class Snetd:
                 "pending_ops": len(core.bte.ready),
                 "interrupts_queued": len(core.avt.queue),
                 "windows": [{"name": w.name, "address": f"{w.base:#010x}", "bytes": w.size, "access": w.access,
-                             "interrupt": w.interrupt, "paths": sorted(Fabric(f).name for f in w.paths),
+                             "interrupt": w.interrupt, "per_source": w.per_source,
+                             "paths": sorted(Fabric(f).name for f in w.paths),
                              "sources": None if w.sources is None else sorted(f"{s:#07x}" for s in w.sources)}
                             for w in core.avt.windows],
                 "counters": {"node": dict(self.driver.counters | core.counters), "avt": dict(core.avt.counters),
