@@ -27,7 +27,7 @@ from daemons.runtime.control import request  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 A, B = 0x04001, 0x08001
-BASE = 17500  # routers 17500/17501, node A 17510/17511, node B 17520/17521, anchor 17530/17531
+BASE = 17500  # routers 17500/17501, node A 17510/17511, node B 17520/17521, anchor 17530-17532
 REQ, RSP, WINDOW = 84, 16, 16  # datagram sizes of a 64-byte write and its response (with the envelope)
 
 ANCHOR_SERVER = """
@@ -38,6 +38,17 @@ rsp = bytes(int(sys.argv[2]))
 while True:
     data, addr = s.recvfrom(2048)
     s.sendto(rsp, addr)
+"""
+
+
+ANCHOR_RELAY = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+a, b = ("127.0.0.1", int(sys.argv[2])), ("127.0.0.1", int(sys.argv[3]))
+while True:
+    data, addr = s.recvfrom(2048)
+    s.sendto(data, b if addr == a else a)
 """
 
 
@@ -104,14 +115,18 @@ def write_latency(tmp: str, n: int, fabric: str | None) -> float:
     return statistics.median(times) * 1e6
 
 
-def anchor(seconds: float, n_latency: int) -> tuple[float, float]:
-    """(goodput MB/s of 64-byte payloads at window 16, median RTT in us at window 1)."""
-    srv = subprocess.Popen([sys.executable, "-c", ANCHOR_SERVER, str(BASE + 30), str(RSP)])
+def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, float]:
+    """(goodput MB/s of 64-byte payloads at window 16, median RTT in us at window 1);
+    with ``relay``, every datagram passes a bare UDP relay process (a router's hop)."""
+    procs = [subprocess.Popen([sys.executable, "-c", ANCHOR_SERVER, str(BASE + 30), str(RSP)])]
+    if relay:
+        procs.append(subprocess.Popen([sys.executable, "-c", ANCHOR_RELAY, str(BASE + 32), str(BASE + 31),
+                                       str(BASE + 30)]))
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind(("127.0.0.1", BASE + 31))
         s.settimeout(1.0)
-        dst, req = ("127.0.0.1", BASE + 30), bytes(REQ)
+        dst, req = ("127.0.0.1", BASE + (32 if relay else 30)), bytes(REQ)
         time.sleep(0.3)
         for _ in range(WINDOW):
             s.sendto(req, dst)
@@ -129,10 +144,12 @@ def anchor(seconds: float, n_latency: int) -> tuple[float, float]:
             s.sendto(req, dst)
             s.recv(2048)
             rtts.append(time.perf_counter() - t)
+        s.close()
         return rate * 64 / 1e6, statistics.median(rtts) * 1e6
     finally:
-        srv.kill()
-        srv.wait()
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def main() -> None:
@@ -156,15 +173,18 @@ def main() -> None:
             for p in procs:
                 p.wait()
     anchor_gp, anchor_rtt = anchor(3.0, args.writes)
+    relay_gp, relay_rtt = anchor(3.0, args.writes, relay=True)
     print(f"block of {length} bytes, 64-byte WRITEs, window 16 (ServerNet I sizes)")
     print(f"  ServerNet, fabric X only   {one:8.3f} MB/s   ({one / anchor_gp:.2f}x anchor)")
     print(f"  ServerNet, X and Y         {both:8.3f} MB/s   "
           f"({both / anchor_gp:.2f}x anchor, {both / one:.2f}x one fabric)")
     print(f"  anchor: bare UDP req/resp  {anchor_gp:8.3f} MB/s   ({REQ}-byte requests, {RSP}-byte responses)")
+    print(f"  (same, through a UDP relay {relay_gp:8.3f} MB/s   for scale: one hop like a router's)")
     print("64-byte write latency (median, request to ACK)")
     print(f"  ServerNet, fabric X only   {lat_one:8.1f} us")
     print(f"  ServerNet, X and Y         {lat_both:8.1f} us")
     print(f"  anchor: bare UDP RTT       {anchor_rtt:8.1f} us")
+    print(f"  (same, through a UDP relay {relay_rtt:8.1f} us)")
     print(f"targets: >= 0.5x anchor: {'met' if both >= 0.5 * anchor_gp else 'NOT met'}; "
           f"both fabrics >= 1.6x one: {'met' if both >= 1.6 * one else 'NOT met'}")
 
