@@ -110,6 +110,14 @@ def test_avt_checks_source_and_path():
     assert r.error == "nak" and net.nodes[B].avt.counters["nak_path"] == 1
 
 
+def test_a_per_source_window_gives_each_source_its_own_memory():
+    avt = Avt([Window("mine", 0x20, 1, "rw", per_source=True)], frozenset({A, C}))
+    assert avt.write(A, X, 0x20000, b"from A") is True and avt.write(C, X, 0x20000, b"from C") is True
+    assert avt.read(A, X, 0x20000, 6) == b"from A" and avt.read(C, X, 0x20000, 6) == b"from C"
+    assert avt.read(B, X, 0x20000, 6) is None and avt.counters["nak_source"] == 1  # not a peer: no memory made
+    assert set(avt.windows[0].by_source) == {A, C}
+
+
 def test_interrupt_queue_is_bounded_and_nakks_when_full():
     net = Net()
     b = net.nodes[B]
