@@ -56,18 +56,46 @@ def pktway_main() -> None:
     """
 
 
-def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: str, dialect: str, name: str | None = None):
+def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | None):
+    from daemons.runtime.config import ConfigError
+    from servernet.config import load
+    from servernet.pwport import BlockingSnetPort
+    from servernet.ring import ring_windows, route
+
+    from .node import Node
+
+    try:
+        cfg = load(path)
+        ring_windows(cfg.windows)
+    except (ConfigError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--servernet") from None
+    did = _int(router)
+    if cfg.peer(str(did)) is None:
+        raise click.BadParameter(f"{did:#x} is not a [[peer]] in {path}", param_hint="--router")
+    try:
+        return Node(BlockingSnetPort(cfg), _int(addr), route(did), dialect=dialect, name=label)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--router") from None
+    except OSError as exc:
+        click.echo(f"pktway: {path}: {exc.strerror or exc}", err=True)
+        sys.exit(71)
+
+
+def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: str, dialect: str,
+          name: str | None = None, servernet: str | None = None):
     from daemons.io.udp import resolve
 
     from .node import Node
     from .udpsan import UdpSanPort, native
 
     label = name.encode() if name else None
-    if [ulp, san, ib].count(None) != 2:
-        raise click.UsageError("give one of --ulp (a GSN fabric), --san (an emulated SAN), --ib (an InfiniBand-style "
-                               "fabric)")
+    if sum(x is not None for x in (ulp, san, ib, servernet)) != 1:
+        raise click.UsageError("give one of --ulp (a GSN fabric), --san (a datagram SAN), --ib (an InfiniBand-style "
+                               "fabric) or --servernet (a ServerNet SAN)")
     if ib is not None:
         return _ib_node(ib, _int(addr), router, dialect, label)
+    if servernet is not None:
+        return _snet_node(servernet, addr, router, dialect, label)
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
                                                                 name=label))
@@ -110,11 +138,15 @@ def _ib_node(ib: str, addr: int, router: str, dialect: str, label: bytes | None)
 
 NODE_OPTS = [
     click.option("--ulp", help="This host's gsnd ULP socket (a node on a GSN fabric)."),
-    click.option("--san", help="A node on an emulated SAN (pktway-san): SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT."),
+    click.option("--san", help="A node on a datagram SAN (pktway-san): SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT."),
     click.option("--ib", help="A node on an InfiniBand-style fabric (ib-sm, ib-switch): "
                  "GUID,LOCAL_HOST:PORT,SWITCH_HOST:PORT,SM_HOST:PORT[,PKEY]."),
+    click.option("--servernet", type=click.Path(exists=True, dir_okay=False),
+                 help="A node on a ServerNet SAN: its snetd-style TOML (ID, fabric X and Y sockets, [[peer]]s, "
+                      "and windows pktway-ring (16 pages, per_source = true) and pktway-bell (the next page, interrupt = true))."),
     click.option("--addr", required=True, help="This node's PacketWay address (e.g. 0x40)."),
-    click.option("--router", required=True, help="The half-router on this SAN: its ULA (GSN), port number (--san) or LID[:QPN] (--ib)."),
+    click.option("--router", required=True, help="The half-router on this SAN: its ULA (GSN), port number (--san), "
+                 "LID[:QPN] (--ib) or ServerNet ID (--servernet)."),
     click.option("--dialect", type=click.Choice(["pw0", "mw5"]), default="pw0", show_default=True,
                  help="pw0 = PacketWay EEP, mw5 = MessageWay v5, as the SAN's router half is configured."),
 ]
@@ -131,11 +163,11 @@ def node_options(f):
 @click.argument("dest")
 @click.argument("text")
 @click.option("--l2", is_flag=True, help="Plan an L2 route first (GVL2) and send along it.")
-def send(ulp, san, ib, addr, router, dialect, dest, text, l2) -> None:
+def send(ulp, san, ib, servernet, addr, router, dialect, dest, text, l2) -> None:
     """Send TEXT to DEST (L3 through the router, or L2 along a planned route)."""
     from .node import PktwayError
 
-    with _node(ulp, san, ib, addr, router, dialect) as node:
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
         route = ()
         if l2:
             try:
@@ -155,12 +187,12 @@ def send(ulp, san, ib, addr, router, dialect, dest, text, l2) -> None:
 @click.option("--count", default=1, show_default=True, help="Stop after this many packets (0 = never).")
 @click.option("--timeout", default=10.0, show_default=True, help="Give up after this many quiet seconds.")
 @click.option("--name", help="Announce this node under a name (answers to TELL --name).")
-def listen(ulp, san, ib, addr, router, dialect, count, timeout, name) -> None:
+def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name) -> None:
     """Print packets addressed to this node.
 
     At start the node announces itself (INFO to Hey-You), so the router registers it
     without configuration; while listening it answers "who are you" (WRU)."""
-    with _node(ulp, san, ib, addr, router, dialect, name) as node:
+    with _node(ulp, san, ib, addr, router, dialect, name, servernet=servernet) as node:
         node.announce()
         received = 0
         while count == 0 or received < count:
@@ -176,11 +208,11 @@ def listen(ulp, san, ib, addr, router, dialect, count, timeout, name) -> None:
 @pktway_main.command()
 @node_options
 @click.argument("dest")
-def route(ulp, san, ib, addr, router, dialect, dest) -> None:
+def route(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
     """L2 routes to DEST with Q and MTU (GVL2), or the redirect."""
     from .node import PktwayError
 
-    with _node(ulp, san, ib, addr, router, dialect) as node:
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
         try:
             routes = node.route(_int(dest))
         except (PktwayError, TimeoutError) as exc:
@@ -197,7 +229,7 @@ def route(ulp, san, ib, addr, router, dialect, dest) -> None:
 @node_options
 @click.option("--name", help="Node name to look for.")
 @click.option("--capability", help="CC[:p1,p2,...], e.g. 7:8 = floating-point DSP with 64-bit IEEE words.")
-def find(ulp, san, ib, addr, router, dialect, name, capability) -> None:
+def find(ulp, san, ib, servernet, addr, router, dialect, name, capability) -> None:
     """Find nodes by name or capability (TELL -> INFO)."""
     if (name is None) == (capability is None):
         raise click.UsageError("give exactly one of --name and --capability")
@@ -205,7 +237,7 @@ def find(ulp, san, ib, addr, router, dialect, name, capability) -> None:
     if capability is not None:
         cc, _, params = capability.partition(":")
         cap = (_int(cc), bytes(_int(x) for x in params.split(",") if x))
-    with _node(ulp, san, ib, addr, router, dialect) as node:
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
         try:
             found = node.find(name=name.encode() if name else None, capability=cap)
         except TimeoutError:

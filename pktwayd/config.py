@@ -13,6 +13,8 @@ from daemons.runtime.keyfile import cable_key, overhead
 from ib.constants import QPN_PACKETWAY
 from ib.udport import route as ib_route
 
+from servernet.constants import PREF_EITHER, PW_MTU_BYTES, RING_BASE, SLOT_BYTES
+
 from .constants import LIVENESS_S
 from .eep import L2RH
 from .udpsan import native
@@ -29,8 +31,10 @@ class HalfConfig:
     dialect: str = "pw0"  # "pw0" PacketWay EEP, "mw5" MessageWay v5 (16-bit addresses) on this SAN
     map: bool = True  # follow the switch's ULA list (gsnd control socket): LRT liveness, Hey-You
     control: str = ""  # gsnd's control socket (default: the ULP socket's path with .ctl)
-    kind: str = "gsn"  # "gsn"; "udp": an emulated ServerNet-style SAN (pktway-san); "infiniband": an
-    # InfiniBand-style fabric (ib-sm, ib-switch), L2RH = DLID + QPN
+    kind: str = "gsn"  # "gsn"; "udp": a generic datagram SAN (pktway-san); "servernet": a ServerNet SAN;
+    # "infiniband": an InfiniBand-style fabric (ib-sm, ib-switch), L2RH = DLID + QPN
+    snet: object = None  # servernet: the end node's configuration (servernet.config.NodeConfig)
+    rings: dict | None = None  # servernet: ring base of each node whose ring is not at the default
     switch: tuple | None = None  # udp: the pktway-san switch's address; infiniband: the ib-switch port
     local: tuple | None = None  # udp, infiniband: my port's UDP address
     port: int = 0  # udp: my port number on that switch
@@ -63,8 +67,9 @@ class RouterConfig:
 
 
 def _kind(v: str) -> str:
-    if v not in ("gsn", "udp", "infiniband"):
-        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd), udp (an emulated SAN via pktway-san) or "
+    if v not in ("gsn", "udp", "servernet", "infiniband"):
+        raise ValueError(f"{v!r} is not gsn (a GSN fabric via gsnd), udp (a datagram SAN via pktway-san), "
+                         "servernet (a ServerNet SAN: snet-router fabrics X and Y) or "
                          "infiniband (an InfiniBand-style fabric via ib-sm and ib-switch)")
     return v
 
@@ -77,6 +82,40 @@ def _guid(v: str) -> int:
     if not 0 < g < 1 << 64:
         raise ValueError(f"{v!r} is outside 1..2^64-1")
     return g
+
+
+def _snet_node(path: str):
+    from servernet.config import load as load_snet
+    from servernet.ring import ring_windows
+
+    cfg = load_snet(path)
+    try:
+        ring_windows(cfg.windows)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return cfg
+
+
+def _snet_route(n: Section, snet) -> bytes:
+    from servernet.ring import route
+
+    did = n.get("did", int, required=True, check=in_range(1, 0xFFFFF))
+    if snet.peer(str(did)) is None:
+        raise ConfigError(f"{n.source}: {n.name}.did: {did:#x} is not a [[peer]] of {snet.name!r}'s ServerNet node")
+    prefs = {"x": 0, "y": 1, "either": PREF_EITHER}
+    fabric = n.get("fabric", str, "either", check=lambda v: v if v in prefs else _bad_fabric(v))
+    ring = n.get("ring", int, RING_BASE, check=_page_aligned)
+    return route(did, prefs[fabric], ring)
+
+
+def _page_aligned(v: int) -> int:
+    if not 0 <= v <= 0xFFFFF000 or v % 4096:
+        raise ValueError(f"{v:#x} is not a page-aligned (4 KiB) 32-bit address")
+    return v
+
+
+def _bad_fabric(v):
+    raise ValueError(f"{v!r} is not x, y or either")
 
 
 def _dialect(v: str) -> str:
@@ -117,7 +156,8 @@ def load(path: str) -> RouterConfig:
         half = HalfConfig(
             h.get("addr", int, required=True, check=in_range(1, 0x7FFFFD)),
             h.get("san_id", int, required=True, check=in_range(1, 0x7FFFFD)),
-            h.get("mtu", int, 8192, check=in_range(0, 1 << 24)),
+            h.get("mtu", int, PW_MTU_BYTES // 8, check=in_range(1, SLOT_BYTES // 8)) if kind == "servernet"
+            else h.get("mtu", int, 8192, check=in_range(0, 1 << 24)),
             h.get("ulp", str, required=kind == "gsn") if kind == "gsn" else "",
         )
         half.kind = kind
@@ -132,6 +172,9 @@ def load(path: str) -> RouterConfig:
             half.switch = h.get("switch", str, required=True, check=resolve)
             half.sm = h.get("sm", str, required=True, check=resolve)
             half.pkey = h.get("pkey", int, 0xFFFF, check=in_range(1, 0xFFFF))
+        elif kind == "servernet":  # the half is a ServerNet end node; liveness by WRU only
+            half.map = False
+            half.snet = h.get("servernet", str, required=True, check=_snet_node)
         else:  # an emulated SAN (pktway-san): no switch map, liveness by WRU only
             half.map = False
             half.switch = h.get("switch", str, required=True, check=resolve)
@@ -147,6 +190,11 @@ def load(path: str) -> RouterConfig:
             elif kind == "infiniband":
                 route = ib_route(n.get("lid", int, required=True, check=in_range(1, 0xBFFF)),
                                  n.get("qpn", int, QPN_PACKETWAY, check=in_range(0, 0xFFFFFF)))
+            elif kind == "servernet":
+                route = _snet_route(n, half.snet)
+                ring = int.from_bytes(route[4:], "big")
+                if ring != RING_BASE:
+                    half.rings = (half.rings or {}) | {int.from_bytes(route[:3], "big"): ring}
             else:
                 route = native(n.get("port", int, required=True, check=in_range(0, 255)))
             q = n.get("q", int, 1, check=in_range(0, 0xFFFF))

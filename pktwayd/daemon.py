@@ -22,6 +22,7 @@ from daemons.runtime.notify import StatusLine, sd_notify
 from daemons.ulpclient import ulp_session
 from daemons.wire.ula import format_ula, parse_ula
 from ib.udport import AsyncIbPort
+from servernet.pwport import AsyncSnetPort
 
 from .config import HalfConfig, RouterConfig
 from .constants import ETHERTYPE_PKTWAY
@@ -134,6 +135,7 @@ class Pktwayd:
         self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
         self.san_ports |= {h.addr: AsyncIbPort(h.guid, h.local, h.switch, h.sm, h.pkey) for h in cfg.halves
                            if h.kind == "infiniband"}
+        self.san_ports |= {h.addr: AsyncSnetPort(h.snet, h.rings) for h in cfg.halves if h.kind == "servernet"}
         if cfg.twin is None:
             a, b = cfg.halves
             self.halves = [Half(a, b.addr, cfg), Half(b, a.addr, cfg)]
@@ -187,6 +189,8 @@ class Pktwayd:
                 "lrt_ulas": {hex(n.addr): format_ula(n.sr[0].route) for n in hr.lrt_nodes
                              if len(n.sr) == 1 and len(n.sr[0].route) == 6},
             })
+            if h.cfg.kind == "servernet":
+                out[-1]["servernet_paths"] = self.san_ports[hr.addr].paths()
         reply = {"ok": True, "router": self.cfg.name, "halves": out, "control": dict(self.control_counters)}
         if self.link is not None:
             reply["twin_link"] = self.link.status()
@@ -239,6 +243,11 @@ class Pktwayd:
                     port = self.san_ports[h.cfg.addr]
                     h.set_client(port)
                     nursery.start_soon(port.run, h.on_frame, h.on_status)
+                elif h.cfg.kind == "servernet":
+                    port = self.san_ports[h.cfg.addr]
+                    h.set_client(port)
+                    nursery.start_soon(port.run, h.on_frame)
+                    h.on_status(port.own_route)
                 else:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
                                                on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))

@@ -1,6 +1,6 @@
-"""pktway-san: a ServerNet-style datagram SAN emulated by one UDP switch process
-(spec pktway.md §3.8), so that pktwayd can join GSN fabrics to a SAN of another
-kind.  (InfiniBand-style fabrics have their own emulation: ib-sm and ib-switch.)"""
+"""pktway-san: a generic datagram SAN emulated by one UDP switch process (spec
+pktway.md §3.8), so that pktwayd can join GSN fabrics to a SAN of another kind.
+(ServerNet and InfiniBand-style fabrics have their own emulations: servernet/ and ib/.)"""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class SanConfig:
     listen: tuple
     ports: dict[int, tuple] = field(default_factory=dict)
     mtu: int = 0
-    kind: str = "servernet"
+    kind: str = "datagram"
     control: str | None = None
     log_level: str = "info"
 
@@ -120,7 +120,7 @@ class SanSwitchd:
               help="Port N (0..255) is the node or half-router at that UDP address. Repeat for each port.")
 @click.option("--mtu", default=0, show_default=True, help="Largest packet in bytes; bigger ones are dropped, counted "
               "(0 = what one datagram holds).")
-@click.option("--kind", type=click.Choice(["servernet"]), default="servernet", show_default=True,
+@click.option("--kind", type=click.Choice(["datagram"]), default="datagram", show_default=True,
               help="What the SAN stands for (logs and status only: the framing is the same).")
 @click.option("--control", help="Control socket answering {\"cmd\": \"status\"} with the per-port counters.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
@@ -135,7 +135,9 @@ def main(listen, ports, mtu, kind, control, log_level, metrics, check) -> None:
     [in port, 0x03, 0x00] + packet to that port (the route back).  In pktwayd, a half on
     such a SAN has kind = "udp", and its LRT names nodes by port.
 
-    Example, a three-port ServerNet-style SAN on loopback:
+    (A real ServerNet SAN, X and Y fabrics, is snet-router + snetd: pktwayd half kind "servernet".)
+
+    Example, a three-port datagram SAN on loopback:
 
       pktway-san --listen 127.0.0.1:7400 --port 1=127.0.0.1:7401 --port 2=127.0.0.1:7402 --port 3=127.0.0.1:7403
     """

@@ -24,7 +24,8 @@ SANDBOX = Path(__file__).with_name("sandbox.py")
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 UNIT_OF = {"gsnd": "gsnd@.service", "gsn-switch": "gsn-switch.service", "harpd": "harpd.service",
            "stpd": "stpd.service", "pktwayd": "pktwayd@.service", "ib-sm": "ib-sm.service",
-           "ib-switch": "ib-switch@.service", "ipoibd": "ipoibd@.service"}
+           "ib-switch": "ib-switch@.service", "ipoibd": "ipoibd@.service", "snetd": "snetd@.service",
+           "snet-router": "snet-router@.service"}
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
@@ -217,3 +218,56 @@ def test_ib_sm_switches_ipoibd_sandboxed(notify):
             assert "Operation not permitted" not in log and "Traceback" not in log, f"{name}: {log[-2000:]}"
     finally:
         ibf.fab.close()
+
+
+SNET_NODE = """[node]
+id = {me:#x}
+name = "{name}"
+control = "{ctl}"
+[fabric.x]
+local = "127.0.0.1:{port}"
+router = "127.0.0.1:7700"
+[fabric.y]
+local = "127.0.0.1:{port1}"
+router = "127.0.0.1:7701"
+[[peer]]
+id = {peer:#x}
+name = "peer"
+doorbell = 0x300000
+[[window]]
+page = 0x100
+[[window]]
+page = 0x300
+access = "w"
+interrupt = true
+"""
+
+
+def test_servernet_sandboxed(notify, tmp_path):
+    """snet-router (X, Y) and two snetd under their units' sandbox: traffic, READY=1, watchdog, 0660."""
+    with SandboxedFabric(1, prefix="ss") as fa:
+        for i, f in enumerate("xy"):
+            fa.spawn(f"router-{f}", 1, str(BIN / "snet-router"), "--fabric", f, "--listen", f"127.0.0.1:{7700 + i}",
+                     "--port", f"0=127.0.0.1:{7710 + i}", "--port", f"1=127.0.0.1:{7720 + i}", "--route", "0x04001=0",
+                     "--route", "0x08001=1", "--control", str(tmp_path / "servernet" / f"{f}.sock"))
+        for name, me, peer, port in (("a", 0x04001, 0x08001, 7710), ("b", 0x08001, 0x04001, 7720)):
+            cfg = tmp_path / f"{name}.toml"
+            cfg.write_text(SNET_NODE.format(me=me, peer=peer, name=name, ctl=tmp_path / "snetd" / f"{name}.sock",
+                                            port=port, port1=port + 1))
+            fa.spawn(f"snetd-{name}", 1, str(BIN / "snetd"), "-c", str(cfg))
+        socks = [tmp_path / "snetd" / "a.sock", tmp_path / "snetd" / "b.sock", tmp_path / "servernet" / "x.sock",
+                 tmp_path / "servernet" / "y.sock"]
+        poll(lambda: all(p.exists() for p in socks), 10, what="the control sockets")
+        r = request(str(socks[0]), {"cmd": "block", "peer": "peer", "address": 0x100000, "length": 4096, "seed": 3})
+        assert r["ok"] and set(r["packets"]) == {"X", "Y"}, r
+        assert request(str(socks[1]), {"cmd": "interrupts"})["blocks"][0]["intact"]
+        names = ["router-x", "router-y", "snetd-a", "snetd-b"]
+        pids = {n: fa.procs[n].pid for n in names}
+        poll(lambda: all(notify.pings(pid) >= 3 for pid in pids.values()), 10, what="three pings from each daemon")
+        for name, pid in pids.items():
+            assert "READY=1" in notify.by_pid[pid], name
+            assert "Seccomp:\t2" in Path(f"/proc/{pid}/status").read_text(), f"{name} is not filtered"
+        assert all(mode(p) == 0o660 for p in socks)
+        for name in names:
+            log = fa.logs[name].read_text()
+            assert "Operation not permitted" not in log and "Traceback" not in log, f"{name}: {log[-2000:]}"

@@ -18,7 +18,7 @@ SCRIPTS = sorted(PYPROJECT["project"]["scripts"])
 
 def test_every_cli_is_covered():
     assert SCRIPTS == sorted(["gsnd", "gsn-switch", "gsnctl", "harpd", "gsnarp", "stpd", "stp", "pktwayd", "pktway",
-                              "pktway-san", "ib-sm", "ib-switch", "ipoibd", "ibctl"])
+                              "pktway-san", "ib-sm", "ib-switch", "ipoibd", "ibctl", "snetd", "snet-router", "snetctl"])
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

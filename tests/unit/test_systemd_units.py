@@ -17,7 +17,8 @@ UNITS = Path(__file__).resolve().parents[2] / "systemd"
 INSTANCES = [("gsnd@.service", "gsnd@gsn0.service"), ("harpd.service", "harpd.service"), ("stpd.service", "stpd.service"),
              ("pktwayd@.service", "pktwayd@rab.service"), ("gsn-switch.service", "gsn-switch.service"),
              ("ib-sm.service", "ib-sm.service"), ("ib-switch@.service", "ib-switch@a.service"),
-             ("ipoibd@.service", "ipoibd@ib0.service")]
+             ("ipoibd@.service", "ipoibd@ib0.service"),
+             ("snetd@.service", "snetd@a.service"), ("snet-router@.service", "snet-router@x.service")]
 MAX_EXPOSURE = 2.5
 needs_analyze = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
 

@@ -1,7 +1,8 @@
-"""A GSN fabric joined to another kind of SAN: an emulated ServerNet-style datagram
-SAN (pktway-san, one UDP switch, numbered ports) and a GSN fabric, one pktwayd
-router between them.  Hosts exchange packets by L3 and along a planned L2 route
-whose last L2RH is a ServerNet port; MTU and garbage are handled."""
+"""A GSN fabric joined to another kind of SAN: a generic datagram SAN (pktway-san,
+one UDP switch, numbered ports) and a GSN fabric, one pktwayd router between them.
+Hosts exchange packets by L3 and along a planned L2 route whose last L2RH is a
+datagram-SAN port; MTU and garbage are handled.  (ServerNet proper:
+test_pktway_over_servernet.py.)"""
 
 import json
 import subprocess
@@ -50,7 +51,7 @@ port = 1
 [[half.node]]
 addr = {H_S}
 port = 2
-name = "sn-host"
+name = "san-host"
 """)
         fa.spawn("san", 2, str(BIN / "pktway-san"), "--listen", SAN, "--port", "1=127.0.0.1:7401",
                  "--port", "2=127.0.0.1:7402", "--control", str(san_ctl))
@@ -65,16 +66,16 @@ def pktway_in_ns(fa, *args, timeout=30):
     return fa.ns_exec(2, str(BIN / "pktway"), *args, check=False, timeout=timeout)
 
 
-def test_gsn_and_servernet_hosts_talk_by_l3_and_l2(net):
+def test_gsn_and_datagram_san_hosts_talk_by_l3_and_l2(net):
     fa, ula_a, ctl, san_ctl = net
     listener = subprocess.Popen(["ip", "netns", "exec", fa.host_ns[1], str(BIN / "pktway"), "listen", "--san", HS_SAN,
                                  "--router", "1", "--addr", hex(H_S), "--count", "2"], stdout=subprocess.PIPE, text=True)
     try:
         poll(lambda: request(ctl, {"cmd": "routes"})["halves"][1]["counters"].get("nodes_registered"), 10,
-             what="the ServerNet host's announcement")
+             what="the datagram-SAN host's announcement")
         with Node(fa.ulp_path(1), H_A, parse_ula(ula_a[1])) as a:
             a.send(H_S, b"L3 from GSN")
-            routes = a.route(H_S)  # the twin's L2RH for H_S is ServerNet port 2
+            routes = a.route(H_S)  # the twin's L2RH for H_S is SAN port 2
             q, hops, mtu = routes[0]
             assert [h.route for h in hops] == [native(2)] and mtu == 512 and q == 2
             a.send(H_S, b"L2 from GSN", route=hops)
@@ -83,15 +84,15 @@ def test_gsn_and_servernet_hosts_talk_by_l3_and_l2(net):
             assert "L3 from GSN" in out and "L2 from GSN" in out
 
             r = pktway_in_ns(fa, "send", "--san", HS_SAN, "--router", "1", "--addr", hex(H_S), hex(H_A),
-                             "from ServerNet")
+                             "from the SAN")
             assert r.returncode == 0, r.stderr
-            assert a.recv(10).data.rstrip(b"\0") == b"from ServerNet"
+            assert a.recv(10).data.rstrip(b"\0") == b"from the SAN"
 
-            a.send(H_S, bytes(8 * 600))  # over ServerNet's 512-word MTU: ERR to the source, no SAR
+            a.send(H_S, bytes(8 * 600))  # over the SAN half's 512-word MTU: ERR to the source, no SAR
             err = a.recv(10)
             assert err.pt == PT.ERR and err.te == ErrTE.GENERAL
 
-            r = pktway_in_ns(fa, "find", "--san", HS_SAN, "--router", "1", "--addr", hex(H_S), "--name", "sn-host")
+            r = pktway_in_ns(fa, "find", "--san", HS_SAN, "--router", "1", "--addr", hex(H_S), "--name", "san-host")
             assert r.returncode == 0 and hex(H_S) in r.stdout.replace("0x0000", "0x")
     finally:
         if listener.poll() is None:
@@ -99,7 +100,7 @@ def test_gsn_and_servernet_hosts_talk_by_l3_and_l2(net):
             listener.wait()
 
 
-def test_servernet_switch_counts_garbage(net):
+def test_datagram_san_switch_counts_garbage(net):
     fa, ula_a, ctl, san_ctl = net
     junk = ("import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('127.0.0.1', 7402));"
             "[s.sendto(d, ('127.0.0.1', 7400)) for d in (b'', b'\\x01', b'\\x01\\x08\\x00x', b'\\x09\\x03\\x00x')];"

@@ -1,0 +1,166 @@
+"""snet-router: one ServerNet router process serving one fabric (X or Y) over UDP."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+
+import click
+import structlog
+import trio
+
+from daemons.io.udp import resolve
+from daemons.runtime import daemon
+from daemons.runtime.cliutil import version_option
+from daemons.runtime.config import ConfigError
+from daemons.runtime.control import serve_control
+from daemons.runtime.log import CounterLog
+from daemons.runtime.notify import sd_notify
+from daemons.runtime.schema import Schema
+
+from .constants import MAX_DATAGRAM_II, ROUTER_PORTS, RX_BURST, SOCKET_BUFFER_BYTES, Fabric
+from .router import Route, RouterCore, parse_route
+
+log = structlog.get_logger("snet-router")
+CONTROL_SCHEMA = Schema({"status": {}})
+CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@dataclass
+class RouterConfig:
+    fabric: int
+    listen: tuple
+    ports: dict[int, tuple] = field(default_factory=dict)
+    routes: list[Route] = field(default_factory=list)
+    enables: dict[int, frozenset[int]] = field(default_factory=dict)
+    control: str | None = None
+    log_level: str = "info"
+
+
+def parse(fabric: str, listen: str, ports, routes, enables, control: str | None, level: str) -> RouterConfig:
+    try:
+        cfg = RouterConfig(Fabric[fabric.upper()], resolve(listen), control=control, log_level=level)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    for spec in ports:
+        number, sep, where = spec.partition("=")
+        if not sep or not number.isdigit() or not 0 <= int(number) < ROUTER_PORTS:
+            raise ConfigError(f"--port {spec!r}: expected N=HOST:PORT with N in 0..{ROUTER_PORTS - 1}")
+        try:
+            addr = resolve(where)
+        except ValueError as exc:
+            raise ConfigError(f"--port {spec!r}: {exc}") from None
+        if int(number) in cfg.ports or addr in cfg.ports.values():
+            raise ConfigError(f"--port {spec!r}: port or address given twice")
+        cfg.ports[int(number)] = addr
+    if not cfg.ports:
+        raise ConfigError("--port: a router needs at least one cabled port")
+    for spec in routes:
+        try:
+            r = parse_route(spec)
+        except ValueError as exc:
+            raise ConfigError(f"--route: {exc}") from None
+        if r.port not in cfg.ports:
+            raise ConfigError(f"--route {spec!r}: port {r.port} is not cabled (no --port {r.port}=...)")
+        if any((o.did, o.bits) == (r.did, r.bits) for o in cfg.routes):
+            raise ConfigError(f"--route {spec!r}: that DID/prefix is routed twice")
+        cfg.routes.append(r)
+    for spec in enables:
+        inp, sep, outs = spec.partition("=")
+        try:
+            i, allowed = int(inp), frozenset(int(o) for o in outs.split(",") if o)
+        except ValueError:
+            raise ConfigError(f"--enable {spec!r}: expected IN=OUT,OUT,...") from None
+        if not sep or i not in cfg.ports or not allowed <= set(cfg.ports):
+            raise ConfigError(f"--enable {spec!r}: ports must be cabled ones")
+        cfg.enables[i] = allowed
+    return cfg
+
+
+class Routerd:
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.core = RouterCore(cfg.fabric, cfg.ports, cfg.routes, cfg.enables)
+        self.drops = CounterLog(log)
+        self.control_counters: Counter[str] = Counter()
+        self.sock = socket.socket(socket.AF_INET6 if ":" in cfg.listen[0] else socket.AF_INET, socket.SOCK_DGRAM)
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+        self.sock.bind(cfg.listen)
+        self.sock.setblocking(False)
+
+    async def _control(self, req: dict) -> dict:
+        host, port = self.cfg.listen
+        return {"ok": True, "fabric": Fabric(self.cfg.fabric).name, "listen": f"{host}:{port}",
+                "ports": {p: f"{a[0]}:{a[1]}" for p, a in self.cfg.ports.items()},
+                "routes": [f"{r.did:#07x}/{r.bits}={r.port}" for r in self.core.routes],
+                "counters": dict(self.core.counters), "control": dict(self.control_counters)}
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.cfg.control:
+                os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
+                await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
+                                            counters=self.control_counters))
+            log.info("snet-router.started", fabric=Fabric(self.cfg.fabric).name, listen=self.cfg.listen,
+                     ports=len(self.cfg.ports), routes=len(self.cfg.routes))
+            sd_notify("READY=1")
+            task_status.started()
+            core, sock = self.core, self.sock
+            while True:
+                await trio.lowlevel.wait_readable(sock)
+                for _ in range(RX_BURST):
+                    try:
+                        data, src = sock.recvfrom(MAX_DATAGRAM_II + 1)
+                    except BlockingIOError:
+                        break
+                    except OSError:  # ICMP unreachable from an earlier send
+                        core.counters["rx_error"] += 1
+                        continue
+                    out = core.receive(src[:2], data)
+                    if out is not None:
+                        try:
+                            sock.sendto(out[1], out[0])
+                        except BlockingIOError:
+                            core.counters["drop_tx_full"] += 1
+                        except OSError:
+                            core.counters["tx_error"] += 1
+                self.drops.update("router", core.counters, trio.current_time())
+
+
+@click.command(context_settings=CTX)
+@click.option("--fabric", type=click.Choice(["x", "y"], case_sensitive=False), required=True,
+              help="The fabric this router belongs to; packets sent on the other one are dropped.")
+@click.option("--listen", required=True, help="This router's UDP address, HOST:PORT (every cabled port sends here).")
+@click.option("--port", "ports", multiple=True, metavar="N=HOST:PORT",
+              help=f"Port N (0..{ROUTER_PORTS - 1}) is cabled to the node or router at that UDP address. Repeat.")
+@click.option("--route", "routes", multiple=True, metavar="DID[/BITS]=N",
+              help="Packets for DID (20-bit), or for every DID sharing its upper BITS bits, leave by port N. "
+                   "The longest prefix wins. Repeat.")
+@click.option("--enable", "enables", multiple=True, metavar="IN=OUT,...",
+              help="Packets entering on port IN may leave only by these ports (deadlock masks). Repeat.")
+@click.option("--control", help="Control socket answering {\"cmd\": \"status\"} (counters per port and drop reason).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+@click.option("--check", is_flag=True, help="Validate the options and exit.")
+@version_option
+def main(fabric, listen, ports, routes, enables, control, log_level, check) -> None:
+    """A ServerNet router for one fabric (X or Y), emulated over UDP.
+
+    It reads the 20-bit DID from the first 3 bytes of each packet and forwards the
+    datagram by its routing table.  A packet with a bad CRC goes on tagged TPB (the
+    end node drops and counts it).  Run one router per fabric (X and Y on separate
+    ports); routers of one fabric can be cabled to each other by a --port.
+
+    Example, fabric X joining nodes 0x04001 and 0x08001 on loopback:
+
+    \b
+      snet-router --fabric x --listen 127.0.0.1:7500 \\
+        --port 0=127.0.0.1:7510 --port 1=127.0.0.1:7520 \\
+        --route 0x04001=0 --route 0x08001=1 --control /run/servernet/x.sock
+    """
+    daemon.serve(lambda: parse(fabric, listen, ports, routes, enables, control, log_level), "snet-router", Routerd,
+                 check=check)
