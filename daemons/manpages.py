@@ -28,11 +28,14 @@ PROGRAMS = {
     "ib-sm": (8, "ib.cli:sm_main"),
     "ib-switch": (8, "ib.cli:switch_main"),
     "ipoibd": (8, "ib.cli:ipoibd_main"),
+    "snetd": (8, "servernet.noded:main"),
+    "snet-router": (8, "servernet.routerd:main"),
     "gsnctl": (1, "daemons.gsnctl:main"),
     "gsnarp": (1, "harpd.cli:gsnarp_main"),
     "stp": (1, "stpd.cli:stp_main"),
     "pktway": (1, "pktwayd.cli:pktway_main"),
     "ibctl": (1, "ib.cli:ibctl_main"),
+    "snetctl": (1, "servernet.ctl:main"),
 }
 # configuration file -> (what reads it, where the units expect it)
 CONFIGS = {
