@@ -1,0 +1,103 @@
+"""Helpers for the dissector tests: write pcaps of UDP datagrams, run tshark with the
+project's Lua dissectors (wireshark/*.lua), and read fields out of its JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+LUA_DIR = Path(__file__).resolve().parent.parent / "wireshark"
+LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
+LINKTYPE_RAW = 101  # the packet is an IPv4/IPv6 header onward
+LINKTYPE_ETHERNET = 1
+
+needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark missing: ./gsn installs it (root)")
+
+
+def _checksum(header: bytes) -> int:
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def ipv4_udp(src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> bytes:
+    """An IPv4 + UDP packet (UDP checksum 0: not computed) carrying ``payload``."""
+    import ipaddress
+
+    udp = struct.pack("!HHHH", src[1], dst[1], 8 + len(payload), 0) + payload
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0,
+                      ipaddress.IPv4Address(src[0]).packed, ipaddress.IPv4Address(dst[0]).packed)
+    hdr = hdr[:10] + struct.pack("!H", _checksum(hdr)) + hdr[12:]
+    return hdr + udp
+
+
+def write_pcap(path: Path, packets: list[bytes], linktype: int = LINKTYPE_RAW) -> Path:
+    """A classic pcap, one packet a millisecond apart."""
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, linktype)]
+    for i, pkt in enumerate(packets):
+        out.append(struct.pack("<IIII", 1_700_000_000 + i // 1000, (i % 1000) * 1000, len(pkt), len(pkt)) + pkt)
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def read_pcap(path: Path) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """(linktype, [(record header, packet)]) of a classic little-endian pcap."""
+    data = path.read_bytes()
+    magic, _, _, _, _, _, linktype = struct.unpack_from("<IHHiIII", data)
+    assert magic in (0xA1B2C3D4, 0xA1B23C4D), f"not a little-endian pcap: {magic:#x}"
+    off, out = 24, []
+    while off < len(data):
+        head = data[off : off + 16]
+        incl = struct.unpack_from("<I", head, 8)[0]
+        out.append((head, data[off + 16 : off + 16 + incl]))
+        off += 16 + incl
+    return linktype, out
+
+
+def rewrite_pcap(src: Path, dst: Path, packets: list[tuple[bytes, bytes]], linktype: int) -> Path:
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, linktype)]
+    for head, pkt in packets:
+        out.append(head[:8] + struct.pack("<II", len(pkt), len(pkt)) + pkt)
+    dst.write_bytes(b"".join(out))
+    return dst
+
+
+def tshark_json(pcap: Path, *extra: str, timeout: float = 60) -> list[dict]:
+    """The packets of ``pcap`` as tshark's JSON (duplicate keys merged into lists)."""
+    cmd = ["tshark", "-n", "-Q", "-r", str(pcap), "-T", "json", "--no-duplicate-keys"]
+    for lua in LUA_FILES:
+        cmd += ["-X", f"lua_script:{lua}"]
+    cmd += list(extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"tshark failed ({proc.returncode}): {proc.stderr[-2000:]}"
+    assert "Lua" not in proc.stderr and "lua" not in proc.stderr, proc.stderr[-2000:]
+    return json.loads(proc.stdout or "[]")
+
+
+def values(node, key: str) -> list:
+    """Every value of ``key`` anywhere in a JSON tree, in document order (lists flattened)."""
+    out: list = []
+
+    def walk(n):
+        if isinstance(n, dict):
+            for k, v in n.items():
+                if k == key:
+                    out.extend(v if isinstance(v, list) else [v])
+                walk(v)
+        elif isinstance(n, list):
+            for v in n:
+                walk(v)
+
+    walk(node)
+    return out
+
+
+def experts(node) -> list[str]:
+    """Every expert-info message in a JSON tree."""
+    return [str(m) for m in values(node, "_ws.expert.message")]
