@@ -150,7 +150,7 @@ local E = {
     seqn = ProtoExpert.new("gsn.sequence", "Sequence anomaly", expert.group.SEQUENCE, expert.severity.WARN),
     proto = ProtoExpert.new("gsn.protocol", "GSN protocol error", expert.group.PROTOCOL, expert.severity.WARN),
     msg = ProtoExpert.new("gsn.bad_message", "Malformed GSN Message", expert.group.MALFORMED, expert.severity.ERROR),
-    trailer = ProtoExpert.new("gsn.trailer", "Bytes after the last micropacket", expert.group.PROTOCOL,
+    trailer = ProtoExpert.new("gsn.trailer_present", "Bytes after the last micropacket", expert.group.PROTOCOL,
         expert.severity.NOTE),
 }
 gsn.experts = { E.shim, E.lcrc, E.ecrc, E.seqn, E.proto, E.msg, E.trailer }
@@ -181,10 +181,13 @@ end
 local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce, frame)
     local res = { mps = {}, notes = {} }
     local link = links[key]
-    if not link or link.src_nonce ~= src_nonce or link.dst_nonce ~= dst_nonce then
-        if link then res.notes[#res.notes + 1] = "new link incarnation (nonces changed): open Messages dropped" end
+    if not link then
         link = { src_nonce = src_nonce, dst_nonce = dst_nonce, open = {} }
         links[key] = link
+    elseif sequenced and (link.src_nonce ~= src_nonce or link.dst_nonce ~= dst_nonce) then
+        -- a new link incarnation: the receiver starts afresh
+        if next(link.open) then res.notes[#res.notes + 1] = "link reset (nonces changed): open Messages dropped" end
+        link.src_nonce, link.dst_nonce, link.open, link.expected = src_nonce, dst_nonce, {}, nil
     end
     -- LCRC of every micropacket; in a sequenced batch those after the first bad one are dropped
     local first_bad
@@ -356,15 +359,20 @@ local function dissect_message(m, pinfo, tree)
         t:add(G.payload, mtvb(24, plen))
         return info .. " [discarded]"
     end
-    local harp = ethertype == ETHERTYPE_ARP and plen >= 2 and ptvb(0, 2):uint() == HRD_HIPARP and
-        Dissector.get("harp")
-    if harp then
-        harp:call(ptvb, pinfo, tree)
-    else
-        ethertype_table = ethertype_table or DissectorTable.get("ethertype")
-        if ethertype_table:try(ethertype, ptvb, pinfo, tree) == 0 then
-            Dissector.get("data"):call(ptvb, pinfo, tree)
+    local ok, err = pcall(function()
+        local harp = ethertype == ETHERTYPE_ARP and plen >= 2 and ptvb(0, 2):uint() == HRD_HIPARP and
+            Dissector.get("harp")
+        if harp then
+            harp:call(ptvb, pinfo, tree)
+        else
+            ethertype_table = ethertype_table or DissectorTable.get("ethertype")
+            if ethertype_table:try(ethertype, ptvb, pinfo, tree) == 0 then
+                Dissector.get("data"):call(ptvb, pinfo, tree)
+            end
         end
+    end)
+    if not ok then
+        t:add_proto_expert_info(E.msg, string.format("the 0x%04x payload is malformed (%s)", ethertype, tostring(err)))
     end
     return info
 end
