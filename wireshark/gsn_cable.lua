@@ -377,14 +377,13 @@ local function dissect_message(m, pinfo, tree)
     return info
 end
 
-function gsn.dissector(tvb, pinfo, tree)
+-- one cable datagram; returns the text for the Info column
+local function dissect_datagram(tvb, pinfo, tree, segment)
     local len = tvb:len()
-    pinfo.cols.protocol = "GSN"
     local t = tree:add(gsn, tvb())
     if len < SHIM_BYTES then
         t:add_proto_expert_info(E.shim, "datagram of " .. len .. " bytes is shorter than the 32-byte shim")
-        pinfo.cols.info = "GSN cable: short datagram"
-        return len
+        return "GSN cable: short datagram"
     end
     t:add(F.magic, tvb(0, 2))
     t:add(F.version, tvb(2, 1))
@@ -417,16 +416,15 @@ function gsn.dissector(tvb, pinfo, tree)
     end
     if problem then
         t:add_proto_expert_info(E.shim, problem)
-        pinfo.cols.info = "GSN cable: " .. problem
-        return len
+        return "GSN cable: " .. problem
     end
     local sequenced = band(flags, SHIM_FLAG_SEQUENCED) ~= 0
-    local res = frames[pinfo.number]
+    local res = frames[pinfo.number .. "/" .. segment]
     if not res then
         local raw = tvb:raw(0, SHIM_BYTES + count * MP_BYTES)
         res = analyse(raw, count, sequenced, direction_key(pinfo, tvb(4, 4):uint()), tvb(20, 4):uint(),
             tvb(8, 4):uint(), tvb(12, 4):uint(), pinfo.number)
-        frames[pinfo.number] = res
+        frames[pinfo.number .. "/" .. segment] = res
     end
     for _, note in ipairs(res.notes) do t:add_proto_expert_info(E.seqn, note) end
     t:append_text(string.format(", cable %d, %d micropackets", tvb(4, 4):uint(), count))
@@ -482,9 +480,41 @@ function gsn.dissector(tvb, pinfo, tree)
     local names = {}
     for name in pairs(types) do names[#names + 1] = name end
     table.sort(names)
-    pinfo.cols.protocol = "GSN"
-    pinfo.cols.info = string.format("cable %d seq %s ack %s [%s] %s", tvb(4, 4):uint(), tostring(tvb(16, 8):uint64()),
+    return string.format("cable %d seq %s ack %s [%s] %s", tvb(4, 4):uint(), tostring(tvb(16, 8):uint64()),
         tostring(tvb(24, 8):uint64()), table.concat(names, ","), table.concat(infos, "; "))
+end
+
+-- A capture taken where the kernel coalesces UDP (GRO) holds several cable datagrams of
+-- one size (the last shorter) in one UDP payload.  The next datagram starts where a shim
+-- with the same magic, version, cable id and nonces sits on a micropacket boundary.
+local function segment_size(tvb)
+    local len = tvb:len()
+    if len < 2 * SHIM_BYTES + MP_BYTES then return len end
+    local head = tvb:raw(0, 16)
+    local raw = tvb:raw(0, len)
+    local o = SHIM_BYTES + MP_BYTES
+    while o + SHIM_BYTES <= len do
+        if raw:sub(o + 1, o + 2) == head:sub(1, 2) and raw:byte(o + 3) == SHIM_VERSION and
+            raw:sub(o + 5, o + 16) == head:sub(5, 16) and raw:byte(o + 4) <= SHIM_FLAG_SEQUENCED then
+            return o
+        end
+        o = o + MP_BYTES
+    end
+    return len
+end
+
+function gsn.dissector(tvb, pinfo, tree)
+    local len = tvb:len()
+    pinfo.cols.protocol = "GSN"
+    local size = segment_size(tvb)
+    local infos, off, segment = {}, 0, 0
+    while off < len do
+        local n = math.min(size, len - off)
+        infos[#infos + 1] = dissect_datagram(tvb(off, n):tvb(), pinfo, tree, segment)
+        off, segment = off + n, segment + 1
+    end
+    pinfo.cols.protocol = "GSN"
+    pinfo.cols.info = table.concat(infos, " | ")
     return len
 end
 

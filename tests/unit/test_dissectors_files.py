@@ -267,3 +267,18 @@ def test_malformed_input_gives_expert_info_never_a_lua_error(tmp_path):
     assert any(e.startswith("truncated") or "too short" in e for e in ex)  # HARP
     assert any("shorter than the 40-byte header" in e for e in ex)  # ST
     assert any("Malformed" in e or "run" in e for e in ex)
+
+
+def test_coalesced_datagrams_are_split(tmp_path):
+    """A capture where the kernel coalesced UDP (GRO) holds several cable datagrams in one
+    UDP payload, all of one size but the last: each is dissected on its own."""
+    packets, _ = link_capture(max_mps=8)
+    mine = [p[28:] for p in packets if p[15] == 1]  # sent by 10.9.0.1
+    i = next(k for k in range(len(mine) - 1) if len(mine[k]) >= len(mine[k + 1]) and mine[k][3] == 1
+             and mine[k + 1][3] == 1)
+    merged = [ipv4_udp(ENDS[0], ENDS[1], d) for d in mine[:i]] + [ipv4_udp(ENDS[0], ENDS[1], mine[i] + mine[i + 1])]
+    js = tshark_json(write_pcap(tmp_path / "gro.pcap", merged))
+    last = js[-1]
+    seqs = [int(s) for s in values(last, "gsn.seq")]
+    assert len(seqs) == 2 and seqs[1] == seqs[0] + (len(mine[i]) - 32) // 40
+    assert set(values(last, "gsn.mp.lcrc_ok")) == {"1"} and not values(last, "gsn.trailer")
