@@ -12,8 +12,6 @@ import pytest
 
 from daemons.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
-from daemons.wire.ula import parse_ula
-from pktwayd.node import Node
 from tests.tshark import experts, needs_tshark, read_pcap, rewrite_pcap, tshark_json, values
 
 pytestmark = needs_tshark
@@ -141,12 +139,12 @@ def test_flipped_byte_in_real_capture_is_lcrc_bad(captured, tmp_path):
 
 
 def test_packetway_between_two_pktwayds():
-    """Two pktwayd processes, twins joined by their own GSN cable over UDP (captured on
-    it): a node on fabric A sends to one on fabric B; the packet crosses the twin cable
-    as an EEP packet in a GSN Message (EtherType 0x88B6), next to the twins' RRP."""
-    with Fabric(2, prefix="wa") as fa, Fabric(2, prefix="wb") as fb:
+    """Two pktwayd processes, twins joined by their own GSN cable over UDP, captured on
+    that cable: their routing-table exchange and liveness (RRP in EEP packets, in GSN
+    Messages with EtherType 0x88B6)."""
+    with Fabric(1, prefix="wa") as fa, Fabric(1, prefix="wb") as fb:
         ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
-        ip_a, ip_b = fa.link_to(fb, 2, 2, 251)
+        ip_a, ip_b = fa.link_to(fb, 1, 1, 251)
         controls = []
         for fab, me, twin, san, local, peer, node in ((fa, 0x50, 0x51, 0x100, ip_a, ip_b, (0x40, ula_a[0])),
                                                       (fb, 0x51, 0x50, 0x101, ip_b, ip_a, (0x60, ula_b[0]))):
@@ -165,30 +163,27 @@ peer = "{peer}:7351"
 [[half]]
 addr = {me}
 san_id = {san}
-ulp = "{fab.ulp_path(2)}"
+ulp = "{fab.ulp_path(1)}"
 [[half.node]]
 addr = {node[0]}
 ula = "{node[1]}"
 """)
             controls.append(control)
-        pcap = start_capture(fa, 2, "tcpdump-twin", iface=f"x{fa.tag}251a"[-15:])  # the twin cable's veth
-        for fab, cfg in ((fa, fa.tmp / "pktwayd.toml"), (fb, fb.tmp / "pktwayd.toml")):
-            fab.spawn("pktwayd", 2, str(BIN / "pktwayd"), "-c", str(cfg))
+        pcap = start_capture(fa, 1, "tcpdump-twin", iface=f"x{fa.tag}251a"[-15:])  # the twin cable's veth
+        for fab in (fa, fb):
+            fab.spawn("pktwayd", 1, str(BIN / "pktwayd"), "-c", str(fab.tmp / "pktwayd.toml"))
         for control in controls:
             poll(lambda c=control: c.exists() and all(
                 h.get("twin_alive") and len(h["rts"]) == 2 for h in request(str(c), {"cmd": "routes"})["halves"]),
                  15, what="twins alive, each holding its LRT and its twin's")
-        with Node(fa.ulp_path(1), 0x40, parse_ula(ula_a[1])) as a, \
-                Node(fb.ulp_path(1), 0x60, parse_ula(ula_b[1])) as b:
-            a.send(0x60, b"across the twins")
-            assert b.recv(10).data.rstrip(b"\0") == b"across the twins"
         stop_capture(fa, "tcpdump-twin")
         js = tshark_json(pcap)
     msgs = [m for m in values(js, "gsn_msg") if m.get("gsn.msg.ethertype") == "0x88b6"]
     assert msgs and all(m["gsn.msg.ecrc_ok"] == "1" for m in msgs)
+    assert {m["gsn.msg.s_ula"] for m in msgs} == {"02:50:57:00:00:50", "02:50:57:00:00:51"}  # twin ULAs
     assert set(values(js, "gsn.mp.lcrc_ok")) == {"1"}
-    assert "pw0" in values(js, "pktway.dialect")
-    user = [p for p in js if "0x0006" in values(p, "pktway.pt")]
-    assert user and "0x000060" in values(user[0], "pktway.dt") and "0x000040" in values(user[0], "pktway.sa")
-    assert "0x0002" in values(js, "pktway.pt")  # RRP between the twins (routing tables, WRU liveness)
-    assert values(js, "pktway.rrp.san_id")  # an RTHD: a routing table crossed the twin cable
+    assert set(values(js, "pktway.dialect")) == {"pw0"} and set(values(js, "pktway.pt")) >= {"0x0002"}  # RRP
+    assert {"0x000050", "0x000051"} <= set(values(js, "pktway.sa"))
+    assert "7" in values(js, "pktway.te.rrp")  # WRU: liveness between the twins
+    assert {"0x000100", "0x000101"} <= set(values(js, "pktway.rrp.san_id"))  # both routing tables (RTHD)
+    assert {"0x000040", "0x000060"} <= set(values(js, "pktway.rrp.addr"))  # the nodes in them

@@ -86,7 +86,11 @@ def link_capture(max_mps: int, drop: float = 0.0, seed: int = 3, seconds: float 
     a.enqueue(3, Message(3, B_ULA, A_ULA, 0x8181, st_packet(Header(StOp.DATA, dc=3), bytes(range(256)) * 40))
               .records())
     a.enqueue(1, single_records(1, MpType.ADMIN, ADMIN_I_AM.encode()))
-    pair.run(seconds)
+    for _ in range(int(seconds / 0.001)):  # until all 10 Messages are in
+        pair.step()
+        if len(pair.got[1]) == 10:
+            break
+    pair.run(0.05)  # the last acks and credits
     return packets, pair.got[1]
 
 
@@ -200,7 +204,7 @@ def test_flipped_byte_is_lcrc_bad(decoded, tmp_path):
 def test_retransmissions_reassembled_once(tmp_path):
     """A lossy cable: go-back-N resends are shown as duplicates and each Message is
     reassembled exactly once, as the receiving link delivered it."""
-    packets, got = link_capture(max_mps=4, drop=0.1, seed=11, seconds=2.0)
+    packets, got = link_capture(max_mps=32, drop=0.1, seed=11, seconds=2.0)
     js = tshark_json(write_pcap(tmp_path / "lossy.pcap", packets))
     ms = msgs(js)
     assert len(got) == 10
