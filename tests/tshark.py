@@ -3,10 +3,13 @@ project's Lua dissectors (wireshark/*.lua), and read fields out of its JSON."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,13 +71,45 @@ def rewrite_pcap(src: Path, dst: Path, packets: list[tuple[bytes, bytes]], linkt
     return dst
 
 
+_HOME = tempfile.TemporaryDirectory(prefix="tshark-home-")  # removed when the interpreter exits
+
+
+@functools.lru_cache(maxsize=None)
+def _environment() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(the -X options that load wireshark/*.lua, the environment for tshark).
+
+    tshark runs with an empty home, so copies installed for a user (``./gsn
+    wireshark-install --user``) are not loaded beside the repository's (Wireshark refuses
+    to register a protocol twice).  Copies in the global plugin folder (``./gsn
+    wireshark-install`` as root) are always loaded: they are used when they are exactly
+    the repository's files, and are an error otherwise."""
+    env = dict(os.environ, HOME=_HOME.name)
+    listing = subprocess.run(["tshark", "-G", "plugins"], capture_output=True, text=True, env=env, timeout=60).stdout
+    mine = {p.name: p for p in LUA_FILES}
+    installed = {Path(line.split("\t")[-1]) for line in listing.splitlines() if "lua script" in line}
+    installed = {p for p in installed if p.name in mine}
+    if not installed:
+        return tuple(f"lua_script:{p}" for p in LUA_FILES), tuple(env.items())
+    stale = [str(p) for p in installed if p.read_bytes() != mine[p.name].read_bytes()]
+    assert not stale and len(installed) == len(mine), (
+        f"installed dissectors differ from wireshark/ ({', '.join(stale) or 'some missing'}): "
+        "run ./gsn wireshark-install again")
+    return (), tuple(env.items())
+
+
+def tshark_scripts() -> tuple[str, ...]:
+    """The -X values tshark_json passes (none when identical copies are installed globally)."""
+    return _environment()[0]
+
+
 def tshark_json(pcap: Path, *extra: str, timeout: float = 60) -> list[dict]:
     """The packets of ``pcap`` as tshark's JSON (duplicate keys merged into lists)."""
+    scripts, env = _environment()
     cmd = ["tshark", "-n", "-Q", "-r", str(pcap), "-T", "json", "--no-duplicate-keys"]
-    for lua in LUA_FILES:
-        cmd += ["-X", f"lua_script:{lua}"]
+    for script in scripts:
+        cmd += ["-X", script]
     cmd += list(extra)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(env))
     assert proc.returncode == 0, f"tshark failed ({proc.returncode}): {proc.stderr[-2000:]}"
     assert "Lua" not in proc.stderr and "lua" not in proc.stderr, proc.stderr[-2000:]
     # a Lua run-time error (a dissector bug, or input it did not expect) is in the tree

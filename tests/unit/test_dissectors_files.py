@@ -5,9 +5,12 @@ codecs encode, flag bad CRCs, and survive malformed input with expert info only.
 
 from __future__ import annotations
 
+import os
 import random
 import struct
+import subprocess
 from ipaddress import IPv4Address, IPv6Address
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +27,8 @@ from pktwayd.rrp import Capa, Mtur, Name, Rcvf, Rthd, Srqr
 from pktwayd.udpsan import native
 from stpd.constants import OPT_ERROR_CODE, Flag, Op as StOp
 from stpd.wire import Header, checksum, encode_options
-from tests.tshark import (LINKTYPE_RAW, experts, ipv4_udp, needs_tshark, read_pcap, rewrite_pcap, tshark_json,
-                          values, write_pcap)
+from tests.tshark import (LUA_FILES, experts, ipv4_udp, needs_tshark, read_pcap, rewrite_pcap, tshark_json,
+                          tshark_scripts, values, write_pcap)
 from tests.unit.linkpair import Pair
 
 pytestmark = needs_tshark
@@ -286,3 +289,24 @@ def test_coalesced_datagrams_are_split(tmp_path):
     seqs = [int(s) for s in values(last, "gsn.seq")]
     assert len(seqs) == 2 and seqs[1] == seqs[0] + (len(mine[i]) - 32) // 40
     assert set(values(last, "gsn.mp.lcrc_ok")) == {"1"} and not values(last, "gsn.trailer")
+
+
+def test_wireshark_install_then_tshark_loads_the_plugins(tmp_path):
+    """./gsn wireshark-install --user puts the dissectors where tshark finds them itself."""
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, HOME=str(tmp_path))
+    r = subprocess.run([str(repo / "gsn"), "wireshark-install", "--user"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    dest = tmp_path / ".local/lib/wireshark/plugins/gsn-revival"
+    assert sorted(p.name for p in dest.glob("*.lua")) == sorted(p.name for p in LUA_FILES)
+    listing = subprocess.run(["tshark", "-G", "plugins"], capture_output=True, text=True, env=env, timeout=60).stdout
+    assert all(str(dest / p.name) in listing for p in LUA_FILES)
+    bad = subprocess.run([str(repo / "gsn"), "wireshark-install", "--frobnicate"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert bad.returncode == 2 and "unknown argument '--frobnicate'" in bad.stderr
+    if tshark_scripts():  # no copy in the global plugin folder: tshark must decode with the user's copy alone
+        pcap = write_pcap(tmp_path / "ping.pcap", link_capture(max_mps=8)[0])
+        out = subprocess.run(["tshark", "-n", "-r", str(pcap), "-Y", "icmp.type == 8"], capture_output=True,
+                             text=True, env=env, timeout=60)
+        assert "GSN" in out.stdout and "Lua" not in out.stderr, out.stderr
