@@ -92,8 +92,8 @@ local M = {
     cr = ProtoField.uint32("gsn.mp.cr", "CR (credits)", base.DEC, nil, 0x003F0000),
     rseq = ProtoField.uint32("gsn.mp.rseq", "RSEQ", base.DEC, nil, 0x0000FF00),
     tseq = ProtoField.uint32("gsn.mp.tseq", "TSEQ", base.DEC, nil, 0x000000FF),
-    ecrc = ProtoField.uint32("gsn.mp.ecrc", "ECRC", base.HEX, nil, 0xFFFF0000),
-    lcrc = ProtoField.uint32("gsn.mp.lcrc", "LCRC", base.HEX, nil, 0x0000FFFF),
+    ecrc = ProtoField.uint16("gsn.mp.ecrc", "ECRC", base.HEX),
+    lcrc = ProtoField.uint16("gsn.mp.lcrc", "LCRC", base.HEX),
     lcrc_ok = ProtoField.bool("gsn.mp.lcrc_ok", "LCRC correct"),
     lcrc_calc = ProtoField.uint16("gsn.mp.lcrc_calc", "LCRC computed", base.HEX),
     wseq = ProtoField.uint32("gsn.mp.seq", "Wide sequence (low 32 bits)"),
@@ -442,8 +442,8 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         for _, name in ipairs({ "vc", "type", "tail", "error", "vcr", "cr", "rseq", "tseq" }) do
             ct:add(M[name], tvb(o + 32, 4))
         end
-        ct:add(M.ecrc, tvb(o + 36, 4))
-        ct:add(M.lcrc, tvb(o + 36, 4))
+        ct:add(M.ecrc, tvb(o + 36, 2))
+        ct:add(M.lcrc, tvb(o + 38, 2))
         local lt = mt:add(M.lcrc_ok, r.lcrc_ok)
         lt:set_generated()
         mt:add(M.lcrc_calc, r.lcrc_calc):set_generated()
