@@ -112,8 +112,9 @@ def tshark_json(pcap: Path, *extra: str, timeout: float = 60) -> list[dict]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(env))
     assert proc.returncode == 0, f"tshark failed ({proc.returncode}): {proc.stderr[-2000:]}"
     assert "Lua" not in proc.stderr and "lua" not in proc.stderr, proc.stderr[-2000:]
-    # a Lua run-time error (a dissector bug, or input it did not expect) is in the tree
-    for marker in ("_ws.lua.error", "Lua Error"):
+    # a Lua run-time error (a dissector bug, or input it did not expect) is in the tree, as is
+    # one the dissectors caught themselves ("dissector error")
+    for marker in ("_ws.lua.error", "Lua Error", "dissector error"):
         at = proc.stdout.find(marker)
         assert at < 0, f"tshark reported {marker}: {proc.stdout[max(0, at - 200) : at + 300]}"
     return json.loads(proc.stdout or "[]")

@@ -461,7 +461,11 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         if typ == T_ADMIN then
             local atvb = tvb(o, MP_DATA):tvb()
             local ok, name = pcall(dissect_admin, atvb, pinfo, mt)
-            if ok then infos[#infos + 1] = "Admin " .. name end
+            if ok then
+                infos[#infos + 1] = "Admin " .. name
+            else
+                mt:add_proto_expert_info(E.msg, "dissector error: " .. tostring(name))
+            end
             if r.admin then
                 local et = mt:add(G.ecrc_ok, r.admin.ecrc_ok)
                 et:set_generated()
@@ -471,7 +475,7 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         if r.message then
             local ok, info = pcall(dissect_message, r.message, pinfo, tree)
             if not ok then
-                t:add_proto_expert_info(E.msg, "Message not decoded: " .. tostring(info))
+                t:add_proto_expert_info(E.msg, "dissector error: " .. tostring(info))
             else
                 infos[#infos + 1] = info
             end
@@ -510,7 +514,12 @@ function gsn.dissector(tvb, pinfo, tree)
     local infos, off, segment = {}, 0, 0
     while off < len do
         local n = math.min(size, len - off)
-        infos[#infos + 1] = dissect_datagram(tvb(off, n):tvb(), pinfo, tree, segment)
+        local ok, info = pcall(dissect_datagram, tvb(off, n):tvb(), pinfo, tree, segment)
+        if not ok then -- a bug here must not hide the packet: say so as expert info
+            tree:add(gsn, tvb(off, n)):add_proto_expert_info(E.shim, "dissector error: " .. tostring(info))
+            info = "GSN cable: dissector error"
+        end
+        infos[#infos + 1] = info
         off, segment = off + n, segment + 1
     end
     pinfo.cols.protocol = "GSN"

@@ -13,11 +13,14 @@ from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemons.constants import AdminCmd, MpType
 from daemons.link.clink import CLink
 from daemons.wire.admin import Admin, i_am_args
-from daemons.wire.message import Message, single_records
+from daemons.wire.message import Message, single_records, stream_records
+from daemons.wire.micropacket import lcrc_scalar
+from daemons.wire.shim import Shim
 from harpd.constants import Op as HarpOp
 from harpd.wire import Harp
 from pktwayd.constants import PT, ErrTE, RrpTE
@@ -256,8 +259,6 @@ def test_malformed_input_gives_expert_info_never_a_lua_error(tmp_path):
             inner.append((et, bytes(p)))
     bad_llc = bytearray(Message(1, B_ULA, A_ULA, 0x0800, icmp_echo()).stream())
     bad_llc[16] = 0x42
-    from daemons.wire.message import stream_records
-    from daemons.wire.shim import Shim
     dgrams = [Shim(1, 77, 1, 2, 0, 0).encode() + stream_records(1, bytes(bad_llc)).tobytes()]
     for i, (et, p) in enumerate(inner):
         recs = Message(1, B_ULA, A_ULA, et, p).records()
@@ -310,3 +311,31 @@ def test_wireshark_install_then_tshark_loads_the_plugins(tmp_path):
         out = subprocess.run(["tshark", "-n", "-r", str(pcap), "-Y", "icmp.type == 8"], capture_output=True,
                              text=True, env=env, timeout=60)
         assert "GSN" in out.stdout and "Lua" not in out.stderr, out.stderr
+
+
+def _micropacket(data: bytes, ctrl: int) -> bytes:
+    ctrl &= ~0xFFFF
+    return data + (ctrl | lcrc_scalar(data, ctrl)).to_bytes(8, "big")
+
+
+_mps = st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.integers(0, (1 << 64) - 1)), min_size=1,
+                max_size=12)
+_hostile = st.one_of(
+    st.binary(max_size=200).map(lambda b: b"GS\x01" + b),  # anything behind the magic
+    st.tuples(st.integers(0, 1), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1), _mps,
+              st.binary(max_size=45)).map(  # well-formed micropackets, random control words and headers
+        lambda t: Shim(t[0], 5, 1, 2, t[2], 0).encode() + b"".join(_micropacket(d, c) for d, c in t[3]) + t[4]),
+    st.tuples(st.sampled_from((0x0800, 0x0806, 0x8181, 0x88B6)), st.binary(max_size=120)).map(  # random payloads
+        lambda t: Shim(1, 6, 1, 2, 0, 0).encode() + Message(1, B_ULA, A_ULA, t[0], t[1]).records().tobytes()),
+    st.binary(max_size=64).map(lambda b: native(3) + b),  # emulated SAN
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_hostile, min_size=1, max_size=40))
+def test_hypothesis_hostile_datagrams(tmp_path_factory, datagrams):
+    """Whatever arrives, every packet is dissected and problems are expert info: tshark_json
+    fails on a Lua error or a "dissector error" the dissectors caught themselves."""
+    path = tmp_path_factory.mktemp("hyp") / "h.pcap"
+    pkts = [ipv4_udp(("10.9.0.5", 6400 if i % 2 else 40300), ("10.9.0.6", 40301), d) for i, d in enumerate(datagrams)]
+    assert len(tshark_json(write_pcap(path, pkts))) == len(pkts)
