@@ -140,8 +140,8 @@ def test_flipped_byte_in_real_capture_is_lcrc_bad(captured, tmp_path):
 
 def test_packetway_between_two_pktwayds():
     """Two pktwayd processes, twins joined by their own GSN cable over UDP, captured on
-    that cable: their routing-table exchange and liveness (RRP in EEP packets, in GSN
-    Messages with EtherType 0x88B6)."""
+    that cable: their routing-table exchange (RRP in EEP packets, in GSN Messages with
+    EtherType 0x88B6)."""
     with Fabric(1, prefix="wa") as fa, Fabric(1, prefix="wb") as fb:
         ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
         ip_a, ip_b = fa.link_to(fb, 1, 1, 251)
@@ -184,6 +184,6 @@ ula = "{node[1]}"
     assert set(values(js, "gsn.mp.lcrc_ok")) == {"1"}
     assert set(values(js, "pktway.dialect")) == {"pw0"} and set(values(js, "pktway.pt")) >= {"0x0002"}  # RRP
     assert {"0x000050", "0x000051"} <= set(values(js, "pktway.sa"))
-    assert "7" in values(js, "pktway.te.rrp")  # WRU: liveness between the twins
+    assert "9" in values(js, "pktway.te.rrp")  # RTBL: the twins hand each other their routing tables
     assert {"0x000100", "0x000101"} <= set(values(js, "pktway.rrp.san_id"))  # both routing tables (RTHD)
     assert {"0x000040", "0x000060"} <= set(values(js, "pktway.rrp.addr"))  # the nodes in them
