@@ -339,3 +339,13 @@ def test_hypothesis_hostile_datagrams(tmp_path_factory, datagrams):
     path = tmp_path_factory.mktemp("hyp") / "h.pcap"
     pkts = [ipv4_udp(("10.9.0.5", 6400 if i % 2 else 40300), ("10.9.0.6", 40301), d) for i, d in enumerate(datagrams)]
     assert len(tshark_json(write_pcap(path, pkts))) == len(pkts)
+
+
+def test_two_pass_dissection_gives_the_same_messages(decoded):
+    """Wireshark re-dissects frames (GUI clicks, tshark -2): reassembly is worked out once,
+    in frame order, and every later pass shows the same Messages and verdicts."""
+    path, js = decoded
+    again = tshark_json(path, "-2")
+    for key in ("gsn.msg.ecrc_ok", "gsn.msg.first_frame", "gsn.mp.status", "icmp.type", "harp.op", "st.op",
+                "pktway.pt", "gsn.admin.command"):
+        assert values(again, key) == values(js, key), key
