@@ -199,6 +199,19 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
         res.mps[i] = r
         if not r.lcrc_ok and not first_bad then first_bad = i end
     end
+    -- the link drops a whole sequenced batch whose TYPEs or TSEQs do not fit it
+    local batch_drop
+    if sequenced then
+        for i = 0, (first_bad or count) - 1 do
+            local o = SHIM_BYTES + i * MP_BYTES
+            local typ = band(rshift(raw:byte(o + 33), 2), 0xF)
+            if not SEQUENCED[typ] then
+                batch_drop = "dropped (batch holds an unsequenced TYPE)"
+            elseif raw:byte(o + 36) ~= res.mps[i].seq % 256 and not batch_drop then
+                batch_drop = "dropped (batch's TSEQs do not follow the shim's sequence)"
+            end
+        end
+    end
     if sequenced and link.expected then
         local ahead = (seq_lo - link.expected) % TWO32
         if ahead ~= 0 and ahead < TWO32 / 2 then
@@ -219,8 +232,8 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
         local ecrc = raw:byte(o + 37) * 256 + raw:byte(o + 38)
         if first_bad and (i == first_bad or (sequenced and i > first_bad) or not r.lcrc_ok) then
             r.status = r.lcrc_ok and "dropped (after an LCRC error in this batch)" or "dropped (LCRC error)"
-        elseif sequenced and not SEQUENCED[typ] then
-            r.status = "protocol error: unsequenced TYPE in a sequenced batch"
+        elseif batch_drop then
+            r.status = batch_drop
         elseif not sequenced and SEQUENCED[typ] then
             r.status = "protocol error: sequenced TYPE in an unsequenced batch"
         elseif sequenced and (r.seq - link.expected) % TWO32 ~= 0 then
@@ -233,12 +246,12 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
             local open = link.open[vc]
             if typ == T_HEADER or typ == T_ADMIN then
                 if open then
-                    r.note = "HEADER while a Message is open on VC" .. vc .. ": the open Message is discarded"
+                    r.note = MP_TYPES[typ] .. " while a Message is open on VC" .. vc .. ": the open Message is discarded"
                     link.open[vc] = nil
                 end
                 if typ == T_ADMIN then
                     local calc = crc16(raw, CRC_INIT, o + 1, o + MP_DATA)
-                    r.admin = { ecrc_ok = calc == ecrc, ecrc_calc = calc, error = err, tail = tail }
+                    r.admin = { ecrc_ok = calc == ecrc }
                 else
                     open = { parts = {}, ecrc = CRC_INIT, first = frame, error = 0 }
                     link.open[vc] = open
@@ -455,7 +468,8 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         if sequenced then mt:add(M.wseq, r.seq):set_generated() end
         local st = mt:add(M.status, r.status)
         st:set_generated()
-        if r.status:find("^protocol") then st:add_proto_expert_info(E.proto, r.status)
+        if r.status:find("^protocol") or r.status:find("^dropped %(batch") then
+            st:add_proto_expert_info(E.proto, r.status)
         elseif r.status:find("^duplicate") then st:add_proto_expert_info(E.seqn, r.status) end
         if r.note then mt:add_proto_expert_info(E.proto, r.note) end
         if typ == T_ADMIN then

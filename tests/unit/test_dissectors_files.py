@@ -12,6 +12,7 @@ import subprocess
 from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -19,7 +20,7 @@ from daemons.constants import AdminCmd, MpType
 from daemons.link.clink import CLink
 from daemons.wire.admin import Admin, i_am_args
 from daemons.wire.message import Message, single_records, stream_records
-from daemons.wire.micropacket import lcrc_scalar
+from daemons.wire.micropacket import lcrc_scalar, restamp
 from daemons.wire.shim import Shim
 from harpd.constants import Op as HarpOp
 from harpd.wire import Harp
@@ -74,6 +75,14 @@ EEP_USER = Packet(dt=0x60, sa=0x40, pt=PT.USER, data=b"hello over packetway",
 MW_USER = Packet(dt=0x0123, sa=0x0040, pt=PT.USER, te=7, data=b"abc", prefix=(L2RH(bytes([3, 0, 3, 0])),),
                  free=0x1234)
 ADMIN_I_AM = Admin(AdminCmd.I_AM, xid=0xABCDEF01, hop_count=1, init_hops=1, args=i_am_args(2, 8, B_ULA))
+
+
+def batch(recs, seq: int, cable: int = 77) -> bytes:
+    """A sequenced cable datagram carrying ``recs`` from wide sequence ``seq`` (TSEQ stamped)."""
+    recs = recs.copy()
+    tseq = (np.arange(len(recs), dtype=np.uint64) + np.uint64(seq)) & np.uint64(0xFF)
+    restamp(recs, (recs["ctrl"].astype(np.uint64) & ~np.uint64(0xFF << 32)) | (tseq << np.uint64(32)))
+    return Shim(1, cable, 1, 2, seq, 0).encode() + recs.tobytes()
 
 
 def link_capture(max_mps: int, drop: float = 0.0, seed: int = 3, seconds: float = 0.3):
@@ -259,10 +268,9 @@ def test_malformed_input_gives_expert_info_never_a_lua_error(tmp_path):
             inner.append((et, bytes(p)))
     bad_llc = bytearray(Message(1, B_ULA, A_ULA, 0x0800, icmp_echo()).stream())
     bad_llc[16] = 0x42
-    dgrams = [Shim(1, 77, 1, 2, 0, 0).encode() + stream_records(1, bytes(bad_llc)).tobytes()]
+    dgrams = [batch(stream_records(1, bytes(bad_llc)), 0)]
     for i, (et, p) in enumerate(inner):
-        recs = Message(1, B_ULA, A_ULA, et, p).records()
-        dgrams.append(Shim(1, 77, 1, 2, 100 + 1000 * i, 0).encode() + recs.tobytes())
+        dgrams.append(batch(Message(1, B_ULA, A_ULA, et, p).records(), 100 + 1000 * i))
     san = [native(1) + bytes(rng.randrange(256) for _ in range(rng.choice((24, 32, 48)))) for _ in range(50)]
     pkts = [ipv4_udp(("10.9.0.3", 6400), ("10.9.0.4", 6400), d) for d in hostile + dgrams]
     pkts += [ipv4_udp(("10.9.0.3", 40200), ("10.9.0.4", 40201), d) for d in san]
@@ -326,7 +334,7 @@ _hostile = st.one_of(
               st.binary(max_size=45)).map(  # well-formed micropackets, random control words and headers
         lambda t: Shim(t[0], 5, 1, 2, t[2], 0).encode() + b"".join(_micropacket(d, c) for d, c in t[3]) + t[4]),
     st.tuples(st.sampled_from((0x0800, 0x0806, 0x8181, 0x88B6)), st.binary(max_size=120)).map(  # random payloads
-        lambda t: Shim(1, 6, 1, 2, 0, 0).encode() + Message(1, B_ULA, A_ULA, t[0], t[1]).records().tobytes()),
+        lambda t: batch(Message(1, B_ULA, A_ULA, t[0], t[1]).records(), 0, cable=6)),
     st.binary(max_size=64).map(lambda b: native(3) + b),  # emulated SAN
 )
 
@@ -349,3 +357,16 @@ def test_two_pass_dissection_gives_the_same_messages(decoded):
     for key in ("gsn.msg.ecrc_ok", "gsn.msg.first_frame", "gsn.mp.status", "icmp.type", "harp.op", "st.op",
                 "pktway.pt", "gsn.admin.command"):
         assert values(again, key) == values(js, key), key
+
+
+def test_batches_the_link_would_drop_are_marked(tmp_path):
+    """As daemons/link/link.py: a sequenced batch whose TSEQs do not follow the shim's
+    sequence, or that holds an unsequenced TYPE, is dropped whole."""
+    recs = Message(1, B_ULA, A_ULA, 0x0800, icmp_echo()).records()  # TSEQ 0, 0: not 40, 41
+    wrong_tseq = Shim(1, 8, 1, 2, 40, 0).encode() + recs.tobytes()
+    reset_inside = Shim(1, 8, 1, 2, 0, 0).encode() + _micropacket(bytes(32), int(MpType.RESET) << 58)
+    js = tshark_json(write_pcap(tmp_path / "drop.pcap", [ipv4_udp(ENDS[0], ENDS[1], d)
+                                                         for d in (wrong_tseq, reset_inside)]))
+    assert set(values(js[0], "gsn.mp.status")) == {"dropped (batch's TSEQs do not follow the shim's sequence)"}
+    assert values(js[1], "gsn.mp.status") == ["dropped (batch holds an unsequenced TYPE)"]
+    assert not values(js, "gsn_msg") and not values(js, "icmp.type")
