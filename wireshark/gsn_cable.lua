@@ -372,6 +372,7 @@ local function dissect_message(m, pinfo, tree)
         t:add(G.payload, mtvb(24, plen))
         return info .. " [discarded]"
     end
+    pinfo.cols.info = ""
     local ok, err = pcall(function()
         local harp = ethertype == ETHERTYPE_ARP and plen >= 2 and ptvb(0, 2):uint() == HRD_HIPARP and
             Dissector.get("harp")
@@ -387,6 +388,8 @@ local function dissect_message(m, pinfo, tree)
     if not ok then
         t:add_proto_expert_info(E.msg, string.format("the 0x%04x payload is malformed (%s)", ethertype, tostring(err)))
     end
+    local upper = tostring(pinfo.cols.info)
+    if upper ~= "" then info = string.format("VC%d %s", m.vc, upper) end
     return info
 end
 
@@ -536,7 +539,6 @@ function gsn.dissector(tvb, pinfo, tree)
         infos[#infos + 1] = info
         off, segment = off + n, segment + 1
     end
-    pinfo.cols.protocol = "GSN"
     pinfo.cols.info = table.concat(infos, " | ")
     return len
 end

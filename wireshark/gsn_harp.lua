@@ -79,8 +79,11 @@ function harp.dissector(tvb, pinfo, tree)
         t:add(thl == 6 and H.tha or H.tha_long, tvb(p + rhl, thl))
         local rpa = pro == 0x86DD and tostring(tvb(9, pln):ipv6()) or tostring(tvb(9, pln):ipv4())
         local tpa = pro == 0x86DD and tostring(tvb(9 + pln, pln):ipv6()) or tostring(tvb(9 + pln, pln):ipv4())
-        info = string.format("%s %s (%s) asks/answers about %s", info, rpa,
-            tostring(tvb(p + rhl - 6, 6):ether()), tpa)
+        local rula, tula = tostring(tvb(p + rhl - 6, 6):ether()), tostring(tvb(p + rhl + thl - 6, 6):ether())
+        if op == 1 then info = string.format("%s who has %s? Tell %s (%s)", info, tpa, rpa, rula)
+        elseif op == 2 or op == 9 then info = string.format("%s %s is at %s", info, rpa, rula)
+        elseif op == 8 then info = string.format("%s who is at %s? Tell %s (%s)", info, tula, rpa, rula)
+        elseif op == 10 then info = string.format("%s %s is unknown (asked by %s)", info, tpa, rpa) end
         if len > p + rhl + thl then t:add(H.extra, tvb(p + rhl + thl)) end
     end
     t:append_text(": " .. (OPS[op] or "?"))
