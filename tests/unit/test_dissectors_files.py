@@ -318,7 +318,7 @@ def test_wireshark_install_then_tshark_loads_the_plugins(tmp_path):
         pcap = write_pcap(tmp_path / "ping.pcap", link_capture(max_mps=8)[0])
         out = subprocess.run(["tshark", "-n", "-r", str(pcap), "-Y", "icmp.type == 8"], capture_output=True,
                              text=True, env=env, timeout=60)
-        assert "GSN" in out.stdout and "Lua" not in out.stderr, out.stderr
+        assert "cable 9" in out.stdout and "Echo (ping) request" in out.stdout and "Lua" not in out.stderr, out.stderr
 
 
 def _micropacket(data: bytes, ctrl: int) -> bytes:
