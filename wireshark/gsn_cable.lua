@@ -55,8 +55,22 @@ for i = 0, 255 do
     CRC_TABLE[i] = c
 end
 
+-- CRC_TABLE16[c] = the register c after two zero bytes; feeding the bytes b1 b2 to a
+-- register c is then CRC_TABLE16[c XOR (b1 b2)]: one step per 16 bits
+local CRC_TABLE16 = {}
+for c = 0, 65535 do
+    local r = bxor(band(lshift(c, 8), 0xFFFF), CRC_TABLE[rshift(c, 8)])
+    CRC_TABLE16[c] = bxor(band(lshift(r, 8), 0xFFFF), CRC_TABLE[rshift(r, 8)])
+end
+
 local function crc16(s, crc, first, last)
-    for k = first, last do
+    local k = first
+    while k < last do
+        local b1, b2 = s:byte(k, k + 1)
+        crc = CRC_TABLE16[bxor(crc, b1 * 256 + b2)]
+        k = k + 2
+    end
+    if k == last then
         crc = bxor(band(lshift(crc, 8), 0xFFFF), CRC_TABLE[bxor(rshift(crc, 8), s:byte(k))])
     end
     return crc
@@ -143,6 +157,8 @@ for _, t in ipairs({ F, M, G, A }) do
     elseif t == G then gmsg.fields = list else gadm.fields = list end
 end
 
+local CTRL_BITS = { M.vc, M.type, M.tail, M.error, M.vcr, M.cr, M.rseq, M.tseq } -- bit fields of bytes 32-35
+
 local E = {
     shim = ProtoExpert.new("gsn.bad_shim", "Malformed cable shim", expert.group.MALFORMED, expert.severity.ERROR),
     lcrc = ProtoExpert.new("gsn.lcrc_bad", "LCRC mismatch", expert.group.CHECKSUM, expert.severity.ERROR),
@@ -195,7 +211,9 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
         local o = SHIM_BYTES + i * MP_BYTES
         local calc = crc16(raw, CRC_INIT, o + 1, o + 38)
         local stored = raw:byte(o + 39) * 256 + raw:byte(o + 40)
-        local r = { lcrc_calc = calc, lcrc_ok = calc == stored, seq = (seq_lo + i) % TWO32 }
+        local b = raw:byte(o + 33)
+        local r = { lcrc_calc = calc, lcrc_ok = calc == stored, seq = (seq_lo + i) % TWO32, vc = rshift(b, 6),
+            typ = band(rshift(b, 2), 0xF) }
         res.mps[i] = r
         if not r.lcrc_ok and not first_bad then first_bad = i end
     end
@@ -448,22 +466,20 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
     for i = 0, count - 1 do
         local o = SHIM_BYTES + i * MP_BYTES
         local r = res.mps[i]
-        local typ = band(rshift(tvb(o + 32, 4):uint(), 26), 0xF)
+        local typ = r.typ
         types[MP_TYPES[typ] or "reserved"] = true
-        local mt = t:add(gmp, tvb(o, MP_BYTES))
-        mt:append_text(string.format(" %d: %s VC%d", i, MP_TYPES[typ] or string.format("reserved 0x%x", typ),
-            rshift(tvb(o + 32, 4):uint(), 30)))
+        local mt = t:add(gmp, tvb(o, MP_BYTES), string.format("GSN micropacket %d: %s VC%d", i,
+            MP_TYPES[typ] or string.format("reserved 0x%x", typ), r.vc))
         mt:add(M.data, tvb(o, MP_DATA))
         local ct = mt:add(M.ctrl, tvb(o + 32, 8))
-        for _, name in ipairs({ "vc", "type", "tail", "error", "vcr", "cr", "rseq", "tseq" }) do
-            ct:add(M[name], tvb(o + 32, 4))
-        end
+        local cw = tvb(o + 32, 4)
+        for k = 1, #CTRL_BITS do ct:add(CTRL_BITS[k], cw) end
         ct:add(M.ecrc, tvb(o + 36, 2))
         ct:add(M.lcrc, tvb(o + 38, 2))
         local lt = mt:add(M.lcrc_ok, r.lcrc_ok)
         lt:set_generated()
-        mt:add(M.lcrc_calc, r.lcrc_calc):set_generated()
         if not r.lcrc_ok then
+            mt:add(M.lcrc_calc, r.lcrc_calc):set_generated()
             lt:add_proto_expert_info(E.lcrc, string.format("LCRC mismatch (computed 0x%04x)", r.lcrc_calc))
             infos[#infos + 1] = "LCRC ERROR"
         end
