@@ -178,7 +178,7 @@ gsn.prefs.trailer_bytes = Pref.uint("Trailer bytes", 0,
 -- ---------------------------------------------------------------------------------------------
 -- Reassembly state, built on the first pass and kept per frame for later passes.
 local links -- direction key -> { src_nonce, dst_nonce, expected, open[vc] }
-local frames -- frame number -> analysis
+local frames -- "frame/segment" -> analysis
 local function reset()
     links, frames = {}, {}
 end
@@ -195,7 +195,10 @@ end
 -- Walk one datagram's micropackets the way the receiving link and reassembler do
 -- (daemons/link/link.py receive, daemons/link/reassembly.py).
 local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce, frame)
-    local res = { mps = {}, notes = {} }
+    -- kept per frame for later passes, compact: a status string per micropacket (shared,
+    -- interned), and sparse tables for what is rare
+    local res = { status = {}, bad_lcrc = {}, note = {}, admin_ecrc_ok = {}, message = {}, notes = {},
+        seq_lo = seq_lo }
     local link = links[key]
     if not link then
         link = { src_nonce = src_nonce, dst_nonce = dst_nonce, open = {} }
@@ -211,11 +214,10 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
         local o = SHIM_BYTES + i * MP_BYTES
         local calc = crc16(raw, CRC_INIT, o + 1, o + 38)
         local stored = raw:byte(o + 39) * 256 + raw:byte(o + 40)
-        local b = raw:byte(o + 33)
-        local r = { lcrc_calc = calc, lcrc_ok = calc == stored, seq = (seq_lo + i) % TWO32, vc = rshift(b, 6),
-            typ = band(rshift(b, 2), 0xF) }
-        res.mps[i] = r
-        if not r.lcrc_ok and not first_bad then first_bad = i end
+        if calc ~= stored then
+            res.bad_lcrc[i] = calc
+            first_bad = first_bad or i
+        end
     end
     -- the link drops a whole sequenced batch whose TYPEs or TSEQs do not fit it
     local batch_drop
@@ -225,7 +227,7 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
             local typ = band(rshift(raw:byte(o + 33), 2), 0xF)
             if not SEQUENCED[typ] then
                 batch_drop = "dropped (batch holds an unsequenced TYPE)"
-            elseif raw:byte(o + 36) ~= res.mps[i].seq % 256 and not batch_drop then
+            elseif raw:byte(o + 36) ~= (seq_lo + i) % 256 and not batch_drop then
                 batch_drop = "dropped (batch's TSEQs do not follow the shim's sequence)"
             end
         end
@@ -242,40 +244,42 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
         link.expected = seq_lo
     end
     for i = 0, count - 1 do
-        local r = res.mps[i]
+        local lcrc_ok = res.bad_lcrc[i] == nil
         local o = SHIM_BYTES + i * MP_BYTES
         local hi = ((raw:byte(o + 33) * 256 + raw:byte(o + 34)) * 256 + raw:byte(o + 35)) * 256 + raw:byte(o + 36)
         local vc, typ = rshift(hi, 30), band(rshift(hi, 26), 0xF)
         local tail, err = band(rshift(hi, 25), 1), band(rshift(hi, 24), 1)
         local ecrc = raw:byte(o + 37) * 256 + raw:byte(o + 38)
-        if first_bad and (i == first_bad or (sequenced and i > first_bad) or not r.lcrc_ok) then
-            r.status = r.lcrc_ok and "dropped (after an LCRC error in this batch)" or "dropped (LCRC error)"
+        local status
+        if first_bad and (i == first_bad or (sequenced and i > first_bad) or not lcrc_ok) then
+            status = lcrc_ok and "dropped (after an LCRC error in this batch)" or "dropped (LCRC error)"
         elseif batch_drop then
-            r.status = batch_drop
+            status = batch_drop
         elseif not sequenced and SEQUENCED[typ] then
-            r.status = "protocol error: sequenced TYPE in an unsequenced batch"
-        elseif sequenced and (r.seq - link.expected) % TWO32 ~= 0 then
-            r.status = "duplicate (retransmission)"
+            status = "protocol error: sequenced TYPE in an unsequenced batch"
+        elseif sequenced and (seq_lo + i - link.expected) % TWO32 ~= 0 then
+            status = "duplicate (retransmission)"
         elseif not sequenced then
-            r.status = "control"
+            status = "control"
         else
             link.expected = (link.expected + 1) % TWO32
-            r.status = "accepted"
+            status = "accepted"
             local open = link.open[vc]
             if typ == T_HEADER or typ == T_ADMIN then
                 if open then
-                    r.note = MP_TYPES[typ] .. " while a Message is open on VC" .. vc .. ": the open Message is discarded"
+                    res.note[i] = MP_TYPES[typ] .. " while a Message is open on VC" .. vc ..
+                        ": the open Message is discarded"
                     link.open[vc] = nil
                 end
                 if typ == T_ADMIN then
                     local calc = crc16(raw, CRC_INIT, o + 1, o + MP_DATA)
-                    r.admin = { ecrc_ok = calc == ecrc }
+                    res.admin_ecrc_ok[i] = calc == ecrc
                 else
                     open = { parts = {}, ecrc = CRC_INIT, first = frame, error = 0 }
                     link.open[vc] = open
                 end
             elseif typ == T_DATA and not open then
-                r.note = "DATA with no Message open on VC" .. vc .. ": discarded"
+                res.note[i] = "DATA with no Message open on VC" .. vc .. ": discarded"
             end
             if typ == T_HEADER or typ == T_DATA then
                 if open then
@@ -283,14 +287,18 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
                     open.ecrc = crc16(raw, open.ecrc, o + 1, o + MP_DATA)
                     if err == 1 then open.error = 1 end
                     if tail == 1 then
-                        r.message = { data = table.concat(open.parts), vc = vc, mps = #open.parts, first = open.first,
-                            ecrc_calc = open.ecrc, ecrc_ok = open.ecrc == ecrc, error = open.error }
+                        res.message[i] = { data = table.concat(open.parts), vc = vc, mps = #open.parts,
+                            first = open.first, ecrc_calc = open.ecrc, ecrc_ok = open.ecrc == ecrc, error = open.error }
                         link.open[vc] = nil
                     end
                 end
             end
         end
+        res.status[i] = status
     end
+    local ctl0 = {}
+    for i = 0, count - 1 do ctl0[i + 1] = raw:byte(SHIM_BYTES + i * MP_BYTES + 33) end
+    res.ctl0 = string.char(table.unpack(ctl0)) -- first control byte (VC, TYPE, TAIL, ERROR) of each
     return res
 end
 
@@ -465,32 +473,35 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
     local infos, types = {}, {}
     for i = 0, count - 1 do
         local o = SHIM_BYTES + i * MP_BYTES
-        local r = res.mps[i]
-        local typ = r.typ
+        local b = res.ctl0:byte(i + 1)
+        local bad = res.bad_lcrc[i]
+        local typ, status = band(rshift(b, 2), 0xF), res.status[i]
         types[MP_TYPES[typ] or "reserved"] = true
         local mt = t:add(gmp, tvb(o, MP_BYTES), string.format("GSN micropacket %d: %s VC%d", i,
-            MP_TYPES[typ] or string.format("reserved 0x%x", typ), r.vc))
+            MP_TYPES[typ] or string.format("reserved 0x%x", typ), rshift(b, 6)))
         mt:add(M.data, tvb(o, MP_DATA))
         local ct = mt:add(M.ctrl, tvb(o + 32, 8))
         local cw = tvb(o + 32, 4)
         for k = 1, #CTRL_BITS do ct:add(CTRL_BITS[k], cw) end
         ct:add(M.ecrc, tvb(o + 36, 2))
         ct:add(M.lcrc, tvb(o + 38, 2))
-        local lt = mt:add(M.lcrc_ok, r.lcrc_ok)
+        local lt = mt:add(M.lcrc_ok, bad == nil)
         lt:set_generated()
-        if not r.lcrc_ok then
-            mt:add(M.lcrc_calc, r.lcrc_calc):set_generated()
-            lt:add_proto_expert_info(E.lcrc, string.format("LCRC mismatch (computed 0x%04x)", r.lcrc_calc))
+        if bad then
+            mt:add(M.lcrc_calc, bad):set_generated()
+            lt:add_proto_expert_info(E.lcrc, string.format("LCRC mismatch (computed 0x%04x)", bad))
             infos[#infos + 1] = "LCRC ERROR"
         end
         if not MP_TYPES[typ] then mt:add_proto_expert_info(E.proto, string.format("reserved TYPE 0x%x", typ)) end
-        if sequenced then mt:add(M.wseq, r.seq):set_generated() end
-        local st = mt:add(M.status, r.status)
+        if sequenced then mt:add(M.wseq, (res.seq_lo + i) % TWO32):set_generated() end
+        local st = mt:add(M.status, status)
         st:set_generated()
-        if r.status:find("^protocol") or r.status:find("^dropped %(batch") then
-            st:add_proto_expert_info(E.proto, r.status)
-        elseif r.status:find("^duplicate") then st:add_proto_expert_info(E.seqn, r.status) end
-        if r.note then mt:add_proto_expert_info(E.proto, r.note) end
+        if status ~= "accepted" and status ~= "control" then
+            if status:find("^protocol") or status:find("^dropped %(batch") then
+                st:add_proto_expert_info(E.proto, status)
+            elseif status:find("^duplicate") then st:add_proto_expert_info(E.seqn, status) end
+        end
+        if res.note[i] then mt:add_proto_expert_info(E.proto, res.note[i]) end
         if typ == T_ADMIN then
             local atvb = tvb(o, MP_DATA):tvb()
             local ok, name = pcall(dissect_admin, atvb, pinfo, mt)
@@ -499,14 +510,15 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
             else
                 mt:add_proto_expert_info(E.msg, "dissector error: " .. tostring(name))
             end
-            if r.admin then
-                local et = mt:add(G.ecrc_ok, r.admin.ecrc_ok)
+            local admin_ok = res.admin_ecrc_ok[i]
+            if admin_ok ~= nil then
+                local et = mt:add(G.ecrc_ok, admin_ok)
                 et:set_generated()
-                if not r.admin.ecrc_ok then et:add_proto_expert_info(E.ecrc, "ADMIN ECRC mismatch") end
+                if not admin_ok then et:add_proto_expert_info(E.ecrc, "ADMIN ECRC mismatch") end
             end
         end
-        if r.message then
-            local ok, info = pcall(dissect_message, r.message, pinfo, tree)
+        if res.message[i] then
+            local ok, info = pcall(dissect_message, res.message[i], pinfo, tree)
             if not ok then
                 t:add_proto_expert_info(E.msg, "dissector error: " .. tostring(info))
             else

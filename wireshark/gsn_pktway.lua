@@ -259,7 +259,9 @@ local function walk(tvb, dialect, tree)
             if band(b0, 0x40) ~= 0 then break end
         end
     end
-    if s.pl > 7 or (s.pl > 0 and s.dl == 0) then fail(tree, "pad length " .. s.pl .. " with " .. s.dl .. " data words") end
+    if s.pl > 7 or (s.pl > 0 and s.dl == 0) then
+        fail(tree, "pad length " .. s.pl .. " with " .. s.dl .. " data words")
+    end
     local stop = off + W * s.dl
     if stop > n - W then fail(tree, s.dl .. " data words run past the packet (" .. n .. " bytes)") end
     s.data_off, s.data_len, s.trailer = off, W * s.dl - s.pl, n - W - stop
