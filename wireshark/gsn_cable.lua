@@ -539,12 +539,13 @@ end
 local function segment_size(tvb)
     local len = tvb:len()
     if len < 2 * SHIM_BYTES + MP_BYTES then return len end
-    local head = tvb:raw(0, 16)
     local raw = tvb:raw(0, len)
+    local head = raw:sub(5, 16)
     local o = SHIM_BYTES + MP_BYTES
     while o + SHIM_BYTES <= len do
-        if raw:sub(o + 1, o + 2) == head:sub(1, 2) and raw:byte(o + 3) == SHIM_VERSION and
-            raw:sub(o + 5, o + 16) == head:sub(5, 16) and raw:byte(o + 4) <= SHIM_FLAG_SEQUENCED then
+        local m1, m2, v, f = raw:byte(o + 1, o + 4)
+        if m1 * 256 + m2 == SHIM_MAGIC and v == SHIM_VERSION and f <= SHIM_FLAG_SEQUENCED and
+            raw:sub(o + 5, o + 16) == head then
             return o
         end
         o = o + MP_BYTES
