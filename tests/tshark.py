@@ -40,11 +40,12 @@ def ipv4_udp(src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> byte
     return hdr + udp
 
 
-def write_pcap(path: Path, packets: list[bytes], linktype: int = LINKTYPE_RAW) -> Path:
-    """A classic pcap, one packet a millisecond apart."""
-    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, linktype)]
+def write_pcap(path: Path, packets: list[bytes], linktype: int = LINKTYPE_RAW, snaplen: int = 262144) -> Path:
+    """A classic pcap, one packet a millisecond apart, each cut to ``snaplen`` bytes."""
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, linktype)]
     for i, pkt in enumerate(packets):
-        out.append(struct.pack("<IIII", 1_700_000_000 + i // 1000, (i % 1000) * 1000, len(pkt), len(pkt)) + pkt)
+        kept = pkt[:snaplen]
+        out.append(struct.pack("<IIII", 1_700_000_000 + i // 1000, (i % 1000) * 1000, len(kept), len(pkt)) + kept)
     path.write_bytes(b"".join(out))
     return path
 

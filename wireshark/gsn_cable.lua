@@ -177,7 +177,7 @@ gsn.prefs.trailer_bytes = Pref.uint("Trailer bytes", 0,
 
 -- ---------------------------------------------------------------------------------------------
 -- Reassembly state, built on the first pass and kept per frame for later passes.
-local links -- direction key -> { src_nonce, dst_nonce, expected, open[vc] }
+local links -- direction key -> { src_nonce, dst_nonce, expected, open[vc], unseen (after a snap-length cut) }
 local frames -- "frame/segment" -> analysis
 local function reset()
     links, frames = {}, {}
@@ -194,7 +194,7 @@ end
 
 -- Walk one datagram's micropackets the way the receiving link and reassembler do
 -- (daemons/link/link.py receive, daemons/link/reassembly.py).
-local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce, frame)
+local function analyse(raw, count, whole, sequenced, key, seq_lo, src_nonce, dst_nonce, frame)
     -- kept per frame for later passes, compact: a status string per micropacket (shared,
     -- interned), and sparse tables for what is rare
     local res = { status = {}, bad_lcrc = {}, note = {}, admin_ecrc_ok = {}, message = {}, notes = {},
@@ -275,10 +275,11 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
                     local calc = crc16(raw, CRC_INIT, o + 1, o + MP_DATA)
                     res.admin_ecrc_ok[i] = calc == ecrc
                 else
+                    link.unseen = nil -- a Message seen from its start again
                     open = { parts = {}, ecrc = CRC_INIT, first = frame, error = 0 }
                     link.open[vc] = open
                 end
-            elseif typ == T_DATA and not open then
+            elseif typ == T_DATA and not open and not link.unseen then
                 res.note[i] = "DATA with no Message open on VC" .. vc .. ": discarded"
             end
             if typ == T_HEADER or typ == T_DATA then
@@ -295,6 +296,10 @@ local function analyse(raw, count, sequenced, key, seq_lo, src_nonce, dst_nonce,
             end
         end
         res.status[i] = status
+    end
+    if whole > count and sequenced and not first_bad and not batch_drop then
+        -- cut by the capture's snap length: the receiver took micropackets not seen here
+        link.expected, link.open, link.unseen = (seq_lo + whole) % TWO32, {}, true
     end
     local ctl0 = {}
     for i = 0, count - 1 do ctl0[i + 1] = raw:byte(SHIM_BYTES + i * MP_BYTES + 33) end
@@ -446,12 +451,19 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         problem = string.format("unknown flag bits 0x%02x", flags)
     end
     local trailer = gsn.prefs.trailer_bytes
-    if trailer == 0 or trailer > len - SHIM_BYTES then trailer = (len - SHIM_BYTES) % MP_BYTES end
-    local count = math.floor((len - SHIM_BYTES - trailer) / MP_BYTES)
-    if not problem and (count == 0 or count > MAX_DATAGRAM_MPS) then
-        problem = count .. " micropackets (1.." .. MAX_DATAGRAM_MPS .. " allowed)"
+    local full = tvb:reported_len()
+    if trailer == 0 or trailer > full - SHIM_BYTES then trailer = (full - SHIM_BYTES) % MP_BYTES end
+    local whole = math.floor((full - SHIM_BYTES - trailer) / MP_BYTES) -- micropackets sent
+    local count = math.min(whole, math.floor((len - SHIM_BYTES) / MP_BYTES)) -- and captured
+    if full > len then
+        t:add_proto_expert_info(E.trailer, string.format("the capture kept %d of %d bytes: %d of %d micropackets",
+            len, full, count, whole))
+        trailer = math.max(0, len - SHIM_BYTES - whole * MP_BYTES)
     end
-    t:add(F.count, count):set_generated()
+    if not problem and (whole == 0 or whole > MAX_DATAGRAM_MPS) then
+        problem = whole .. " micropackets (1.." .. MAX_DATAGRAM_MPS .. " allowed)"
+    end
+    t:add(F.count, whole):set_generated()
     if trailer > 0 then
         t:add(F.trailer, tvb(len - trailer, trailer)):add_proto_expert_info(E.trailer,
             trailer .. " bytes after the last micropacket")
@@ -464,7 +476,7 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
     local res = frames[pinfo.number .. "/" .. segment]
     if not res then
         local raw = tvb:raw(0, SHIM_BYTES + count * MP_BYTES)
-        res = analyse(raw, count, sequenced, direction_key(pinfo, tvb(4, 4):uint()), tvb(20, 4):uint(),
+        res = analyse(raw, count, whole, sequenced, direction_key(pinfo, tvb(4, 4):uint()), tvb(20, 4):uint(),
             tvb(8, 4):uint(), tvb(12, 4):uint(), pinfo.number)
         frames[pinfo.number .. "/" .. segment] = res
     end
@@ -560,7 +572,8 @@ function gsn.dissector(tvb, pinfo, tree)
     local infos, off, segment = {}, 0, 0
     while off < len do
         local n = math.min(size, len - off)
-        local ok, info = pcall(dissect_datagram, tvb(off, n):tvb(), pinfo, tree, segment)
+        local sub = n == len and tvb or tvb(off, n):tvb() -- the whole tvb keeps its length before any snap
+        local ok, info = pcall(dissect_datagram, sub, pinfo, tree, segment)
         if not ok then -- a bug here must not hide the packet: say so as expert info
             tree:add(gsn, tvb(off, n)):add_proto_expert_info(E.shim, "dissector error: " .. tostring(info))
             info = "GSN cable: dissector error"

@@ -370,3 +370,15 @@ def test_batches_the_link_would_drop_are_marked(tmp_path):
     assert set(values(js[0], "gsn.mp.status")) == {"dropped (batch's TSEQs do not follow the shim's sequence)"}
     assert values(js[1], "gsn.mp.status") == ["dropped (batch holds an unsequenced TYPE)"]
     assert not values(js, "gsn_msg") and not values(js, "icmp.type")
+
+
+def test_snap_length_cut_datagrams(tmp_path):
+    """tcpdump -s N: the micropackets kept are shown, the rest counted; Messages that lose
+    micropackets to the cut are not reassembled, and no gap is reported for them."""
+    packets, _ = link_capture(max_mps=8)
+    js = tshark_json(write_pcap(tmp_path / "snap.pcap", packets, snaplen=28 + 32 + 2 * 40 + 5))
+    assert any(e.startswith("the capture kept 117 of 352 bytes: 2 of 8") for e in experts(js))  # UDP payload
+    assert not values(js, "gsn.trailer") and not any("not captured" in e for e in experts(js))
+    assert len(values(js, "gsn_mp")) < sum(int(c) for c in values(js, "gsn.micropackets"))
+    assert values(js, "gsn.msg.ethertype") == ["0x8181"]  # ST RC fits in 2 micropackets; the others were cut
+    assert not any("no Message open" in e for e in experts(js))  # their DATA is not a protocol error
