@@ -12,6 +12,7 @@ import pytest
 
 from daemons.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
+from stpd.client import StClient
 from tests.tshark import experts, needs_tshark, read_pcap, rewrite_pcap, tshark_json, values
 
 pytestmark = needs_tshark
@@ -70,7 +71,6 @@ def captured(tmp_path_factory):
         rx = subprocess.Popen([str(BIN / "stp"), "--socket", apis[1], "recv", str(dst)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
         try:
-            from stpd.client import StClient
             poll(lambda: 5001 in StClient(apis[1]).status()["listeners"], 10, what="stp recv listening")
             tx = subprocess.run([str(BIN / "stp"), "--socket", apis[0], "send", str(src), "192.0.2.2"],
                                 capture_output=True, text=True, timeout=60)

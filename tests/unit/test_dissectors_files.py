@@ -24,10 +24,10 @@ from daemons.wire.micropacket import lcrc_scalar, restamp
 from daemons.wire.shim import Shim
 from harpd.constants import Op as HarpOp
 from harpd.wire import Harp
-from pktwayd.constants import PT, ErrTE, RrpTE
+from pktwayd.constants import PT, RrpTE
 from pktwayd.eep import L2RH, OptField, Packet, Symbol
 from pktwayd import messages as M
-from pktwayd.rrp import Capa, Mtur, Name, Rcvf, Rthd, Srqr
+from pktwayd.rrp import Mtur, Rcvf, Rthd, Srqr
 from pktwayd.udpsan import native
 from stpd.constants import OPT_ERROR_CODE, Flag, Op as StOp
 from stpd.wire import Header, checksum, encode_options
