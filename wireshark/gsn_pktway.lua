@@ -281,6 +281,10 @@ local function walk(tvb, dialect, tree)
     return s
 end
 
+local function known_pt(pt)
+    return PTS[pt] ~= nil or pt >= 0x0600 -- a PacketWay type, or an EtherType
+end
+
 local function probe(tvb, dialect)
     local ok, s = pcall(walk, tvb, dialect, nil)
     return ok and s or nil
@@ -290,9 +294,9 @@ local function pick_dialect(tvb)
     local pref = pw.prefs.dialect
     if pref == 1 then return "pw0" elseif pref == 2 then return "mw5" end
     local a, b = probe(tvb, "pw0"), probe(tvb, "mw5")
-    if a and b then
-        if b.trailer == 0 and a.trailer ~= 0 then return "mw5" end
-        return "pw0"
+    if a and b then -- both parse: the one whose PT means something and that needs no trailer
+        local function score(x) return (known_pt(x.pt) and 2 or 0) + (x.trailer == 0 and 1 or 0) end
+        return score(b) > score(a) and "mw5" or "pw0"
     end
     return b and "mw5" or "pw0"
 end
@@ -348,7 +352,9 @@ local function san_heuristic(tvb, pinfo, tree)
     if len < 3 + 3 * W or (len - 3) % W ~= 0 or tvb(1, 2):uint() ~= 0x0300 then return false end
     local inner = tvb(3):tvb()
     local a, b = probe(inner, "pw0"), probe(inner, "mw5")
-    if not ((a and a.trailer == 0) or (b and b.trailer == 0)) then return false end
+    if not ((a and a.trailer == 0 and known_pt(a.pt)) or (b and b.trailer == 0 and known_pt(b.pt))) then
+        return false
+    end
     san.dissector(tvb, pinfo, tree)
     return true
 end
