@@ -94,6 +94,11 @@ local F = {
     ack = ProtoField.uint64("gsn.ack", "Cumulative ack (next expected)"),
     count = ProtoField.uint32("gsn.micropackets", "Micropackets"),
     trailer = ProtoField.bytes("gsn.trailer", "Trailer"),
+    -- the 32-byte trailer of an authenticated cable (daemons/wire/cableauth.py); the tag
+    -- needs the cable's key to check, so it is shown, not verified
+    auth_session = ProtoField.uint64("gsn.auth.session", "Auth session (sender's clock at cable open, ns)"),
+    auth_counter = ProtoField.uint64("gsn.auth.counter", "Auth counter"),
+    auth_tag = ProtoField.bytes("gsn.auth.tag", "Auth tag (HMAC-SHA256, first 16 bytes)"),
 }
 local M = {
     data = ProtoField.bytes("gsn.mp.data", "Data"),
@@ -170,6 +175,8 @@ local E = {
         expert.severity.NOTE),
 }
 gsn.experts = { E.shim, E.lcrc, E.ecrc, E.seqn, E.proto, E.msg, E.trailer }
+
+local AUTH_TRAILER_BYTES = 32 -- session(8) counter(8) tag(16): 32 + 40k + 32 bytes
 
 gsn.prefs.udp_port = Pref.uint("Cable UDP port", 6400, "UDP port decoded as a GSN cable (0: heuristic only)")
 gsn.prefs.trailer_bytes = Pref.uint("Trailer bytes", 0,
@@ -464,7 +471,13 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         problem = whole .. " micropackets (1.." .. MAX_DATAGRAM_MPS .. " allowed)"
     end
     t:add(F.count, whole):set_generated()
-    if trailer > 0 then
+    if trailer == AUTH_TRAILER_BYTES and full == len then
+        local a = t:add(F.trailer, tvb(len - trailer, trailer))
+        a:append_text(" (authenticated cable)")
+        a:add(F.auth_session, tvb(len - 32, 8))
+        a:add(F.auth_counter, tvb(len - 24, 8))
+        a:add(F.auth_tag, tvb(len - 16, 16))
+    elseif trailer > 0 then
         t:add(F.trailer, tvb(len - trailer, trailer)):add_proto_expert_info(E.trailer,
             trailer .. " bytes after the last micropacket")
     end

@@ -246,6 +246,24 @@ def test_trailer_after_micropackets(tmp_path):
     assert set(values(js, "gsn.mp.lcrc_ok")) == {"1"}
 
 
+def test_authenticated_cable_trailer(tmp_path):
+    """A keyed cable's datagrams (daemons/wire/cableauth.py) show session, counter and tag."""
+    from daemons.wire.cableauth import CableAuth
+
+    packets, _ = link_capture(max_mps=8)
+    auth = CableAuth(bytes(range(32)), 0, session=0x1122334455667788)
+    sealed = []
+    for pkt in packets[:20]:
+        src, dst = (ENDS[0], ENDS[1]) if pkt[15] == 1 else (ENDS[1], ENDS[0])
+        sealed.append(ipv4_udp(src, dst, auth.seal(pkt[28:])))
+    js = tshark_json(write_pcap(tmp_path / "auth.pcap", sealed))
+    assert set(values(js, "gsn.auth.session")) == {str(0x1122334455667788)}
+    assert values(js, "gsn.auth.counter") == [str(i) for i in range(20)]
+    assert len(set(values(js, "gsn.auth.tag"))) == 20
+    assert set(values(js, "gsn.mp.lcrc_ok")) == {"1"}
+    assert not any("after the last micropacket" in e for e in experts(js))
+
+
 def test_malformed_input_gives_expert_info_never_a_lua_error(tmp_path):
     rng = random.Random(5)
     packets, _ = link_capture(max_mps=8)
