@@ -374,15 +374,22 @@ class SwitchedFabric(Fabric):
                  f"runtime_dir = \"{self.switch_dir(k)}\"\n"]
         for i, s in enumerate(self.hosts_of, 1):
             if s == k:
-                lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n")
+                lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n"
+                             + (f"key_file = \"{self.cable_key(i)}\"\n" if self.keys else ""))
         for j, (a, b) in enumerate(self.links, 1):
             if k in (a, b):
                 me, other = (1, 2) if k == a else (2, 1)
                 lines.append(f"[[port]]\nnumber = {20 + j}\nlocal = \"198.19.{j}.{me}:7100\"\n"
-                             f"peer = \"198.19.{j}.{other}:7100\"\ncable_id = {1000 + j}\nswitch = true\n")
+                             f"peer = \"198.19.{j}.{other}:7100\"\ncable_id = {1000 + j}\nswitch = true\n"
+                             + (f"key_file = \"{self.link_key(j)}\"\n" if self.keys else ""))
         path = self.tmp / f"gsn-switch{k}.toml"
         path.write_text("\n".join(lines))
         return path
+
+    def link_key(self, j: int) -> Path:
+        """The key of inter-switch cable j (made on first use)."""
+        path = self.tmp / f"link{j}.key"
+        return path if path.exists() else write_cable_key(path)
 
     def start_switch(self, k: int | None = None) -> None:
         for s in ([k] if k is not None else self.switch_ids):
