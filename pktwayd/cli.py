@@ -205,3 +205,79 @@ def routes(control, as_json) -> None:
             rcvf = ",".join(f"{a:#x}" for a in rt["rcvf"])
             click.echo(f"  SAN {rt['san_id']:#08x}  Q={rt['csr_q']:<3} MinMTU={rt['min_mtu']:<6} RCVF={rcvf:<24} "
                        f"nodes={','.join(hex(n['addr']) for n in rt['nodes'])}")
+
+
+def _peer(text: str):
+    import ipaddress
+
+    ip, sep, addr = text.rpartition("=")
+    try:
+        if not sep:
+            raise ValueError("no '='")
+        a = int(addr, 0)
+        if not 1 <= a <= 0x7FFFFD:
+            raise ValueError(f"{addr} is not a node address (0x1..0x7ffffd)")
+        return ipaddress.ip_address(ip), a
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: {exc}; expected IP=ADDRESS, e.g. 10.77.0.2=0x60",
+                                 param_hint="--peer") from None
+
+
+@pktway_main.command("ip")
+@node_options
+@click.option("--dev", default="pw0", show_default=True, help="The TUN interface to create (gone when this stops).")
+@click.option("--peer", "peers", multiple=True, metavar="IP=ADDR",
+              help="An IP host's PacketWay address (repeatable); others are asked of the router (TELL by name).")
+@click.option("--name", help="The name announced to the router: this host's IP address as text, so that "
+                             "other pw0 nodes find it without --peer.")
+@click.option("--mtu", type=click.IntRange(68, 65535), help="Fix pw0's MTU (default: follow the MinMTU of "
+                                                            "the routes to the --peer hosts).")
+@click.option("--control", help="A control socket answering {\"cmd\": \"status\"} (counters, resolution, MTUs).")
+def ip(ulp, san, addr, router, dialect, dev, peers, name, mtu, control) -> None:
+    """IP over PacketWay: a pw0 TUN interface on this node.
+
+    Every IPv4/IPv6 packet routed to pw0 travels as one L3 PacketWay packet (PT = its
+    EtherType, 0x0800 or 0x86DD) through the half-router; nothing is fragmented: pw0's MTU
+    follows the routes' MinMTU, and a packet too big for a route that shrank comes back to
+    the sender as ICMP "fragmentation needed" / "packet too big".  Runs until stopped.
+
+    \b
+    Example (host A, GSN fabric; host B at 0x60 behind the router):
+      pktway ip --ulp /run/gsnd/gsn0.ulp --addr 0x40 --router 02:00:00:00:00:03 \\
+                --name 10.77.0.1 --peer 10.77.0.2=0x60 &
+      ip addr add 10.77.0.1/24 dev pw0 && ip link set pw0 up && ping 10.77.0.2
+    """
+    import trio
+
+    from daemons.io.udp import resolve
+
+    from .ipdriver import PwIp
+    from .ipnode import IpNode
+    from .udpsan import AsyncSanPort, native
+
+    if (ulp is None) == (san is None):
+        raise click.UsageError("give --ulp (a GSN fabric) or --san (an emulated SAN), not both")
+    table = dict(_peer(p) for p in peers)
+    core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu)
+    try:
+        if ulp is not None:
+            driver = PwIp(core, dev=dev, router_route=parse_ula(router), dialect=dialect, ulp=ulp, control=control)
+        else:
+            parts = san.split(",")
+            if len(parts) != 3:
+                raise ValueError("expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT")
+            port = AsyncSanPort(resolve(parts[0]), resolve(parts[1]))
+            driver = PwIp(core, dev=dev, router_route=native(_int(router)), dialect=dialect, san_port=port,
+                          own_route=native(_int(parts[2])), control=control)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--san/--router") from None
+    except OSError as exc:
+        click.echo(f"pktway: {san}: {exc.strerror or exc}", err=True)
+        sys.exit(71)
+    try:
+        trio.run(driver.run)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        click.echo(f"pktway: {dev}: {exc.strerror or exc}", err=True)
+        sys.exit(71)

@@ -18,17 +18,19 @@ from pyroute2 import IPRoute
 TUNSETIFF = 0x400454CA
 TUNSETCARRIER = 0x400454E2
 TUNSETPERSIST = 0x400454CB
+IFF_TUN = 0x0001
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 READ_BYTES = 65536 + 64
 
 
 class Tap:
-    def __init__(self, name: str, persist: bool = True) -> None:
+    def __init__(self, name: str, persist: bool = True, *, tun: bool = False) -> None:
+        """``tun``: a TUN device instead (IP packets, no link layer), e.g. PacketWay's pw0."""
         self.name = name
         self.fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+            fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), (IFF_TUN if tun else IFF_TAP) | IFF_NO_PI))
         except OSError:
             os.close(self.fd)
             raise
