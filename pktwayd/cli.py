@@ -55,7 +55,17 @@ def pktway_main() -> None:
     """
 
 
-def _node(ulp: str | None, san: str | None, addr: str, router: str, dialect: str, name: str | None = None):
+def _capability(text: str) -> tuple[int, bytes]:
+    """CC[:p1,p2,...] -> (CC, params)."""
+    cc, _, params = text.partition(":")
+    try:
+        return _int(cc), bytes(_int(x) for x in params.split(",") if x)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: parameters are bytes 0..255", param_hint="--capability") from None
+
+
+def _node(ulp: str | None, san: str | None, addr: str, router: str, dialect: str, name: str | None = None,
+          caps=()):
     from daemons.io.udp import resolve
 
     from .node import Node
@@ -66,10 +76,11 @@ def _node(ulp: str | None, san: str | None, addr: str, router: str, dialect: str
         raise click.UsageError("give --ulp (a GSN fabric) or --san (an emulated SAN), not both")
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
-                                                                name=label))
+                                                                name=label, caps=caps))
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
-        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label)
+        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label,
+                    caps=caps)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{san!r}: {exc}; expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT",
                                  param_hint="--san") from None
@@ -123,12 +134,15 @@ def send(ulp, san, addr, router, dialect, dest, text, l2) -> None:
 @click.option("--count", default=1, show_default=True, help="Stop after this many packets (0 = never).")
 @click.option("--timeout", default=10.0, show_default=True, help="Give up after this many quiet seconds.")
 @click.option("--name", help="Announce this node under a name (answers to TELL --name).")
-def listen(ulp, san, addr, router, dialect, count, timeout, name) -> None:
+@click.option("--capability", "caps", multiple=True, metavar="CC[:p1,...]",
+              help="A capability to announce and answer TELL with (repeatable), e.g. 7:4,8.")
+def listen(ulp, san, addr, router, dialect, count, timeout, name, caps) -> None:
     """Print packets addressed to this node.
 
     At start the node announces itself (INFO to Hey-You), so the router registers it
-    without configuration; while listening it answers "who are you" (WRU)."""
-    with _node(ulp, san, addr, router, dialect, name) as node:
+    without configuration; while listening it answers "who are you" (WRU) and queries
+    about itself (TELL by its address, name or a capability, level C)."""
+    with _node(ulp, san, addr, router, dialect, name, [_capability(c) for c in caps]) as node:
         node.announce()
         received = 0
         while count == 0 or received < count:
@@ -165,17 +179,19 @@ def route(ulp, san, addr, router, dialect, dest) -> None:
 @node_options
 @click.option("--name", help="Node name to look for.")
 @click.option("--capability", help="CC[:p1,p2,...], e.g. 7:8 = floating-point DSP with 64-bit IEEE words.")
-def find(ulp, san, addr, router, dialect, name, capability) -> None:
-    """Find nodes by name or capability (TELL -> INFO)."""
-    if (name is None) == (capability is None):
-        raise click.UsageError("give exactly one of --name and --capability")
-    cap = None
-    if capability is not None:
-        cc, _, params = capability.partition(":")
-        cap = (_int(cc), bytes(_int(x) for x in params.split(",") if x))
+@click.option("--address", help="A node's PacketWay address to look up.")
+@click.option("--ask-node", is_flag=True, help="With --address: ask that node itself (TELL by L3), not the router.")
+def find(ulp, san, addr, router, dialect, name, capability, address, ask_node) -> None:
+    """Find nodes by name, capability or address (TELL -> INFO)."""
+    if sum(x is not None for x in (name, capability, address)) != 1:
+        raise click.UsageError("give exactly one of --name, --capability and --address")
+    if ask_node and address is None:
+        raise click.UsageError("--ask-node asks the node at --address")
+    cap = _capability(capability) if capability is not None else None
     with _node(ulp, san, addr, router, dialect) as node:
         try:
-            found = node.find(name=name.encode() if name else None, capability=cap)
+            found = node.find(name=name.encode() if name else None, capability=cap,
+                              address=_int(address) if address is not None else None, ask_node=ask_node)
         except TimeoutError:
             click.echo("pktway: no answer", err=True)
             sys.exit(1)
@@ -185,6 +201,22 @@ def find(ulp, san, addr, router, dialect, name, capability) -> None:
     for n in found:
         caps = " ".join(f"CC{cc}{params}" for cc, params in n["caps"])
         click.echo(f"{n['addr']:#08x}  {n['name'] or '-':<12} {caps}")
+
+
+@pktway_main.command()
+@node_options
+@click.argument("dest")
+def hrto(ulp, san, addr, router, dialect, dest) -> None:
+    """Which half-router should I use for DEST (HRTO -> RDRC)."""
+    from .node import PktwayError
+
+    with _node(ulp, san, addr, router, dialect) as node:
+        try:
+            via = node.which_router(_int(dest))
+        except (PktwayError, TimeoutError) as exc:
+            click.echo(f"pktway: {exc}", err=True)
+            sys.exit(1)
+    click.echo(f"{_int(dest):#08x} is on this SAN" if via == _int(dest) else f"use half-router {via:#08x}")
 
 
 @pktway_main.command()

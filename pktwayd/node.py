@@ -30,7 +30,7 @@ from daemons.wire.ulp import Op
 from . import messages as M
 from .constants import ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import Packet, decode
-from .rrp import Addr, Capa, Name, Srqr
+from .rrp import Addr, Capa, Name, Srqr, encode_records
 
 
 class PktwayError(Exception):
@@ -82,7 +82,7 @@ class Node:
     def send_packet(self, pkt: Packet, to_ula: bytes | None = None) -> None:
         self.ulp.send(to_ula or self.router_ula, pkt.encode(self.dialect), vc=1, ethertype=self.et)
 
-    def send(self, dest: int, data: bytes, *, route=(), pt: int = PT.USER) -> None:
+    def send(self, dest: int, data: bytes, *, route=(), pt: int = PT.USER, te: int = 0) -> None:
         """L2 along ``route`` (L2RHs), or L3: to the node or half-router a redirect (RDRC)
         named for ``dest`` when I know its ULA (see :meth:`discover`), else my default router."""
         self.poll()
@@ -90,7 +90,7 @@ class Node:
         via, until = self.redirects.get(dest, (None, 0.0))
         if not route and via is not None and time.monotonic() < until:
             to = self.neighbours.get(via)
-        self.send_packet(Packet(dt=dest, sa=self.addr, pt=pt, data=data, prefix=tuple(route)), to)
+        self.send_packet(Packet(dt=dest, sa=self.addr, pt=pt, te=te, data=data, prefix=tuple(route)), to)
 
     def _take(self, timeout: float) -> Packet | None:
         """One frame from gsnd: WRUs are answered, redirects and neighbours recorded;
@@ -127,6 +127,8 @@ class Node:
                 return None
             self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
             return None
+        if pkt.pt == PT.RRP and pkt.te == RrpTE.TELL and pkt.dt == self.addr:  # a query about me (level C)
+            return self._tell_about_me(pkt, bytes(frame.ula))
         if pkt.pt == PT.RRP and pkt.te in (RrpTE.RDRC, RrpTE.INFO):
             recs = _records(pkt)
             if recs is None:
@@ -140,6 +142,29 @@ class Node:
         if pkt.dt == self.addr:
             return pkt
         c["rx_hey_you_consumed"] += 1  # to whoever receives it: nothing to hand to the application
+        return None
+
+    def _tell_about_me(self, pkt: Packet, ula: bytes) -> None:
+        """TELL addressed to me: INFO about myself if the query (my address, my name, or
+        any of my capabilities) fits me, else ERR/UNK; back the way it came."""
+        c = self.counters
+        recs = _records(pkt)
+        if recs is None or not 1 <= pkt.sa < ADDR_HEY_YOU:
+            c["tell_malformed"] += 1
+            return None
+        if len(recs) == 1 and isinstance(recs[0], Addr):
+            fits = recs[0].addr == self.addr
+        elif len(recs) == 1 and isinstance(recs[0], Name):
+            fits = self.name is not None and recs[0].name == self.name
+        elif recs and all(isinstance(r, Capa) for r in recs):
+            fits = any(cc == r.cc and set(r.params) <= set(params) for r in recs for cc, params in self.caps)
+        else:
+            c["tell_malformed"] += 1
+            return None
+        c["tell_answered"] += 1
+        answer = (M.info(pkt.sa, self.addr, self.addr, self.name, self.caps) if fits
+                  else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs))
+        self.send_packet(answer, ula)
         return None
 
     def poll(self) -> None:
@@ -192,10 +217,14 @@ class Node:
     def ask(self, te: RrpTE, records, timeout: float = 5.0, match=lambda pkt: True) -> Packet:
         """Send an RRP request to the router (its ULA); the RRP/ERR answer."""
         self.send_packet(M.rrp(te, ADDR_HEY_YOU, self.addr, records))  # Hey-You: whoever gets it owns it
+        return self.recv_match(lambda p: p.pt in (PT.RRP, PT.ERR) and match(p), timeout)
+
+    def recv_match(self, match, timeout: float = 5.0) -> Packet:
+        """The next packet for me that ``match`` accepts (others are counted and dropped)."""
         deadline = time.monotonic() + timeout
         while True:
             pkt = self.recv(max(0.0, deadline - time.monotonic()))
-            if pkt.pt in (PT.RRP, PT.ERR) and match(pkt):
+            if match(pkt):
                 return pkt
             self.counters["rx_not_the_answer"] += 1
 
@@ -211,10 +240,28 @@ class Node:
             return ("redirect", recs[1].addr)
         return [(r.q, list(r.route), r.mtu.mtu_words if r.mtu else 0) for r in recs[1:] if isinstance(r, Srqr)]
 
-    def find(self, *, name: bytes | None = None, capability: tuple[int, bytes] | None = None) -> list[dict]:
-        """TELL by name or capability: [{"addr", "name", "caps"}] of the nodes the router knows."""
-        query = [Name(name)] if name is not None else [Capa(*capability)]
-        reply = self.ask(RrpTE.TELL, query)
+    def which_router(self, dest: int) -> int:
+        """HRTO, "which half-router should I use for ``dest``": the address the router names
+        (itself, a buddy on my SAN, or ``dest`` itself when it is on my SAN); raises if unknown."""
+        reply = self.ask(RrpTE.HRTO, [Addr(dest)], match=lambda p: (_records(p) or [])[:1] == [Addr(dest)])
+        recs = _records(reply)
+        if reply.pt == PT.ERR:
+            raise PktwayError(f"{dest:#x}: unknown to the router")
+        if reply.te != RrpTE.RDRC or len(recs) != 2 or not isinstance(recs[1], Addr):
+            raise PktwayError(f"{dest:#x}: malformed answer from the router")
+        return recs[1].addr
+
+    def find(self, *, name: bytes | None = None, capability: tuple[int, bytes] | None = None,
+             address: int | None = None, ask_node: bool = False) -> list[dict]:
+        """TELL by name, capability or address: [{"addr", "name", "caps"}] of the nodes the
+        router knows; ``ask_node``: the TELL goes by L3 to the node ``address`` itself, which
+        answers about itself (it may know more than the routers)."""
+        query = [Name(name)] if name is not None else [Addr(address)] if address is not None else [Capa(*capability)]
+        if ask_node:
+            self.send(address, encode_records(query), pt=PT.RRP, te=RrpTE.TELL)
+            reply = self.recv_match(lambda p: p.pt in (PT.RRP, PT.ERR) and p.sa == address)
+        else:
+            reply = self.ask(RrpTE.TELL, query)
         if reply.pt == PT.ERR:
             return []
         recs = _records(reply)

@@ -119,3 +119,27 @@ def test_wru_from_a_prefix_coded_source_is_counted_not_answered():
     n = node(Packet(dt=ADDR_HEY_YOU, sa=0x800001, pt=PT.RRP, te=RrpTE.WRU).encode())
     n.poll()
     assert n.ulp.sent == [] and n.counters["wru_bad_source"] == 1
+
+
+def test_level_c_node_answers_tell_about_itself():
+    from pktwayd.rrp import Capa, Name
+
+    tells = [M.rrp(RrpTE.TELL, ME, FAR, recs).encode() for recs in
+             ([Addr(ME)], [Name(b"Super")], [Capa(7, bytes([8]))], [Capa(9)], [Addr(ME), Name(b"x")])]
+    n = Node(ScriptedPort([frame(t) for t in tells]), ME, ROUTER_ULA, name=b"Super", caps=[(7, bytes([4, 8])), (42, b"")])
+    n.poll()
+    answers = [p for _, p in n.ulp.sent]
+    assert all(p.dt == FAR and p.sa == ME for p in answers) and len(answers) == 4
+    assert [p.te for p in answers[:3]] == [RrpTE.INFO] * 3
+    assert M.records(answers[0]) == [Addr(ME), Name(b"Super"), Capa(7, bytes([4, 8])), Capa(42, b"")]
+    assert answers[3].pt == PT.ERR and answers[3].te == ErrTE.UNK  # no printer here
+    assert n.counters["tell_malformed"] == 1
+
+
+def test_which_router_hrto():
+    n = node(M.rdrc(ME, ROUTER, FAR, 0x5A).encode())
+    assert n.which_router(FAR) == 0x5A
+    sent = n.ulp.sent[0][1]
+    assert sent.te == RrpTE.HRTO and M.records(sent) == [Addr(FAR)]
+    with pytest.raises(PktwayError):
+        node(M.unk(ME, ROUTER, FAR).encode()).which_router(FAR)
