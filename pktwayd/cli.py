@@ -65,7 +65,7 @@ def _capability(text: str) -> tuple[int, bytes]:
 
 
 def _node(ulp: str | None, san: str | None, addr: str, router: str, dialect: str, name: str | None = None,
-          caps=()):
+          caps=(), groups=()):
     from daemons.io.udp import resolve
 
     from .node import Node
@@ -76,11 +76,11 @@ def _node(ulp: str | None, san: str | None, addr: str, router: str, dialect: str
         raise click.UsageError("give --ulp (a GSN fabric) or --san (an emulated SAN), not both")
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
-                                                                name=label, caps=caps))
+                                                                name=label, caps=caps, groups=groups))
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
         return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label,
-                    caps=caps)
+                    caps=caps, groups=groups)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{san!r}: {exc}; expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT",
                                  param_hint="--san") from None
@@ -136,13 +136,18 @@ def send(ulp, san, addr, router, dialect, dest, text, l2) -> None:
 @click.option("--name", help="Announce this node under a name (answers to TELL --name).")
 @click.option("--capability", "caps", multiple=True, metavar="CC[:p1,...]",
               help="A capability to announce and answer TELL with (repeatable), e.g. 7:4,8.")
-def listen(ulp, san, addr, router, dialect, count, timeout, name, caps) -> None:
+@click.option("--group", "groups", multiple=True, metavar="ADDR",
+              help="Also listen to this logical address, 0xE00000-0xEFFFFF (repeatable; announced to the router).")
+def listen(ulp, san, addr, router, dialect, count, timeout, name, caps, groups) -> None:
     """Print packets addressed to this node.
 
     At start the node announces itself (INFO to Hey-You), so the router registers it
     without configuration; while listening it answers "who are you" (WRU) and queries
     about itself (TELL by its address, name or a capability, level C)."""
-    with _node(ulp, san, addr, router, dialect, name, [_capability(c) for c in caps]) as node:
+    logical = [_int(g) for g in groups]
+    if any(g & 0xF00000 != 0xE00000 for g in logical):
+        raise click.BadParameter("logical addresses are 0xE00000-0xEFFFFF", param_hint="--group")
+    with _node(ulp, san, addr, router, dialect, name, [_capability(c) for c in caps], logical) as node:
         node.announce()
         received = 0
         while count == 0 or received < count:
@@ -152,7 +157,8 @@ def listen(ulp, san, addr, router, dialect, count, timeout, name, caps) -> None:
             except TimeoutError:
                 click.echo("pktway: nothing received", err=True)
                 sys.exit(1)
-            click.echo(f"from {pkt.sa:#08x} pt={pkt.pt:#06x} te={pkt.te}: {pkt.data.rstrip(bytes(1))!r}")
+            to = f" to {pkt.dt:#08x}" if pkt.dt != node.addr else ""
+            click.echo(f"from {pkt.sa:#08x}{to} pt={pkt.pt:#06x} te={pkt.te}: {pkt.data.rstrip(bytes(1))!r}")
 
 
 @pktway_main.command()

@@ -28,7 +28,7 @@ from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import Op
 
 from . import messages as M
-from .constants import ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
+from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Capa, Name, Srqr, encode_records
 
@@ -47,7 +47,7 @@ def _records(pkt: Packet) -> list | None:
 
 class Node:
     def __init__(self, ulp_path: str, addr: int, router_ula: bytes, *, ethertype: int | None = None,
-                 dialect: str = "pw0", name: bytes | None = None, caps=()) -> None:
+                 dialect: str = "pw0", name: bytes | None = None, caps=(), groups=()) -> None:
         from .constants import ETHERTYPE_PKTWAY
 
         self.et = ethertype or ETHERTYPE_PKTWAY
@@ -56,6 +56,7 @@ class Node:
         self.dialect = dialect
         self.name = name
         self.caps = tuple(caps)  # (CC, params) for INFO answers, e.g. (7, bytes([4, 8]))
+        self.groups = tuple(groups)  # logical addresses I listen to (announced in INFO as LADR)
         self.ulp_path = ulp_path if isinstance(ulp_path, str) else None
         # gsnd's ULP socket, or a port on an emulated SAN (pktwayd.udpsan.UdpSanPort)
         self.ulp = UlpClient(ulp_path) if isinstance(ulp_path, str) else ulp_path
@@ -68,7 +69,7 @@ class Node:
 
     def announce(self, to_ula: bytes | None = None) -> None:
         """Power-up registration: INFO about myself to Hey-You (the router registers me)."""
-        self.send_packet(M.info(ADDR_HEY_YOU, self.addr, self.addr, self.name, self.caps), to_ula)
+        self.send_packet(M.info(ADDR_HEY_YOU, self.addr, self.addr, self.name, self.caps, self.groups), to_ula)
 
     def close(self) -> None:
         self.ulp.close()
@@ -108,7 +109,7 @@ class Node:
         except DecodeError as exc:
             c[f"rx_bad_{exc.field}"] += 1
             return None
-        if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU):
+        if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU, ADDR_BROADCAST, *self.groups):
             c["rx_not_for_me"] += 1
             return None
         if any(o.mandatory and o.otype not in KNOWN_OH_TYPES for o in pkt.options):
@@ -125,7 +126,7 @@ class Node:
             if not pkt.sa or pkt.sa & 0x800000 or pkt.sa == ADDR_HEY_YOU:  # no node to answer (prefix-coded)
                 c["wru_bad_source"] += 1
                 return None
-            self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps), bytes(frame.ula))
+            self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps, self.groups), bytes(frame.ula))
             return None
         if pkt.pt == PT.RRP and pkt.te == RrpTE.TELL and pkt.dt == self.addr:  # a query about me (level C)
             return self._tell_about_me(pkt, bytes(frame.ula))
@@ -139,7 +140,7 @@ class Node:
                 self.redirects[recs[0].addr] = (recs[1].addr, time.monotonic() + REDIRECT_TTL_S)
             elif pkt.te == RrpTE.INFO and bytes(frame.ula) in self._asked and recs and recs[0] == Addr(pkt.sa):
                 self.neighbours[pkt.sa] = bytes(frame.ula)  # it answered my WRU itself
-        if pkt.dt == self.addr:
+        if pkt.dt == self.addr or pkt.dt == ADDR_BROADCAST or pkt.dt in self.groups:
             return pkt
         c["rx_hey_you_consumed"] += 1  # to whoever receives it: nothing to hand to the application
         return None
@@ -162,7 +163,7 @@ class Node:
             c["tell_malformed"] += 1
             return None
         c["tell_answered"] += 1
-        answer = (M.info(pkt.sa, self.addr, self.addr, self.name, self.caps) if fits
+        answer = (M.info(pkt.sa, self.addr, self.addr, self.name, self.caps, self.groups) if fits
                   else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs))
         self.send_packet(answer, ula)
         return None
