@@ -79,3 +79,4 @@ IP_LEARNED_S = 300.0  # a learned IP -> PacketWay address is asked again after t
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
+MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer must fit the SANs' MTUs) (PC)

@@ -239,6 +239,17 @@ class Engine:
             if pkt.te in (ErrTE.HRDOWN, ErrTE.LINKDOWN):
                 return self._withdraw(pkt)
             return []
+        if pkt.pt == PT.EMBEDDED:  # L3 to me, then on from here as if it came off my SAN
+            try:
+                inner = decode(pkt.data)
+            except DecodeError as exc:
+                self.counters[f"embedded_bad_{exc.field}"] += 1
+                return self._general(pkt)
+            if inner.pt == PT.EMBEDDED and not inner.prefix and inner.dt in (self.me, ADDR_HEY_YOU):
+                self.counters["embedded_nested_dropped"] += 1  # one level: no recursion on hostile input
+                return []
+            self.counters["embedded_unwrapped"] += 1
+            return self._from_san(inner, False, None)
         if pkt.pt != PT.RRP:
             self.counters["local_data"] += 1
             return [("local", None, pkt)]

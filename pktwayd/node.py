@@ -29,8 +29,9 @@ from daemons.wire.ulp import Op
 
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
-from .eep import Packet, decode
+from .eep import L2RH, Packet, decode
 from .rrp import Addr, Capa, Name, Srqr, encode_records
+from .special import Memory, parse_write, read_body, unwrap, write_body
 
 
 class PktwayError(Exception):
@@ -47,7 +48,7 @@ def _records(pkt: Packet) -> list | None:
 
 class Node:
     def __init__(self, ulp_path: str, addr: int, router_ula: bytes, *, ethertype: int | None = None,
-                 dialect: str = "pw0", name: bytes | None = None, caps=(), groups=()) -> None:
+                 dialect: str = "pw0", name: bytes | None = None, caps=(), groups=(), memory: int = 0) -> None:
         from .constants import ETHERTYPE_PKTWAY
 
         self.et = ethertype or ETHERTYPE_PKTWAY
@@ -57,6 +58,8 @@ class Node:
         self.name = name
         self.caps = tuple(caps)  # (CC, params) for INFO answers, e.g. (7, bytes([4, 8]))
         self.groups = tuple(groups)  # logical addresses I listen to (announced in INFO as LADR)
+        self.memory = Memory(memory, addr) if memory else None  # served to memory READ/WRITE packets
+        self._reads: set[tuple[int, int]] = set()  # (node, address) of my READs not yet answered
         self.ulp_path = ulp_path if isinstance(ulp_path, str) else None
         # gsnd's ULP socket, or a port on an emulated SAN (pktwayd.udpsan.UdpSanPort)
         self.ulp = UlpClient(ulp_path) if isinstance(ulp_path, str) else ulp_path
@@ -122,6 +125,8 @@ class Node:
         if pkt.options:  # unknown optional fields: dropped
             c["oh_unknown_optional_ignored"] += len(pkt.options)
             pkt = replace(pkt, options=())
+        if pkt.dt == self.addr and pkt.pt in (PT.MEMORY_READ, PT.MEMORY_WRITE, PT.EMBEDDED):
+            return self._special(pkt, bytes(frame.ula))
         if pkt.pt == PT.RRP and pkt.te == RrpTE.WRU:  # "who are you": say, to whoever asked
             if not pkt.sa or pkt.sa & 0x800000 or pkt.sa == ADDR_HEY_YOU:  # no node to answer (prefix-coded)
                 c["wru_bad_source"] += 1
@@ -144,6 +149,56 @@ class Node:
             return pkt
         c["rx_hey_you_consumed"] += 1  # to whoever receives it: nothing to hand to the application
         return None
+
+    def _special(self, pkt: Packet, ula: bytes) -> Packet | None:
+        """Memory READ/WRITE and EMBEDDED packets for me; returns what the application gets
+        (the WRITE answering one of my READs, or an embedded packet that is for me)."""
+        c = self.counters
+        if pkt.pt == PT.EMBEDDED:
+            try:
+                inner = unwrap(pkt)
+            except DecodeError as exc:
+                c[f"embedded_bad_{exc.field}"] += 1
+                return None
+            c["embedded_unwrapped"] += 1
+            if inner.prefix and isinstance(inner.prefix[0], L2RH):  # L2 routing starts here
+                self.ulp.send(inner.prefix[0].route, replace(inner, prefix=inner.prefix[1:]).encode(self.dialect),
+                              vc=1, ethertype=self.et)
+                return None
+            if inner.prefix or inner.dt != self.addr:
+                self.send_packet(replace(inner, prefix=()))  # L3 on, through my router
+                return None
+            return inner
+        if pkt.pt == PT.MEMORY_WRITE:
+            try:
+                key = (pkt.sa, parse_write(pkt.data)[0])
+            except DecodeError:
+                key = None
+            if key in self._reads:
+                self._reads.discard(key)
+                return pkt
+        if self.memory is None:
+            c["memory_none"] += 1
+            return None
+        answer = self.memory.handle(pkt)
+        if answer is not None:
+            self.send_packet(answer, ula)
+        return None
+
+    def write_memory(self, dest: int, addr: int, data: bytes) -> None:
+        self.send(dest, write_body(addr, data), pt=PT.MEMORY_WRITE)
+
+    def read_memory(self, dest: int, addr: int, count: int, timeout: float = 5.0) -> bytes:
+        """READ ``count`` bytes at ``addr`` of node ``dest``: the data of its WRITE answer."""
+        self._reads.add((dest, addr))
+        self.send(dest, read_body(addr, count), pt=PT.MEMORY_READ)
+        pkt = self.recv_match(lambda p: p.pt == PT.MEMORY_WRITE and p.sa == dest
+                              and parse_write(p.data)[0] == addr, timeout)
+        return parse_write(pkt.data)[1]
+
+    def send_embedded(self, via: int, inner: Packet) -> None:
+        """L3 to node ``via``, which sends ``inner`` on from there (along its L2RHs)."""
+        self.send(via, inner.encode(), pt=PT.EMBEDDED)
 
     def _tell_about_me(self, pkt: Packet, ula: bytes) -> None:
         """TELL addressed to me: INFO about myself if the query (my address, my name, or

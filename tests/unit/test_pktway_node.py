@@ -143,3 +143,40 @@ def test_which_router_hrto():
     assert sent.te == RrpTE.HRTO and M.records(sent) == [Addr(FAR)]
     with pytest.raises(PktwayError):
         node(M.unk(ME, ROUTER, FAR).encode()).which_router(FAR)
+
+
+def test_memory_board_write_read_and_refusals():
+    from pktwayd.special import read_body, write_body
+
+    frames = [Packet(dt=ME, sa=FAR, pt=PT.MEMORY_WRITE, data=write_body(16, b"hello")).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_READ, data=read_body(14, 9)).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_WRITE, data=write_body(60, b"too far")).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_READ, data=read_body(0, 1 << 20)).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_READ, data=b"short").encode()]
+    n = Node(ScriptedPort([frame(f) for f in frames]), ME, ROUTER_ULA, memory=64)
+    n.poll()
+    assert bytes(n.memory.mem[16:21]) == b"hello"
+    ((_, answer),) = n.ulp.sent
+    assert answer.pt == PT.MEMORY_WRITE and answer.dt == FAR and answer.data == (14).to_bytes(8, "big") + b"\0\0hello\0\0"
+    assert n.memory.counters == {"writes": 1, "reads": 1, "write_out_of_range": 1, "read_out_of_range": 1,
+                                 "malformed_READ": 1}
+
+
+def test_read_memory_waits_for_the_answering_write():
+    from pktwayd.special import write_body
+
+    n = node(Packet(dt=ME, sa=FAR, pt=PT.MEMORY_WRITE, data=write_body(8, b"abc")).encode())
+    assert n.read_memory(FAR, 8, 3) == b"abc"
+    assert n.ulp.sent[0][1].pt == PT.MEMORY_READ and n.memory is None
+
+
+def test_embedded_packet_is_sent_on_along_its_l2rh():
+    from pktwayd.eep import L2RH
+    from pktwayd.special import embed
+
+    inner = Packet(dt=FAR, sa=ME, pt=PT.USER, data=b"onward", prefix=(L2RH(bytes([7, 3, 0])), L2RH(bytes([2, 3, 0]))))
+    n = node(embed(inner, ME, FAR).encode(), Packet(dt=ME, sa=FAR, pt=PT.EMBEDDED, data=bytes(16)).encode())
+    n.poll()
+    ((route, sent),) = n.ulp.sent
+    assert route == bytes([7, 3, 0]) and sent.prefix == (L2RH(bytes([2, 3, 0])),) and sent.data == b"onward"
+    assert n.counters["embedded_unwrapped"] == 1 and sum(v for k, v in n.counters.items() if "embedded_bad" in k) == 1
