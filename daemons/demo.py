@@ -121,8 +121,7 @@ def _ip_over_packetway(fa: Fabric, fb: Fabric, ula_a: list[str], ula_b: list[str
     """pw0 (pktway ip) on A1 and B2: IP across the PacketWay router."""
     from .runtime.control import request
 
-    print("
-IP over PacketWay: pw0 (pktway ip, a TUN) on A1 10.77.0.1 and B2 10.77.0.2")
+    print("\nIP over PacketWay: pw0 (pktway ip, a TUN) on A1 10.77.0.1 and B2 10.77.0.2")
     for fab, i, me, peer, router, ip, peer_ip in ((fa, 1, 0x40, 0x60, ula_a[2], "10.77.0.1", "10.77.0.2"),
                                                    (fb, 2, 0x60, 0x40, ula_b[0], "10.77.0.2", "10.77.0.1")):
         fab.spawn("pw0", i, str(BIN / "pktway"), "ip", "--ulp", fab.ulp_path(i), "--addr", hex(me), "--router", router,
