@@ -131,8 +131,11 @@ def _ip_over_packetway(fa: Fabric, fb: Fabric, ula_a: list[str], ula_b: list[str
         fab.ns_exec(i, "ip", "link", "set", "pw0", "up")
     st = poll(lambda: (s := request(str(fa.tmp / "pw0.sock"), {"cmd": "status"}))["mtu"] != 1500 and s, 10,
               what="pw0's MTU from the route")
-    print(f"  route A1 (0x40) -> half 0x50 on fabric A -> twin 0x51 -> B2 (0x60) on fabric B; "
-          f"MinMTU 1024 words: pw0 MTU {st['mtu']}")
+    half_a = request(str(fa.tmp / "rab.sock"), {"cmd": "routes"})["halves"][0]
+    rt = next(rt for rt in half_a["rts"] if any(n["addr"] == 0x60 for n in rt["nodes"]))
+    hops = " -> ".join(f"half {a:#x}" for a in rt["rcvf"])
+    print(f"  route A1 (0x40) -> {hops} -> B2 (0x60), RCVF of half 0x50's RT for SAN {rt['san_id']:#x}; "
+          f"MinMTU {rt['min_mtu']} words: pw0 MTU {st['mtu']} (GVL2 {st['route_mtu']})")
     r = fa.ns_exec(1, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2", check=False)
     tail = [line for line in r.stdout.splitlines() if "rtt" in line or "received" in line]
     print("  ping A1 -> 10.77.0.2: " + ("; ".join(tail) if tail else r.stderr.strip()))
