@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from daemons.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
