@@ -275,6 +275,12 @@ class IpNode:
         recs = self._records(pkt)
         if recs is None:
             return []
+        if pkt.te == RrpTE.TELL and pkt.dt == self.addr and 1 <= pkt.sa < ADDR_HEY_YOU:
+            # level C: a query about me (by my address or name) by L3, answered the way it came
+            fits = recs in ([Addr(self.addr)], [Name(self.name)] if self.name else None)
+            c["tell_answered"] += 1
+            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name) if fits
+                     else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs), route)]
         if pkt.te == RrpTE.INFO:
             return self._info(recs)
         if pkt.te == RrpTE.L2SR and recs and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:

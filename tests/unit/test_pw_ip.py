@@ -196,6 +196,14 @@ def test_wru_answered_to_whoever_asked():
     assert route == b"asker" and M.records(info)[:2] == [Addr(ME), Name(A4.encode())]
 
 
+def test_tell_about_me_answered():
+    n = node()
+    ((_, info, route),) = n.from_pw(M.rrp(RrpTE.TELL, ME, OTHER, [Name(A4.encode())]), b"back")
+    assert route == b"back" and info.dt == OTHER and info.te == RrpTE.INFO and M.records(info)[0] == Addr(ME)
+    ((_, unk, _),) = n.from_pw(M.rrp(RrpTE.TELL, ME, OTHER, [Addr(0x77)]), b"back")
+    assert unk.pt == PT.ERR and unk.te == ErrTE.UNK
+
+
 @settings(max_examples=300)
 @given(st.binary(max_size=600))
 def test_hostile_san_bytes_never_raise(data):
