@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from .netns import BIN, Fabric, SwitchedFabric, poll
+from .netns import BIN, Fabric, SwitchedFabric, iperf3_run, poll
 from .ulpclient import UlpClient
 from .wire.ula import parse_ula
 from .wire.ulp import Op
@@ -115,6 +115,35 @@ def _packetway(fa: Fabric) -> None:
             rts = "; ".join(f"SAN {rt['san_id']:#x} via RCVF {','.join(hex(x) for x in rt['rcvf'])} "
                             f"(Q {rt['csr_q']}, MinMTU {rt['min_mtu']})" for rt in h["rts"])
             print(f"  half {h['addr']:#x}: {rts}")
+        _ip_over_packetway(fa, fb, ula_a, ula_b)
+
+
+def _ip_over_packetway(fa: Fabric, fb: Fabric, ula_a: list[str], ula_b: list[str]) -> None:
+    """pw0 (pktway ip) on A1 and B2: IP across the PacketWay router."""
+    from .runtime.control import request
+
+    print("\nIP over PacketWay: pw0 (pktway ip, a TUN) on A1 10.77.0.1 and B2 10.77.0.2")
+    for fab, i, me, peer, router, ip, peer_ip in ((fa, 1, 0x40, 0x60, ula_a[2], "10.77.0.1", "10.77.0.2"),
+                                                   (fb, 2, 0x60, 0x40, ula_b[0], "10.77.0.2", "10.77.0.1")):
+        fab.spawn("pw0", i, str(BIN / "pktway"), "ip", "--ulp", fab.ulp_path(i), "--addr", hex(me), "--router", router,
+                  "--name", ip, "--peer", f"{peer_ip}={peer:#x}", "--control", str(fab.tmp / "pw0.sock"))
+        poll(lambda: fab.ns_exec(i, "ip", "link", "show", "pw0", check=False).returncode == 0, 10, what="pw0")
+        fab.ns_exec(i, "ip", "addr", "add", f"{ip}/24", "dev", "pw0")
+        fab.ns_exec(i, "ip", "link", "set", "pw0", "up")
+    st = poll(lambda: (s := request(str(fa.tmp / "pw0.sock"), {"cmd": "status"}))["mtu"] != 1500 and s, 10,
+              what="pw0's MTU from the route")
+    half_a = request(str(fa.tmp / "rab.sock"), {"cmd": "routes"})["halves"][0]
+    rt = next(rt for rt in half_a["rts"] if any(n["addr"] == 0x60 for n in rt["nodes"]))
+    hops = " -> ".join(f"half {a:#x}" for a in rt["rcvf"])
+    print(f"  route A1 (0x40) -> {hops} -> B2 (0x60), RCVF of half 0x50's RT for SAN {rt['san_id']:#x}; "
+          f"MinMTU {rt['min_mtu']} words: pw0 MTU {st['mtu']} (GVL2 {st['route_mtu']})")
+    r = fa.ns_exec(1, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2", check=False)
+    tail = [line for line in r.stdout.splitlines() if "rtt" in line or "received" in line]
+    print("  ping A1 -> 10.77.0.2: " + ("; ".join(tail) if tail else r.stderr.strip()))
+    if shutil.which("iperf3"):
+        gbps = iperf3_run(lambda *a: fa.ns_exec(1, *a, check=False, timeout=60), ["ip", "netns", "exec", fb.host_ns[1]],
+                          "10.77.0.2", "-t", "2")
+        print(f"  iperf3 TCP A1 -> B2 across the router, 2 s: {gbps:.2f} Gbit/s")
 
 
 def main() -> int:

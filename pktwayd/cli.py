@@ -81,8 +81,17 @@ def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | N
         sys.exit(71)
 
 
+def _capability(text: str) -> tuple[int, bytes]:
+    """CC[:p1,p2,...] -> (CC, params)."""
+    cc, _, params = text.partition(":")
+    try:
+        return _int(cc), bytes(_int(x) for x in params.split(",") if x)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: parameters are bytes 0..255", param_hint="--capability") from None
+
+
 def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: str, dialect: str,
-          name: str | None = None, servernet: str | None = None):
+          name: str | None = None, servernet: str | None = None, caps=(), groups=()):
     from daemons.io.udp import resolve
 
     from .node import Node
@@ -98,10 +107,11 @@ def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: s
         return _snet_node(servernet, addr, router, dialect, label)
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
-                                                                name=label))
+                                                                name=label, caps=caps, groups=groups))
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
-        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label)
+        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label,
+                    caps=caps, groups=groups)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{san!r}: {exc}; expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT",
                                  param_hint="--san") from None
@@ -187,12 +197,21 @@ def send(ulp, san, ib, servernet, addr, router, dialect, dest, text, l2) -> None
 @click.option("--count", default=1, show_default=True, help="Stop after this many packets (0 = never).")
 @click.option("--timeout", default=10.0, show_default=True, help="Give up after this many quiet seconds.")
 @click.option("--name", help="Announce this node under a name (answers to TELL --name).")
-def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name) -> None:
+@click.option("--capability", "caps", multiple=True, metavar="CC[:p1,...]",
+              help="A capability to announce and answer TELL with (repeatable), e.g. 7:4,8.")
+@click.option("--group", "groups", multiple=True, metavar="ADDR",
+              help="Also listen to this logical address, 0xE00000-0xEFFFFF (repeatable; announced to the router).")
+def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name, caps, groups) -> None:
     """Print packets addressed to this node.
 
     At start the node announces itself (INFO to Hey-You), so the router registers it
-    without configuration; while listening it answers "who are you" (WRU)."""
-    with _node(ulp, san, ib, addr, router, dialect, name, servernet=servernet) as node:
+    without configuration; while listening it answers "who are you" (WRU) and queries
+    about itself (TELL by its address, name or a capability, level C)."""
+    logical = [_int(g) for g in groups]
+    if any(g & 0xF00000 != 0xE00000 for g in logical):
+        raise click.BadParameter("logical addresses are 0xE00000-0xEFFFFF", param_hint="--group")
+    with _node(ulp, san, ib, addr, router, dialect, name, servernet=servernet,
+               caps=[_capability(c) for c in caps], groups=logical) as node:
         node.announce()
         received = 0
         while count == 0 or received < count:
@@ -202,7 +221,8 @@ def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name)
             except TimeoutError:
                 click.echo("pktway: nothing received", err=True)
                 sys.exit(1)
-            click.echo(f"from {pkt.sa:#08x} pt={pkt.pt:#06x} te={pkt.te}: {pkt.data.rstrip(bytes(1))!r}")
+            to = f" to {pkt.dt:#08x}" if pkt.dt != node.addr else ""
+            click.echo(f"from {pkt.sa:#08x}{to} pt={pkt.pt:#06x} te={pkt.te}: {pkt.data.rstrip(bytes(1))!r}")
 
 
 @pktway_main.command()
@@ -229,17 +249,19 @@ def route(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
 @node_options
 @click.option("--name", help="Node name to look for.")
 @click.option("--capability", help="CC[:p1,p2,...], e.g. 7:8 = floating-point DSP with 64-bit IEEE words.")
-def find(ulp, san, ib, servernet, addr, router, dialect, name, capability) -> None:
-    """Find nodes by name or capability (TELL -> INFO)."""
-    if (name is None) == (capability is None):
-        raise click.UsageError("give exactly one of --name and --capability")
-    cap = None
-    if capability is not None:
-        cc, _, params = capability.partition(":")
-        cap = (_int(cc), bytes(_int(x) for x in params.split(",") if x))
+@click.option("--address", help="A node's PacketWay address to look up.")
+@click.option("--ask-node", is_flag=True, help="With --address: ask that node itself (TELL by L3), not the router.")
+def find(ulp, san, ib, servernet, addr, router, dialect, name, capability, address, ask_node) -> None:
+    """Find nodes by name, capability or address (TELL -> INFO)."""
+    if sum(x is not None for x in (name, capability, address)) != 1:
+        raise click.UsageError("give exactly one of --name, --capability and --address")
+    if ask_node and address is None:
+        raise click.UsageError("--ask-node asks the node at --address")
+    cap = _capability(capability) if capability is not None else None
     with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
         try:
-            found = node.find(name=name.encode() if name else None, capability=cap)
+            found = node.find(name=name.encode() if name else None, capability=cap,
+                              address=_int(address) if address is not None else None, ask_node=ask_node)
         except TimeoutError:
             click.echo("pktway: no answer", err=True)
             sys.exit(1)
@@ -249,6 +271,22 @@ def find(ulp, san, ib, servernet, addr, router, dialect, name, capability) -> No
     for n in found:
         caps = " ".join(f"CC{cc}{params}" for cc, params in n["caps"])
         click.echo(f"{n['addr']:#08x}  {n['name'] or '-':<12} {caps}")
+
+
+@pktway_main.command()
+@node_options
+@click.argument("dest")
+def hrto(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
+    """Which half-router should I use for DEST (HRTO -> RDRC)."""
+    from .node import PktwayError
+
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        try:
+            via = node.which_router(_int(dest))
+        except (PktwayError, TimeoutError) as exc:
+            click.echo(f"pktway: {exc}", err=True)
+            sys.exit(1)
+    click.echo(f"{_int(dest):#08x} is on this SAN" if via == _int(dest) else f"use half-router {via:#08x}")
 
 
 @pktway_main.command()
@@ -269,3 +307,82 @@ def routes(control, as_json) -> None:
             rcvf = ",".join(f"{a:#x}" for a in rt["rcvf"])
             click.echo(f"  SAN {rt['san_id']:#08x}  Q={rt['csr_q']:<3} MinMTU={rt['min_mtu']:<6} RCVF={rcvf:<24} "
                        f"nodes={','.join(hex(n['addr']) for n in rt['nodes'])}")
+
+
+def _peer(text: str):
+    import ipaddress
+
+    ip, sep, addr = text.rpartition("=")
+    try:
+        if not sep:
+            raise ValueError("no '='")
+        a = int(addr, 0)
+        if not 1 <= a <= 0x7FFFFD:
+            raise ValueError(f"{addr} is not a node address (0x1..0x7ffffd)")
+        return ipaddress.ip_address(ip), a
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: {exc}; expected IP=ADDRESS, e.g. 10.77.0.2=0x60",
+                                 param_hint="--peer") from None
+
+
+@pktway_main.command("ip")
+@node_options
+@click.option("--dev", default="pw0", show_default=True, help="The TUN interface to create (gone when this stops).")
+@click.option("--peer", "peers", multiple=True, metavar="IP=ADDR",
+              help="An IP host's PacketWay address (repeatable); others are asked of the router (TELL by name).")
+@click.option("--name", help="The name announced to the router: this host's IP address as text, so that "
+                             "other pw0 nodes find it without --peer.")
+@click.option("--mtu", type=click.IntRange(68, 65535), help="Fix pw0's MTU (default: follow the MinMTU of "
+                                                            "the routes to the --peer hosts).")
+@click.option("--control", help="A control socket answering {\"cmd\": \"status\"} (counters, resolution, MTUs).")
+def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, control) -> None:
+    """IP over PacketWay: a pw0 TUN interface on this node.
+
+    Every IPv4/IPv6 packet routed to pw0 travels as one L3 PacketWay packet (PT = its
+    EtherType, 0x0800 or 0x86DD) through the half-router; nothing is fragmented: pw0's MTU
+    follows the routes' MinMTU, and a packet too big for a route that shrank comes back to
+    the sender as ICMP "fragmentation needed" / "packet too big".  Runs until stopped.
+
+    \b
+    Example (host A, GSN fabric; host B at 0x60 behind the router):
+      pktway ip --ulp /run/gsnd/gsn0.ulp --addr 0x40 --router 02:00:00:00:00:03 \\
+                --name 10.77.0.1 --peer 10.77.0.2=0x60 &
+      ip addr add 10.77.0.1/24 dev pw0 && ip link set pw0 up && ping 10.77.0.2
+    """
+    import trio
+
+    from daemons.io.udp import resolve
+
+    from .ipdriver import PwIp
+    from .ipnode import IpNode
+    from .udpsan import AsyncSanPort, native
+
+    if ib is not None or servernet is not None:
+        raise click.UsageError("pw0 runs on a GSN fabric (--ulp) or a datagram SAN (--san); --ib and --servernet "
+                               "nodes carry PacketWay but not pw0 yet")
+    if (ulp is None) == (san is None):
+        raise click.UsageError("give --ulp (a GSN fabric) or --san (an emulated SAN), not both")
+    table = dict(_peer(p) for p in peers)
+    core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu)
+    try:
+        if ulp is not None:
+            driver = PwIp(core, dev=dev, router_route=parse_ula(router), dialect=dialect, ulp=ulp, control=control)
+        else:
+            parts = san.split(",")
+            if len(parts) != 3:
+                raise ValueError("expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT")
+            port = AsyncSanPort(resolve(parts[0]), resolve(parts[1]))
+            driver = PwIp(core, dev=dev, router_route=native(_int(router)), dialect=dialect, san_port=port,
+                          own_route=native(_int(parts[2])), control=control)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--san/--router") from None
+    except OSError as exc:
+        click.echo(f"pktway: {san}: {exc.strerror or exc}", err=True)
+        sys.exit(71)
+    try:
+        trio.run(driver.run)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        click.echo(f"pktway: {dev}: {exc.strerror or exc}", err=True)
+        sys.exit(71)

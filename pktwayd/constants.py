@@ -64,3 +64,19 @@ MW_VERSION = 5
 MW_L2RH_LIMIT = 0x0040  # a first 16-bit value below this is an L2RH
 MW_LOGICAL = 0x8000
 MW_HEY_YOU, MW_BROADCAST = 0xFFFE, 0xFFFF
+
+# IP over PacketWay (the pw0 interface, pktway ip)
+PT_IPV4, PT_IPV6 = 0x0800, 0x86DD  # PT reuses the EtherType for layered protocols [M:L90-91]
+IP_HEADER_WORDS = 3  # an L3 EEP packet around an IP packet: header (2 words) + TAIL (1)
+ICMP_HOP_LIMIT = 64  # TTL / hop limit of the ICMP errors pw0 hands to its own stack (PC)
+IP_NEIGHBOURS_MAX = 1024  # IP -> PacketWay address entries kept (configured ones not counted) (PC)
+IP_PENDING_DESTS = 64  # destinations waiting for a TELL answer at once (PC)
+IP_PENDING_PACKETS = 8  # IP packets held per such destination (PC)
+IP_RESOLVE_RETRY_S = 1.0  # TELL again after this long without an answer ... (PC)
+IP_RESOLVE_TRIES = 3  # ... this many times, then the destination is unknown ... (PC)
+IP_NEGATIVE_S = 5.0  # ... for this long: its packets are dropped, counted (PC)
+IP_LEARNED_S = 300.0  # a learned IP -> PacketWay address is asked again after this long (PC)
+IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
+IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
+IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
+MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer must fit the SANs' MTUs) (PC)

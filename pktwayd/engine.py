@@ -20,10 +20,10 @@ from dataclasses import replace
 from daemons.wire.errors import DecodeError
 
 from . import messages as M
-from .constants import (ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S, REGATHER_S, PT,
-                        ErrTE, RrpTE)
+from .constants import (ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S,
+                        LOGICAL_BASE, LOGICAL_MASK, REGATHER_S, PT, ErrTE, RrpTE)
 from .eep import L2RH, Packet, Symbol, decode, ei_update
-from .routing import HalfRouter, NodeEntry, records_to_rt, rt_to_records
+from .routing import HalfRouter, NodeEntry, logical_only, records_to_rt, rt_to_records
 
 
 class Engine:
@@ -177,6 +177,8 @@ class Engine:
         d = pkt.dt
         if d in (self.me, ADDR_HEY_YOU):
             return self._local(pkt)
+        if d == ADDR_BROADCAST or d & LOGICAL_MASK == LOGICAL_BASE:
+            return self._group(pkt)
         hop = self._first_hop(d)
         if hop is None or (from_twin and hop[0] == "twin"):
             self.counters["l3_unknown_destination"] += 1
@@ -198,6 +200,34 @@ class Engine:
             out.append(("san", pkt.sa, M.rdrc(pkt.sa, self.me, d, where)))  # forward and redirect
         return out
 
+    # --- logical (group) and broadcast destinations (PC, spec §1.2) ------------------------------
+    def _group(self, pkt: Packet) -> list:
+        """Deliver to every member: a node listens to the logical addresses it announced (LADR
+        in its INFO, carried in the RTs); broadcast reaches every node but routers.  The HR
+        that gets the packet from its source makes one copy per member: natively to those of
+        its SAN, and along the best L2 source route (CSR ++ SR, as GVL2 would plan it) to
+        the others, so the routers on the way only L2-forward: no loop, no duplicate."""
+        members = sorted({n.addr for rt in self.hr.rts.values() for n in rt.nodes
+                          if not n.router and n.addr not in (pkt.sa, self.me)
+                          and (pkt.dt == ADDR_BROADCAST or pkt.dt in n.groups)})
+        out = []
+        for m in members:
+            if self._on_my_san(m):
+                out.append(("san", m, pkt))
+                continue
+            routes = self.hr.routes(m)
+            if not routes:
+                continue
+            _q, sr, _mtu, rt = routes[0]
+            if rt.rcvf[1] == self.hr.twin:
+                out.append(("twin", None, replace(pkt, prefix=tuple(sr))))
+            elif sr:
+                out.append(("route", sr[0].route, replace(pkt, prefix=tuple(sr[1:]))))
+        self.counters["group_copies"] += len(out)
+        if not out:
+            self.counters["group_no_members"] += 1
+        return out
+
     # --- my own RRP engine ------------------------------------------------------------------
     def _local(self, pkt: Packet) -> list:
         if pkt.options:  # only optional ones are left unknown here: drop those fields (§1.8)
@@ -209,6 +239,17 @@ class Engine:
             if pkt.te in (ErrTE.HRDOWN, ErrTE.LINKDOWN):
                 return self._withdraw(pkt)
             return []
+        if pkt.pt == PT.EMBEDDED:  # L3 to me, then on from here as if it came off my SAN
+            try:
+                inner = decode(pkt.data)
+            except DecodeError as exc:
+                self.counters[f"embedded_bad_{exc.field}"] += 1
+                return self._general(pkt)
+            if inner.pt == PT.EMBEDDED and not inner.prefix and inner.dt in (self.me, ADDR_HEY_YOU):
+                self.counters["embedded_nested_dropped"] += 1  # one level: no recursion on hostile input
+                return []
+            self.counters["embedded_unwrapped"] += 1
+            return self._from_san(inner, False, None)
         if pkt.pt != PT.RRP:
             self.counters["local_data"] += 1
             return [("local", None, pkt)]
@@ -413,7 +454,7 @@ class Engine:
         return []
 
     def _register(self, pkt: Packet, src_route: bytes) -> list:
-        from .rrp import Addr, Capa, Name
+        from .rrp import Addr, Capa, Ladr, Name
 
         try:
             recs = M.records(pkt)
@@ -426,9 +467,11 @@ class Engine:
             return []
         name = next((r.name for r in recs if isinstance(r, Name)), None)
         caps = tuple((r.cc, r.params) for r in recs if isinstance(r, Capa) and r.cc != 2)
+        groups = logical_only(a for r in recs if isinstance(r, Ladr) for a in r.addrs)
         router = any(isinstance(r, Capa) and r.cc == 2 for r in recs)
         old = self.static.get(pkt.sa)
-        entry = NodeEntry(pkt.sa, (L2RH(src_route),), old.q if old else 1, router, name or (old.name if old else None), caps)
+        entry = NodeEntry(pkt.sa, (L2RH(src_route),), old.q if old else 1, router, name or (old.name if old else None), caps,
+                          groups)
         if self.registered.get(pkt.sa) == entry:
             return []
         for other in [a for a, n in self.registered.items() if n.sr == entry.sr and a != pkt.sa]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .constants import PT, ErrTE, RrpTE
 from .eep import Packet
-from .rrp import Addr, Capa, Mtur, Name, Srqr, decode_records, encode_records
+from .rrp import Addr, Capa, Ladr, Mtur, Name, Srqr, decode_records, encode_records
 
 __all__ = ["Addr", "rrp", "err", "gvl2", "hrto", "rdrc", "l2sr", "info", "unk", "records"]
 
@@ -36,8 +36,9 @@ def l2sr(dt: int, sa: int, d: int, routes) -> Packet:
     return rrp(RrpTE.L2SR, dt, sa, [Addr(d)] + [Srqr(q, tuple(sr), Mtur(mtu)) for q, sr, mtu in routes])
 
 
-def info(dt: int, sa: int, addr: int, name: bytes | None = None, caps=()) -> Packet:
+def info(dt: int, sa: int, addr: int, name: bytes | None = None, caps=(), groups=()) -> Packet:
     recs = [Addr(addr)] + ([Name(name)] if name else []) + [Capa(cc, params) for cc, params in caps]
+    recs += [Ladr(tuple(groups))] if groups else []
     return rrp(RrpTE.INFO, dt, sa, recs)
 
 

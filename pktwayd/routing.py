@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .constants import LOGICAL_BASE, LOGICAL_MASK
 from .eep import L2RH
 
 Q_MAX = 0xFFFF
@@ -28,6 +29,7 @@ class NodeEntry:
     router: bool = False  # CAPA CC=2: an HR, a buddy of the LRT's owner
     name: bytes | None = None
     caps: tuple = ()  # (CC, params) other than the router capability
+    groups: tuple = ()  # logical (group) addresses the node listens to (LADR)
 
 
 @dataclass(frozen=True)
@@ -195,12 +197,15 @@ def lrt_route(port: int) -> tuple[L2RH, ...]:
     return (L2RH(bytes((port, 0x03, 0x00))),)
 
 
+def logical_only(addrs) -> tuple:
+    """The logical (group) addresses among ``addrs``, sorted, each once."""
+    return tuple(sorted({a for a in addrs if a & LOGICAL_MASK == LOGICAL_BASE}))
+
+
 # --- routing tables as RRP records (RTBL body, spec §2.2) ------------------------------------
 def rt_to_records(rt: RT):
     """RTHD, SRQR(CSR, Q) + MTUR(MinMTU), RCVF, then per node ADDR [CAPA 2] SRQR(SR, Q)."""
-    from .rrp import Addr, Capa, Mtur, Rcvf, Rthd, Srqr
-
-    from .rrp import Name
+    from .rrp import Addr, Capa, Ladr, Mtur, Name, Rcvf, Rthd, Srqr
 
     recs = [Srqr(rt.q, rt.csr, Mtur(rt.min_mtu)), Rcvf(rt.rcvf)]
     for n in rt.nodes:
@@ -210,13 +215,15 @@ def rt_to_records(rt: RT):
         if n.router:
             recs.append(Capa(2, rt.san_id.to_bytes(3, "big")))
         recs.extend(Capa(cc, params) for cc, params in n.caps)
+        if n.groups:
+            recs.append(Ladr(n.groups))
         recs.append(Srqr(n.q, n.sr))
     return Rthd(rt.san_id, rt.sn, tuple(recs))
 
 
 def records_to_rt(rthd) -> RT:
     """The inverse; raises ValueError on a body that is not a routing table."""
-    from .rrp import Addr, Capa, Name, Rcvf, Srqr
+    from .rrp import Addr, Capa, Ladr, Name, Rcvf, Srqr
 
     recs = list(rthd.records)
     if len(recs) < 2 or not isinstance(recs[0], Srqr) or not isinstance(recs[1], Rcvf) or not recs[1].addrs:
@@ -226,7 +233,7 @@ def records_to_rt(rthd) -> RT:
     while i < len(recs):
         if not isinstance(recs[i], Addr):
             raise ValueError(f"node entry {len(nodes)} does not start with ADDR")
-        addr, router, name, caps, i = recs[i].addr, False, None, [], i + 1
+        addr, router, name, caps, groups, i = recs[i].addr, False, None, [], (), i + 1
         while i < len(recs) and not isinstance(recs[i], (Srqr, Addr)):
             r = recs[i]
             if isinstance(r, Capa) and r.cc == 2:
@@ -235,10 +242,12 @@ def records_to_rt(rthd) -> RT:
                 caps.append((r.cc, r.params))
             elif isinstance(r, Name):
                 name = r.name
+            elif isinstance(r, Ladr):
+                groups = logical_only(r.addrs)
             i += 1
         if i >= len(recs) or not isinstance(recs[i], Srqr):
             raise ValueError(f"node {addr:#x} has no SRQR")
-        nodes.append(NodeEntry(addr, tuple(recs[i].route), recs[i].q, router, name, tuple(caps)))
+        nodes.append(NodeEntry(addr, tuple(recs[i].route), recs[i].q, router, name, tuple(caps), groups))
         i += 1
     return RT(rthd.san_id, rthd.sn, tuple(rcvf.addrs), tuple(csr.route), csr.q,
               csr.mtu.mtu_words if csr.mtu else 0, tuple(nodes))

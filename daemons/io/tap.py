@@ -18,6 +18,7 @@ from pyroute2 import IPRoute
 TUNSETIFF = 0x400454CA
 TUNSETCARRIER = 0x400454E2
 TUNSETPERSIST = 0x400454CB
+IFF_TUN = 0x0001
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 READ_BYTES = 65536 + 64
@@ -71,14 +72,15 @@ def explain_tunsetiff(exc: OSError, name: str) -> OSError:
 
 
 class Tap:
-    def __init__(self, name: str, persist: bool = True, device: str = TUN_DEVICE) -> None:
+    def __init__(self, name: str, persist: bool = True, device: str = TUN_DEVICE, *, tun: bool = False) -> None:
+        """``tun``: a TUN device instead (IP packets, no link layer), e.g. PacketWay's pw0."""
         self.name = name
         try:
             self.fd = os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise explain_open(exc, device) from None
         try:
-            fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+            fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), (IFF_TUN if tun else IFF_TAP) | IFF_NO_PI))
         except OSError as exc:
             os.close(self.fd)
             raise explain_tunsetiff(exc, name) from None

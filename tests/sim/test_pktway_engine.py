@@ -302,3 +302,16 @@ def replace_prefix(pkt, prefix):
     from dataclasses import replace
 
     return replace(pkt, prefix=prefix)
+
+
+def test_embedded_packet_to_a_router_goes_on_from_there():
+    from pktwayd.special import embed
+
+    e = engines()
+    inner = Packet(dt=H2, sa=H0, pt=PT.USER, data=b"x", prefix=(L2RH(bytes([0, 3, 0])),))
+    where, _, p = only(e[RAB].from_san(embed(inner, RAB, H0)))
+    assert where == "twin" and p.prefix == inner.prefix and e[RAB].counters["embedded_unwrapped"] == 1
+    nested = embed(embed(inner, RAB, H0), RAB, H0)
+    assert e[RAB].from_san(nested) == [] and e[RAB].counters["embedded_nested_dropped"] == 1
+    (_, to, err), = e[RAB].from_san(Packet(dt=RAB, sa=H0, pt=PT.EMBEDDED, data=bytes(8)))
+    assert to == H0 and err.pt == PT.ERR and err.te == ErrTE.GENERAL

@@ -119,3 +119,64 @@ def test_wru_from_a_prefix_coded_source_is_counted_not_answered():
     n = node(Packet(dt=ADDR_HEY_YOU, sa=0x800001, pt=PT.RRP, te=RrpTE.WRU).encode())
     n.poll()
     assert n.ulp.sent == [] and n.counters["wru_bad_source"] == 1
+
+
+def test_level_c_node_answers_tell_about_itself():
+    from pktwayd.rrp import Capa, Name
+
+    tells = [M.rrp(RrpTE.TELL, ME, FAR, recs).encode() for recs in
+             ([Addr(ME)], [Name(b"Super")], [Capa(7, bytes([8]))], [Capa(9)], [Addr(ME), Name(b"x")])]
+    n = Node(ScriptedPort([frame(t) for t in tells]), ME, ROUTER_ULA, name=b"Super", caps=[(7, bytes([4, 8])), (42, b"")])
+    n.poll()
+    answers = [p for _, p in n.ulp.sent]
+    assert all(p.dt == FAR and p.sa == ME for p in answers) and len(answers) == 4
+    assert [p.te for p in answers[:3]] == [RrpTE.INFO] * 3
+    assert M.records(answers[0]) == [Addr(ME), Name(b"Super"), Capa(7, bytes([4, 8])), Capa(42, b"")]
+    assert answers[3].pt == PT.ERR and answers[3].te == ErrTE.UNK  # no printer here
+    assert n.counters["tell_malformed"] == 1
+
+
+def test_which_router_hrto():
+    n = node(M.rdrc(ME, ROUTER, FAR, 0x5A).encode())
+    assert n.which_router(FAR) == 0x5A
+    sent = n.ulp.sent[0][1]
+    assert sent.te == RrpTE.HRTO and M.records(sent) == [Addr(FAR)]
+    with pytest.raises(PktwayError):
+        node(M.unk(ME, ROUTER, FAR).encode()).which_router(FAR)
+
+
+def test_memory_board_write_read_and_refusals():
+    from pktwayd.special import read_body, write_body
+
+    frames = [Packet(dt=ME, sa=FAR, pt=PT.MEMORY_WRITE, data=write_body(16, b"hello")).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_READ, data=read_body(14, 9)).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_WRITE, data=write_body(60, b"too far")).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_READ, data=read_body(0, 1 << 20)).encode(),
+              Packet(dt=ME, sa=FAR, pt=PT.MEMORY_READ, data=b"short").encode()]
+    n = Node(ScriptedPort([frame(f) for f in frames]), ME, ROUTER_ULA, memory=64)
+    n.poll()
+    assert bytes(n.memory.mem[16:21]) == b"hello"
+    ((_, answer),) = n.ulp.sent
+    assert answer.pt == PT.MEMORY_WRITE and answer.dt == FAR and answer.data == (14).to_bytes(8, "big") + b"\0\0hello\0\0"
+    assert n.memory.counters == {"writes": 1, "reads": 1, "write_out_of_range": 1, "read_out_of_range": 1,
+                                 "malformed_READ": 1}
+
+
+def test_read_memory_waits_for_the_answering_write():
+    from pktwayd.special import write_body
+
+    n = node(Packet(dt=ME, sa=FAR, pt=PT.MEMORY_WRITE, data=write_body(8, b"abc")).encode())
+    assert n.read_memory(FAR, 8, 3) == b"abc"
+    assert n.ulp.sent[0][1].pt == PT.MEMORY_READ and n.memory is None
+
+
+def test_embedded_packet_is_sent_on_along_its_l2rh():
+    from pktwayd.eep import L2RH
+    from pktwayd.special import embed
+
+    inner = Packet(dt=FAR, sa=ME, pt=PT.USER, data=b"onward", prefix=(L2RH(bytes([7, 3, 0])), L2RH(bytes([2, 3, 0]))))
+    n = node(embed(inner, ME, FAR).encode(), Packet(dt=ME, sa=FAR, pt=PT.EMBEDDED, data=bytes(16)).encode())
+    n.poll()
+    ((route, sent),) = n.ulp.sent
+    assert route == bytes([7, 3, 0]) and sent.prefix == (L2RH(bytes([2, 3, 0])),) and sent.data == b"onward"
+    assert n.counters["embedded_unwrapped"] == 1 and sum(v for k, v in n.counters.items() if "embedded_bad" in k) == 1

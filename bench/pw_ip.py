@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""IP over PacketWay against IP over GSN, measured in one run (root needed).
+
+    sudo .venv/bin/python bench/pw_ip.py [--seconds 5] [--mtu-words 8192]
+
+Cases:
+  (p2p)    gsnd <-> gsnd over one cable, gsn0 (bench/ip_over_gsn.py case a) — the anchor
+  (routed) host on GSN fabric A -> pktwayd (two half-routers) -> host on GSN fabric B, over
+           pw0 (pktway ip) on both hosts; every fabric is gsnd - gsn-switch - gsnd
+For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 20); prints the
+ratio routed/p2p (issue 16 target: >= 0.7 once the compiled data plane lands) and `uptime`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from daemons.netns import BIN, Fabric, poll  # noqa: E402
+from daemons.runtime.control import request  # noqa: E402
+from ip_over_gsn import case_a, measure  # noqa: E402
+
+H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
+
+
+def routed(seconds: float, mtu_words: int) -> dict:
+    with Fabric(2, prefix="pwba") as fa, Fabric(2, prefix="pwbb") as fb:
+        ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
+        cfg, ctl = fa.tmp / "pktwayd.toml", fa.tmp / "pktwayd.sock"
+        halves = ((R_A, 0x100, fa, H_A, ula_a[0]), (R_B, 0x101, fb, H_B, ula_b[0]))
+        cfg.write_text(f'[router]\nname = "bench"\ncontrol = "{ctl}"\nlog_level = "warning"\n' + "".join(
+            f'[[half]]\naddr = {a}\nsan_id = {s}\nmtu = {mtu_words}\nulp = "{f.ulp_path(2)}"\n'
+            f'[[half.node]]\naddr = {n}\nula = "{u}"\n' for a, s, f, n, u in halves))
+        fa.spawn("pktwayd", 2, str(BIN / "pktwayd"), "-c", str(cfg))
+        poll(lambda: ctl.exists() and all(h["ulp_connected"] and len(h["rts"]) == 2
+                                          for h in request(str(ctl), {"cmd": "routes"})["halves"]), 15,
+             what="pktwayd up")
+        for fab, me, peer, ula, ip, peer_ip in ((fa, H_A, H_B, ula_a[1], "10.77.0.1", "10.77.0.2"),
+                                                 (fb, H_B, H_A, ula_b[1], "10.77.0.2", "10.77.0.1")):
+            fab.spawn("pw0", 1, str(BIN / "pktway"), "ip", "--ulp", fab.ulp_path(1), "--addr", hex(me), "--router", ula,
+                      "--peer", f"{peer_ip}={peer:#x}", "--control", str(fab.tmp / "pw0.sock"))
+            poll(lambda: fab.ns_exec(1, "ip", "link", "show", "pw0", check=False).returncode == 0, 10, what="pw0")
+            fab.ns_exec(1, "ip", "addr", "add", f"{ip}/24", "dev", "pw0")
+            fab.ns_exec(1, "ip", "link", "set", "pw0", "up")
+        poll(lambda: request(str(fa.tmp / "pw0.sock"), {"cmd": "status"})["mtu"] != 1500, 10, what="pw0 MTU")
+        mtu = request(str(fa.tmp / "pw0.sock"), {"cmd": "status"})["mtu"]
+
+        def run(i, *argv):
+            return (fa if i == 1 else fb).ns_exec(1, *argv, check=False, timeout=300)
+
+        poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "10.77.0.2").returncode == 0, 15, what="pw0 ping")
+        out = measure(run, ["ip", "netns", "exec", fb.host_ns[0]], "10.77.0.2", seconds)
+        out["pw0_mtu"] = mtu
+        out["router_counters"] = {k: v for h in request(str(ctl), {"cmd": "routes"})["halves"]
+                                  for k, v in h["counters"].items() if "drop" in k or "over_mtu" in k}
+        return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--mtu-words", type=int, default=8192, help="both SANs' MTU in 8-byte words (pw0 MTU = 8*this - 24)")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("pw_ip: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    res = {"p2p": case_a(args.seconds), "routed": routed(args.seconds, args.mtu_words)}
+    print(f"{'case':<8} {'tcp1 Gbit/s':>12} {'tcp4 Gbit/s':>12} {'rtt ms':>8}")
+    for name, r in res.items():
+        print(f"{name:<8} {r['tcp1']:>12.3f} {r['tcp4']:>12.3f} {r['rtt_ms']:>8.3f}")
+    p2p, rt = res["p2p"], res["routed"]
+    print(f"routed/p2p: tcp1 {rt['tcp1'] / p2p['tcp1']:.3f}x  tcp4 {rt['tcp4'] / p2p['tcp4']:.3f}x  "
+          f"(pw0 MTU {rt['pw0_mtu']})")
+    print("router drops:", json.dumps(rt["router_counters"]))
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

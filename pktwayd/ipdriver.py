@@ -1,0 +1,128 @@
+"""``pktway ip``'s trio driver: the pw0 TUN device on one side, the node's port on
+its SAN on the other (gsnd's ULP socket on a GSN fabric, or a port of an emulated
+SAN), the sans-IO :class:`~pktwayd.ipnode.IpNode` in between.  pw0 is created when
+the driver starts and vanishes when it stops; address it with ``ip``.
+
+Bounded: pw0 is read in bursts of at most ``TUN_BURST`` packets, and the next burst
+waits until what the last one queued for gsnd is in its socket."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import partial
+
+import structlog
+import trio
+
+from daemons.io.tap import Tap
+from daemons.runtime.control import serve_control
+from daemons.runtime.schema import Schema
+from daemons.ulpclient import ulp_session
+
+from .constants import ETHERTYPE_PKTWAY
+from .ipnode import IpNode
+
+log = structlog.get_logger("pktway.ip")
+TUN_BURST = 64
+CONTROL_SCHEMA = Schema({"status": {}})
+
+
+class PwIp:
+    def __init__(self, core: IpNode, *, dev: str, router_route: bytes, dialect: str = "pw0",
+                 ulp: str | None = None, san_port=None, own_route: bytes | None = None,
+                 control: str | None = None) -> None:
+        self.core = core
+        self.dev = dev
+        self.router_route = router_route
+        self.dialect = dialect
+        self.ulp = ulp
+        self.san_port = san_port  # pktwayd.udpsan.AsyncSanPort
+        self.own_route = own_route
+        self.control = control
+        self.client = san_port
+        self.tun: Tap | None = None
+        self.up = False
+        self.control_counters: Counter[str] = Counter()
+
+    def act(self, actions: list) -> None:
+        c = self.core.counters
+        for action in actions:
+            if action[0] == "tun":
+                self.tun.write(action[1])
+            elif action[0] == "mtu":
+                self.tun.configure(mtu=action[1])
+                log.info("pw0.mtu", dev=self.dev, mtu=action[1])
+            else:
+                _, pkt, route = action
+                if self.client is None:
+                    c["tx_drop_no_port"] += 1
+                    continue
+                try:
+                    raw = pkt.encode(self.dialect)
+                except ValueError:
+                    c["tx_drop_untranslatable"] += 1
+                    continue
+                self.client.send_nowait(route or self.router_route, raw, vc=1, ethertype=ETHERTYPE_PKTWAY)
+
+    def _now(self) -> float:
+        self.core.now = trio.current_time()
+        return self.core.now
+
+    def on_frame(self, frame, now: float) -> None:
+        self.act(self.core.from_pw_bytes(bytes(frame.payload), self.dialect, bytes(frame.ula), now))
+
+    def on_status(self, ula) -> None:
+        up = ula is not None
+        if up and not self.up:  # link (back) up: announce myself, ask the routes' MTUs
+            self._now()
+            self.act(self.core.start())
+        self.up = up
+
+    def set_client(self, client) -> None:
+        self.client = client
+
+    async def _tun_loop(self) -> None:
+        while True:
+            await self.tun.wait_readable()
+            now = self._now()
+            for raw in self.tun.drain(TUN_BURST):
+                self.act(self.core.from_tun(raw, now))
+            if self.client is not None and hasattr(self.client, "flush"):
+                await self.client.flush()
+            await trio.lowlevel.checkpoint()
+
+    async def _timers(self) -> None:
+        while True:
+            await trio.sleep_until(min(self.core.timer(), trio.current_time() + 1.0))
+            self.act(self.core.handle_timer(self._now()))
+
+    async def _status(self, req: dict) -> dict:
+        core = self.core
+        return {"ok": True, "dev": self.dev, "addr": core.addr, "mtu": core.mtu, "up": self.up,
+                "peers": {str(ip): a for ip, a in core.static.items()},
+                "learned": {str(ip): a for ip, (a, _) in core.learned.items()},
+                "route_mtu": {hex(a): m for a, m in core.route_mtu.items()},
+                "counters": dict(core.counters) | dict(self.tun.counters if self.tun else {})
+                | (dict(self.san_port.counters) if self.san_port else {})}
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.tun = Tap(self.dev, persist=False, tun=True)
+        self.tun.configure(mtu=self.core.mtu)
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.control:
+                    await nursery.start(partial(serve_control, self.control, self._status, CONTROL_SCHEMA,
+                                                counters=self.control_counters))
+                nursery.start_soon(self._tun_loop)
+                nursery.start_soon(self._timers)
+                if self.san_port is not None:
+                    self.on_status(self.own_route)
+                    nursery.start_soon(self.san_port.run, self.on_frame)
+                else:
+                    nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
+                                               on_status=self.on_status, on_frame=self.on_frame,
+                                               after_burst=lambda: None))
+                log.info("pw0.started", dev=self.dev, addr=hex(self.core.addr), mtu=self.core.mtu)
+                task_status.started()
+        finally:
+            self.tun.close()

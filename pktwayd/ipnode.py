@@ -1,0 +1,363 @@
+"""IP over PacketWay, sans-IO: the core behind a node's ``pw0`` interface.
+
+An IP packet read from pw0 becomes one L3 EEP packet whose PT is the packet's
+EtherType (0x0800 IPv4, 0x86DD IPv6), sent to the node's half-router; an EEP packet
+of those types addressed to this node is written to pw0.  There is no link layer
+(pw0 is a TUN device): the IP destination is resolved to a PacketWay address from
+the configured peers, else by asking the router (TELL by NAME, the destination's
+address as text; a pw0 node announces that name), learned answers and sources of
+received packets kept for a while.  Nothing is fragmented: pw0's MTU follows the
+MinMTU of the routes to the configured peers (GVL2 -> L2SR), and when a router
+returns a packet as too big for its route (ERR/GENERAL with the packet's copy) the
+node asks for the route's MTU and hands its IP stack an ICMP "fragmentation needed"
+or ICMPv6 "packet too big" for that destination.
+
+Actions returned, for the driver to carry out:
+``("pw", Packet, route)`` send on the SAN (route None: to the half-router),
+``("tun", bytes)`` write to pw0, ``("mtu", n)`` set pw0's MTU.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from daemons.wire.errors import DecodeError
+
+from . import constants as K
+from . import ippacket
+from . import messages as M
+from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from .eep import Packet, decode
+from .rrp import Addr, Name, Srqr
+
+IP_TYPES = (K.PT_IPV4, K.PT_IPV6)
+OVERHEAD = 8 * K.IP_HEADER_WORDS
+PLATEAUS = (65535, 32000, 17914, 8166, 4352, 2002, 1492, 1280, 1006, 508, 296, 68)  # RFC 1191 + IPv6's floor
+
+
+def ip_mtu(words: int) -> int | None:
+    """The largest IP packet an L3 EEP packet of ``words`` (an MTU; 0 = unlimited) holds."""
+    return None if words == 0 else max(0, 8 * words - OVERHEAD)
+
+
+def plateau_below(size: int, v6: bool) -> int:
+    floor = ippacket.IPV6_MIN_MTU if v6 else 68
+    return next((p for p in PLATEAUS if p < size and p >= floor), floor)
+
+
+@dataclass
+class _Pending:
+    packets: deque = field(default_factory=lambda: deque(maxlen=K.IP_PENDING_PACKETS))
+    tries: int = 0
+    next: float = 0.0
+
+
+@dataclass
+class _MtuQuery:
+    until: float
+    copies: deque = field(default_factory=lambda: deque(maxlen=K.IP_TOO_BIG_HELD))
+
+
+class IpNode:
+    def __init__(self, addr: int, *, peers=None, name: bytes | None = None, mtu: int | None = None,
+                 now: float = 0.0) -> None:
+        self.addr = addr
+        self.name = name
+        self.static: dict = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
+        self.learned: dict = {}  # ip -> (PacketWay address, until)
+        self.negative: dict = {}  # ip -> until
+        self.pending: dict = {}  # ip -> _Pending
+        self.route_mtu: dict[int, int] = {}  # PacketWay address -> largest IP packet
+        self.mtu_queries: dict[int, _MtuQuery] = {}
+        self.fixed_mtu = mtu
+        self.mtu = mtu or K.IP_DEFAULT_MTU  # pw0's
+        self.mtu_settled = False
+        self.now = now
+        self.counters: Counter[str] = Counter()
+
+    # --- start and timers -------------------------------------------------------------------------
+    def start(self) -> list:
+        """Announce myself (INFO to Hey-You: the router registers me under my name) and ask
+        the MinMTU of the routes to the configured peers (pw0's MTU follows them)."""
+        out = [("pw", M.info(ADDR_HEY_YOU, self.addr, self.addr, self.name), None)]
+        for a in sorted(set(self.static.values())):
+            out += self._ask_mtu(a)
+        return out
+
+    def timer(self) -> float:
+        times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
+        return min(times, default=self.now + 1.0)
+
+    def handle_timer(self, now: float) -> list:
+        self.now = now
+        out = []
+        for ip, p in list(self.pending.items()):
+            if p.next > now:
+                continue
+            if p.tries >= K.IP_RESOLVE_TRIES:
+                del self.pending[ip]
+                self.negative[ip] = now + K.IP_NEGATIVE_S
+                self.counters["drop_unresolved"] += len(p.packets)
+                continue
+            out += self._tell(ip, p)
+        for a, q in list(self.mtu_queries.items()):
+            if q.until <= now:  # no L2SR: guess from the packets' own sizes
+                self.counters["mtu_query_unanswered"] += 1
+                out += self._mtu_known(a, None)
+        for ip in [ip for ip, until in self.negative.items() if until <= now]:
+            del self.negative[ip]
+        return out
+
+    # --- resolution ---------------------------------------------------------------------------------
+    def resolve(self, ip) -> int | None:
+        if ip in self.static:
+            return self.static[ip]
+        hit = self.learned.get(ip)
+        if hit is not None and hit[1] > self.now:
+            return hit[0]
+        return None
+
+    def _learn(self, ip, addr: int) -> None:
+        if ip in self.static or not 1 <= addr < ADDR_HEY_YOU:
+            return
+        if ip not in self.learned and len(self.learned) >= K.IP_NEIGHBOURS_MAX:
+            oldest = min(self.learned, key=lambda k: self.learned[k][1])
+            del self.learned[oldest]
+            self.counters["neighbour_evicted"] += 1
+        self.learned[ip] = (addr, self.now + K.IP_LEARNED_S)
+
+    def _tell(self, ip, p: _Pending) -> list:
+        p.tries += 1
+        p.next = self.now + K.IP_RESOLVE_RETRY_S
+        self.counters["tell_sent"] += 1
+        return [("pw", M.rrp(RrpTE.TELL, ADDR_HEY_YOU, self.addr, [Name(str(ip).encode())]), None)]
+
+    # --- MTU ------------------------------------------------------------------------------------------
+    def _ask_mtu(self, a: int) -> list:
+        if a in self.mtu_queries:
+            return []
+        if len(self.mtu_queries) >= K.IP_MTU_QUERIES_MAX:
+            self.counters["mtu_query_refused_full"] += 1
+            return []
+        self.mtu_queries[a] = _MtuQuery(self.now + K.IP_RESOLVE_RETRY_S)
+        self.counters["gvl2_sent"] += 1
+        return [("pw", M.gvl2(ADDR_HEY_YOU, self.addr, a), None)]
+
+    def _mtu_known(self, a: int, mtu: int | None) -> list:
+        """The route to ``a`` holds IP packets of ``mtu`` bytes (None: not said); the held
+        too-big copies become ICMP errors to my own stack."""
+        q = self.mtu_queries.pop(a, None)
+        out = []
+        if mtu is not None:
+            self.route_mtu[a] = mtu
+            peers = set(self.static.values())
+            if self.fixed_mtu is None and not self.mtu_settled and peers <= set(self.route_mtu):
+                # bring-up: pw0's MTU is the least MinMTU of the routes to the configured peers;
+                # later shrinks reach the IP stack per destination, as ICMP errors
+                self.mtu_settled = True
+                want = max(68, min(65535, *(self.route_mtu[p] for p in peers)))
+                if want != self.mtu:
+                    self.mtu = want
+                    out.append(("mtu", want))
+        for copy, size in (q.copies if q else ()):
+            limit = self.route_mtu.get(a)
+            if limit is None or limit >= size:  # the router said too big, yet the route says it fits
+                limit = plateau_below(size, copy[0] >> 4 == 6)
+                self.route_mtu[a] = limit
+            out += self._too_big(copy, limit)
+        return out
+
+    def _too_big(self, ip_packet: bytes, mtu: int) -> list:
+        icmp = ippacket.too_big(ip_packet, mtu)
+        if icmp is None:
+            self.counters["too_big_unquotable"] += 1
+            return []
+        self.counters[f"icmp_too_big_v{ip_packet[0] >> 4}"] += 1
+        return [("tun", icmp)]
+
+    # --- from pw0 ----------------------------------------------------------------------------------------
+    def from_tun(self, raw: bytes, now: float) -> list:
+        self.now = now
+        c = self.counters
+        head = ippacket.parse(raw)
+        if head is None:
+            c["tun_drop_not_ip"] += 1
+            return []
+        pt, _src, dst = head
+        if dst.is_multicast or (dst.version == 4 and dst == ipaddress.IPv4Address("255.255.255.255")):
+            c["tun_drop_multicast"] += 1
+            return []
+        a = self.resolve(dst)
+        if a is None:
+            if dst in self.negative:
+                c["tun_drop_unknown_destination"] += 1
+                return []
+            p = self.pending.get(dst)
+            if p is None:
+                if len(self.pending) >= K.IP_PENDING_DESTS:
+                    c["tun_drop_resolving_full"] += 1
+                    return []
+                p = self.pending[dst] = _Pending()
+                p.packets.append(raw)
+                return self._tell(dst, p)
+            if len(p.packets) == p.packets.maxlen:
+                c["tun_drop_pending_full"] += 1
+            p.packets.append(raw)
+            return []
+        return self._send(a, pt, raw)
+
+    def _send(self, a: int, pt: int, raw: bytes) -> list:
+        limit = self.route_mtu.get(a)
+        if limit is not None and len(raw) > limit:
+            if ippacket.dont_fragment(raw):
+                return self._too_big(raw, limit)
+            self.counters["tun_drop_over_mtu_fragmentable"] += 1  # the kernel fragments at pw0's MTU only
+            return []
+        self.counters[f"tx_ipv{4 if pt == K.PT_IPV4 else 6}"] += 1
+        return [("pw", Packet(dt=a, sa=self.addr, pt=pt, data=raw), None)]
+
+    # --- from the SAN --------------------------------------------------------------------------------------
+    def from_pw_bytes(self, raw: bytes, dialect: str, route: bytes, now: float) -> list:
+        self.now = now
+        try:
+            pkt = decode(raw, dialect)
+        except DecodeError as exc:
+            self.counters[f"rx_bad_{exc.field}"] += 1
+            return []
+        return self.from_pw(pkt, route)
+
+    def from_pw(self, pkt: Packet, route: bytes) -> list:
+        c = self.counters
+        if pkt.prefix:
+            c["rx_drop_l2rh"] += 1  # hosts may discard packets that still carry an L2RH [E:L265]
+            return []
+        if pkt.dt not in (self.addr, ADDR_HEY_YOU):
+            c["rx_drop_not_for_me"] += 1
+            return []
+        if pkt.options:
+            c["rx_drop_options"] += 1  # no optional header type is known (spec §1.8)
+            return []
+        if pkt.pt in IP_TYPES:
+            return self._ip_in(pkt)
+        if pkt.pt == PT.RRP:
+            return self._rrp_in(pkt, route)
+        if pkt.pt == PT.ERR:
+            return self._err_in(pkt)
+        c["rx_drop_other_type"] += 1
+        return []
+
+    def _ip_in(self, pkt: Packet) -> list:
+        head = ippacket.parse(pkt.data)
+        if head is None or head[0] != pkt.pt or pkt.dt != self.addr:
+            self.counters["rx_drop_bad_ip"] += 1
+            return []
+        self._learn(head[1], pkt.sa)
+        self.counters[f"rx_ipv{4 if pkt.pt == K.PT_IPV4 else 6}"] += 1
+        return [("tun", pkt.data)]
+
+    def _records(self, pkt: Packet):
+        try:
+            return M.records(pkt)
+        except ValueError:
+            self.counters["rx_drop_bad_records"] += 1
+            return None
+
+    def _rrp_in(self, pkt: Packet, route: bytes) -> list:
+        c = self.counters
+        if pkt.te == RrpTE.WRU:
+            if not 1 <= pkt.sa < ADDR_HEY_YOU:
+                c["wru_bad_source"] += 1
+                return []
+            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name), route)]
+        recs = self._records(pkt)
+        if recs is None:
+            return []
+        if pkt.te == RrpTE.TELL and pkt.dt == self.addr and 1 <= pkt.sa < ADDR_HEY_YOU:
+            # level C: a query about me (by my address or name) by L3, answered the way it came
+            fits = recs in ([Addr(self.addr)], [Name(self.name)] if self.name else None)
+            c["tell_answered"] += 1
+            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name) if fits
+                     else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs), route)]
+        if pkt.te == RrpTE.INFO:
+            return self._info(recs)
+        if pkt.te == RrpTE.L2SR and recs and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
+            mtus = [ip_mtu(r.mtu.mtu_words) if r.mtu else None for r in recs[1:] if isinstance(r, Srqr)]
+            best = mtus[0] if mtus else None
+            return self._mtu_known(recs[0].addr, best if best is not None else 65535)
+        if pkt.te == RrpTE.RDRC and len(recs) == 2 and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
+            c["mtu_query_redirected"] += 1  # the route does not start at my router's twin: not said
+            return self._mtu_known(recs[0].addr, None)
+        c[f"rx_rrp_{pkt.te}_ignored"] += 1
+        return []
+
+    def _info(self, recs: list) -> list:
+        out = []
+        addr = None
+        for r in recs:
+            if isinstance(r, Addr):
+                addr = r.addr
+            elif isinstance(r, Name) and addr is not None:
+                try:
+                    ip = ipaddress.ip_address(r.name.decode("ascii"))
+                except (UnicodeDecodeError, ValueError):
+                    continue
+                p = self.pending.pop(ip, None)
+                if p is None:
+                    continue
+                self._learn(ip, addr)
+                self.counters["resolved"] += 1
+                for raw in p.packets:
+                    out += self._send(addr, ippacket.PT_OF_VERSION[raw[0] >> 4], raw)
+        return out
+
+    def _err_in(self, pkt: Packet) -> list:
+        c = self.counters
+        if pkt.te == ErrTE.UNK:
+            recs = self._records(pkt)
+            if recs and recs[0] == Addr(0) and len(recs) == 2 and isinstance(recs[1], Name):
+                try:
+                    ip = ipaddress.ip_address(recs[1].name.decode("ascii"))
+                except (UnicodeDecodeError, ValueError):
+                    ip = None
+                if ip in self.pending:
+                    c["drop_unresolved"] += len(self.pending.pop(ip).packets)
+                    self.negative[ip] = self.now + K.IP_NEGATIVE_S
+                    return []
+            if recs and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
+                return self._mtu_known(recs[0].addr, None)
+            c["err_unk_received"] += 1
+            return []
+        if pkt.te == ErrTE.GENERAL:
+            return self._returned(pkt.data)
+        c[f"err_{pkt.te}_received"] += 1
+        return []
+
+    def _returned(self, copy: bytes) -> list:
+        """ERR/GENERAL: a router could not handle a packet of mine; if it was an IP packet,
+        it was too big for the route (the only reason a router returns a well-formed one)."""
+        c = self.counters
+        if len(copy) < 16:
+            c["err_general_short"] += 1
+            return []
+        w0, w1 = struct.unpack_from(">QQ", copy)
+        pt, dt, sa, h = w0 & 0xFFFF, (w0 >> 32) & 0xFFFFFF, w1 & 0xFFFFFF, (w1 >> 31) & 1
+        size = 8 * ((w1 >> 32) & 0x1FFFFFF) - ((w1 >> 57) & 7)
+        ip_packet = bytes(copy[16:])
+        if pt not in IP_TYPES or sa != self.addr or h or ippacket.parse_head(ip_packet) is None:
+            c["err_general_not_ip"] += 1
+            return []
+        c["too_big_returned"] += 1
+        limit = self.route_mtu.get(dt)
+        if limit is not None and limit < size:
+            return self._too_big(ip_packet, limit)
+        out = self._ask_mtu(dt)
+        q = self.mtu_queries.get(dt)
+        if q is None:
+            return self._too_big(ip_packet, plateau_below(size, pt == K.PT_IPV6))
+        q.copies.append((ip_packet, size))
+        if limit is not None:  # what I knew no longer holds: ask again
+            del self.route_mtu[dt]
+        return out

@@ -1,0 +1,238 @@
+"""IP over PacketWay: the IP/ICMP helpers (ippacket) and the sans-IO pw0 core (ipnode):
+resolution, queues, MTU and the ICMP errors, every input from the SAN or pw0 hostile."""
+
+import ipaddress
+import struct
+
+from hypothesis import given, settings, strategies as st
+
+from pktwayd import constants as K
+from pktwayd import messages as M
+from pktwayd.constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from pktwayd.eep import Packet, decode
+from pktwayd.ippacket import checksum, parse, too_big
+from pktwayd.ipnode import IpNode, plateau_below
+from pktwayd.rrp import Addr, Mtur, Name, Srqr
+
+ME, PEER, OTHER = 0x40, 0x60, 0x61
+A4, B4, C4 = "10.77.0.1", "10.77.0.2", "10.77.0.3"
+A6, B6 = "fd77::1", "fd77::2"
+
+
+def v4(src=A4, dst=B4, size=100, df=True, proto=1) -> bytes:
+    h = struct.pack(">BBHHHBBH4s4s", 0x45, 0, size, 1, 0x4000 if df else 0, 64, proto, 0,
+                    ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed)
+    h = h[:10] + struct.pack(">H", checksum(h)) + h[12:]
+    return h + bytes(size - 20)
+
+
+def v6(src=A6, dst=B6, size=100) -> bytes:
+    return struct.pack(">IHBB16s16s", 6 << 28, size - 40, 59, 64, ipaddress.IPv6Address(src).packed,
+                       ipaddress.IPv6Address(dst).packed) + bytes(size - 40)
+
+
+def pw(actions):
+    return [a[1] for a in actions if a[0] == "pw"]
+
+
+def tun(actions):
+    return [a[1] for a in actions if a[0] == "tun"]
+
+
+def node(**kw) -> IpNode:
+    return IpNode(ME, peers={B4: PEER, B6: PEER}, name=A4.encode(), **kw)
+
+
+# --- ippacket ---------------------------------------------------------------------------------
+def test_parse_v4_v6():
+    assert parse(v4()) == (K.PT_IPV4, ipaddress.ip_address(A4), ipaddress.ip_address(B4))
+    assert parse(v6()) == (K.PT_IPV6, ipaddress.ip_address(A6), ipaddress.ip_address(B6))
+    assert parse(v4()[:50]) is None  # total length beyond the bytes
+    assert parse(v6()[:60]) is None
+    assert parse(b"") is None and parse(b"\x45" + bytes(10)) is None
+
+
+@given(st.binary(max_size=200))
+def test_parse_never_raises(data):
+    parse(data)
+    too_big(data, 1280)
+
+
+def test_icmp_frag_needed_is_valid():
+    pkt = v4(size=3000)
+    icmp = too_big(pkt, 1400)
+    ip, body = icmp[:20], icmp[20:]
+    assert checksum(ip) == 0 and checksum(body) == 0  # both checksums verify
+    assert ip[16:20] == pkt[12:16] and ip[12:16] == pkt[16:20] and ip[9] == 1
+    assert body[:2] == b"\x03\x04" and struct.unpack(">H", body[6:8])[0] == 1400
+    assert body[8:] == pkt[:28]  # the header and 8 bytes of its data
+
+
+def test_icmpv6_packet_too_big_is_valid():
+    pkt = v6(size=3000)
+    icmp = too_big(pkt, 1400)
+    assert len(icmp) <= 1280 and icmp[6] == 58
+    src, dst, body = icmp[8:24], icmp[24:40], icmp[40:]
+    assert src == pkt[24:40] and dst == pkt[8:24] and body[0] == 2
+    assert struct.unpack(">I", body[4:8])[0] == 1400
+    pseudo = src + dst + struct.pack(">I3xB", len(body), 58)
+    assert checksum(pseudo + body) == 0
+
+
+# --- the core: pw0 -> SAN ---------------------------------------------------------------------
+def test_start_announces_and_asks_route_mtu():
+    out = pw(node().start())
+    assert out[0].te == RrpTE.INFO and M.records(out[0]) == [Addr(ME), Name(A4.encode())]
+    assert out[1].te == RrpTE.GVL2 and M.records(out[1]) == [Addr(PEER)]
+
+
+def test_ip_packets_become_l3_packets_of_their_ethertype():
+    n = node()
+    (p4,) = pw(n.from_tun(v4(), 0))
+    (p6,) = pw(n.from_tun(v6(), 0))
+    assert (p4.dt, p4.sa, p4.pt, p4.data) == (PEER, ME, 0x0800, v4())
+    assert (p6.dt, p6.pt, p6.data) == (PEER, 0x86DD, v6())
+    assert decode(p4.encode()).data == v4()  # the pad is not part of the IP packet
+    assert n.counters["tx_ipv4"] == 1 and n.counters["tx_ipv6"] == 1
+
+
+def test_mtu_follows_the_route_at_bring_up_then_icmp_per_destination():
+    n = node()
+    n.start()
+    reply = M.l2sr(ME, 0x50, PEER, [(2, (), 1024)])
+    assert n.from_pw(reply, b"r") == [("mtu", 8192 - 24)]
+    assert pw(n.from_tun(v4(size=8168), 0))
+    # the route shrinks: the router returns my packet (ERR/GENERAL with its copy)
+    big = Packet(dt=PEER, sa=ME, pt=0x0800, data=v4(size=6000))
+    out = n.from_pw(M.err(ErrTE.GENERAL, ME, 0x50, raw=big.encode()[:K.ERR_GENERAL_COPY_MAX]), b"r")
+    (ask,) = pw(out)
+    assert ask.te == RrpTE.GVL2 and not tun(out)
+    out = n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 512)]), b"r")
+    (icmp,) = tun(out)
+    assert ("mtu", 4072) not in out  # pw0 keeps its MTU: the IP stack learns per destination
+    assert icmp[20:22] == b"\x03\x04" and struct.unpack(">H", icmp[26:28])[0] == 4096 - 24
+    # now known: a too-big packet with DF is answered at once, without DF dropped (counted)
+    (icmp,) = tun(n.from_tun(v4(size=5000), 0))
+    assert struct.unpack(">H", icmp[26:28])[0] == 4072
+    assert n.from_tun(v4(size=5000, df=False), 0) == [] and n.counters["tun_drop_over_mtu_fragmentable"] == 1
+    (icmp6,) = tun(n.from_tun(v6(size=5000), 0))
+    assert icmp6[40] == 2 and struct.unpack(">I", icmp6[44:48])[0] == 4072
+
+
+def test_unanswered_mtu_query_falls_back_to_a_plateau():
+    n = node()
+    big = Packet(dt=OTHER, sa=ME, pt=0x86DD, data=v6(dst="fd77::3", size=9000))
+    n.from_pw(M.err(ErrTE.GENERAL, ME, 0x50, raw=big.encode()[:512]), b"r")
+    (icmp,) = tun(n.handle_timer(10.0))
+    assert struct.unpack(">I", icmp[44:48])[0] == plateau_below(9000, True) == 8166
+
+
+def test_resolution_by_tell_name_queues_then_sends():
+    n = node()
+    out = pw(n.from_tun(v4(dst=C4), 0))
+    assert out[0].te == RrpTE.TELL and M.records(out[0]) == [Name(C4.encode())]
+    assert n.from_tun(v4(dst=C4), 0) == []  # queued, one question only
+    info = M.rrp(RrpTE.INFO, ME, 0x50, [Addr(OTHER), Name(C4.encode())])
+    sent = pw(n.from_pw(info, b"r"))
+    assert [p.dt for p in sent] == [OTHER, OTHER] and n.resolve(ipaddress.ip_address(C4)) == OTHER
+
+
+def test_resolution_retries_then_negative():
+    n = node()
+    n.from_tun(v4(dst=C4), 0)
+    asks = [p for t in (1.0, 2.0) for p in pw(n.handle_timer(t))]
+    assert len(asks) == 2
+    assert n.handle_timer(3.0) == [] and n.counters["drop_unresolved"] == 1
+    assert n.from_tun(v4(dst=C4), 3.1) == [] and n.counters["tun_drop_unknown_destination"] == 1
+    n.handle_timer(3.0 + K.IP_NEGATIVE_S)
+    assert pw(n.from_tun(v4(dst=C4), 9.0))  # asked again
+
+
+def test_unknown_answer_drops_the_queue():
+    n = node()
+    n.from_tun(v4(dst=C4), 0)
+    unk = M.err(ErrTE.UNK, ME, 0x50, [Addr(0), Name(C4.encode())])
+    assert n.from_pw(unk, b"r") == [] and n.counters["drop_unresolved"] == 1
+
+
+def test_pending_queues_are_bounded():
+    n = node()
+    for i in range(K.IP_PENDING_DESTS + 5):
+        n.from_tun(v4(dst=f"10.78.{i // 250}.{i % 250 + 1}"), 0)
+    for _ in range(K.IP_PENDING_PACKETS + 3):
+        n.from_tun(v4(dst="10.78.0.1"), 0)
+    assert len(n.pending) == K.IP_PENDING_DESTS and n.counters["tun_drop_resolving_full"] == 5
+    assert max(len(p.packets) for p in n.pending.values()) == K.IP_PENDING_PACKETS
+    assert n.counters["tun_drop_pending_full"] == 4
+
+
+def test_multicast_not_sent():
+    n = node()
+    assert n.from_tun(v6(dst="ff02::2"), 0) == [] and n.counters["tun_drop_multicast"] == 1
+
+
+# --- the core: SAN -> pw0 --------------------------------------------------------------------------
+def test_received_ip_goes_to_pw0_and_teaches_the_source():
+    n = node()
+    pkt = Packet(dt=ME, sa=OTHER, pt=0x0800, data=v4(src=C4, dst=A4))
+    assert n.from_pw_bytes(pkt.encode(), "pw0", b"r", 0) == [("tun", v4(src=C4, dst=A4))]
+    assert n.resolve(ipaddress.ip_address(C4)) == OTHER
+    wrong = Packet(dt=ME, sa=OTHER, pt=0x86DD, data=v4(src=C4, dst=A4))  # PT says IPv6, bytes say IPv4
+    assert n.from_pw(wrong, b"r") == [] and n.counters["rx_drop_bad_ip"] == 1
+    assert n.from_pw(Packet(dt=0x99, sa=OTHER, pt=0x0800, data=v4()), b"r") == []
+
+
+def test_learned_table_is_bounded():
+    n = node()
+    for i in range(K.IP_NEIGHBOURS_MAX + 10):
+        src = str(ipaddress.IPv4Address(0x0A500000 + i))
+        n.from_pw(Packet(dt=ME, sa=OTHER, pt=0x0800, data=v4(src=src, dst=A4)), b"r")
+    assert len(n.learned) == K.IP_NEIGHBOURS_MAX and n.counters["neighbour_evicted"] == 10
+
+
+def test_wru_answered_to_whoever_asked():
+    n = node()
+    ((_, info, route),) = n.from_pw(M.rrp(RrpTE.WRU, ADDR_HEY_YOU, 0x50, []), b"asker")
+    assert route == b"asker" and M.records(info)[:2] == [Addr(ME), Name(A4.encode())]
+
+
+def test_tell_about_me_answered():
+    n = node()
+    ((_, info, route),) = n.from_pw(M.rrp(RrpTE.TELL, ME, OTHER, [Name(A4.encode())]), b"back")
+    assert route == b"back" and info.dt == OTHER and info.te == RrpTE.INFO and M.records(info)[0] == Addr(ME)
+    ((_, unk, _),) = n.from_pw(M.rrp(RrpTE.TELL, ME, OTHER, [Addr(0x77)]), b"back")
+    assert unk.pt == PT.ERR and unk.te == ErrTE.UNK
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=600))
+def test_hostile_san_bytes_never_raise(data):
+    n = node()
+    out = n.from_pw_bytes(data + bytes(-len(data) % 8), "pw0", b"r", 0)
+    assert all(a[0] in ("pw", "tun", "mtu") for a in out)
+
+
+@settings(max_examples=300)
+@given(st.sampled_from([PT.RRP, PT.ERR, 0x0800, 0x86DD]), st.integers(0, 12), st.binary(max_size=300))
+def test_hostile_packets_of_every_type_never_raise(pt, te, data):
+    n = node()
+    n.from_tun(v4(dst=C4), 0)
+    n.from_pw(Packet(dt=ME, sa=OTHER, pt=pt, te=te, data=data), b"r")
+    n.from_pw(Packet(dt=ME, sa=OTHER, pt=PT.ERR, te=ErrTE.GENERAL,
+                     data=Packet(dt=PEER, sa=ME, pt=0x0800, data=data).encode()), b"r")
+
+
+@given(st.binary(max_size=300))
+def test_hostile_tun_bytes_never_raise(data):
+    n = node()
+    out = n.from_tun(data, 0)
+    assert all(a[0] in ("pw", "tun") for a in out)
+
+
+@given(st.lists(st.tuples(st.integers(0, 0xFFFF), st.integers(0, (1 << 24) - 1)), max_size=3))
+def test_l2sr_answers_of_any_mtu(routes):
+    n = node()
+    n.start()
+    reply = M.rrp(RrpTE.L2SR, ME, 0x50, [Addr(PEER)] + [Srqr(q, (), Mtur(m)) for q, m in routes])
+    for a in n.from_pw(reply, b"r"):
+        assert a[0] != "mtu" or 68 <= a[1] <= 65535
