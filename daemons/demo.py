@@ -204,6 +204,9 @@ def main() -> int:
             _packetway(fab)
         except KeyboardInterrupt:
             print("\ninterrupted")
+        except AssertionError as exc:  # a step that timed out: say which, and what the daemons logged
+            print(f"\ngsn demo failed: {exc}\n{fab.diagnostics(tail=15)}", file=sys.stderr)
+            return 1
         finally:
             print("\ncleaning up namespaces and processes")
     return 0
