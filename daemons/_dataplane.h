@@ -59,6 +59,8 @@ typedef struct {
     uint8_t frame[DP_FRAME_BYTES];
     uint8_t rx[DP_RECV_BYTES];
     uint8_t gather[MAX_DGRAM_MPS * MP_BYTES];
+    uint16_t b0[MAX_DGRAM_MPS];        /* per micropacket of the datagram: its data's zero-init CRC */
+    uint16_t gather_b0[MAX_DGRAM_MPS]; /* the same for gather */
 } DataPlane;
 
 static void dp_free(DataPlane *dp)
@@ -74,8 +76,10 @@ static inline void dp_errno(DataPlane *dp, int which, int err)
     dp->errnos[which][err > 0 && err < DP_ERRNOS ? err : DP_ERRNOS - 1]++;
 }
 
-/* The accepted micropackets of vc (not CREDIT), from first on, copied back to back. */
-static const uint8_t *dp_gather(DataPlane *dp, const uint8_t *mps, Py_ssize_t first, int vc, Py_ssize_t acc)
+/* The accepted micropackets of vc (not CREDIT), from first on, copied back to back
+ * (with their b0 to gather_b0). */
+static const uint8_t *dp_gather(DataPlane *dp, const uint8_t *mps, const uint16_t *b0, Py_ssize_t first, int vc,
+                                Py_ssize_t acc)
 {
     uint8_t *q = dp->gather;
     for (Py_ssize_t i = first, got = 0; got < acc; i++) {
@@ -83,6 +87,8 @@ static const uint8_t *dp_gather(DataPlane *dp, const uint8_t *mps, Py_ssize_t fi
         uint64_t c = load_be64(m + MP_DATA);
         if ((int)(c >> 62) == vc && ((c >> 58) & 0xF) != T_CREDIT) {
             memcpy(q + got * MP_BYTES, m, MP_BYTES);
+            if (b0)
+                dp->gather_b0[got] = b0[i];
             got++;
         }
     }

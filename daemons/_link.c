@@ -110,7 +110,7 @@ typedef struct {
     DataPlane *dp;               /* NULL unless dp_attach() was called */
 } Core;
 
-static int dp_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t n);
+static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n);
 
 /* --- small helpers ---------------------------------------------------------- */
 
@@ -588,10 +588,17 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
         PyObject *arr;
         int contiguous = last[vc] - first[vc] + 1 == k || acc == 1;
         if (s->dp && vc == DP_VC) { /* the data plane's VC: reassembled here, not in Python */
+            /* b0 (per micropacket, from the LCRC check) is there when the datagram came
+               through rx_pump; start micropackets (duplicates) were skipped */
+            const uint16_t *b0 = dgram ? NULL : s->dp->b0 + start;
             const uint8_t *run = mps + first[vc] * MP_BYTES;
-            if (!contiguous)
-                run = dp_gather(s->dp, mps, first[vc], vc, acc);
-            if (dp_take(s, vc, run, acc) < 0)
+            if (!contiguous) {
+                run = dp_gather(s->dp, mps, b0, first[vc], vc, acc);
+                b0 = b0 ? s->dp->gather_b0 : NULL;
+            } else if (b0) {
+                b0 += first[vc];
+            }
+            if (dp_take(s, vc, run, b0, acc) < 0)
                 return -1;
             continue;
         }
@@ -718,10 +725,14 @@ static int receive_raw(Core *s, const uint8_t *p, Py_ssize_t len, PyObject *dgra
     int sequenced = p[3] & FLAG_SEQ;
     uint16_t kept[MAX_DGRAM_MPS];
     Py_ssize_t nkept = 0, bad = 0, prefix = -1;
+    uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : NULL; /* kept for the ECRC check (the data plane's VC) */
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *m = mps + i * MP_BYTES;
         uint64_t ctrl = load_be64(m + MP_DATA);
-        if (lcrc_of(m, ctrl) == (uint16_t)ctrl) {
+        uint16_t b = block_crc0(m);
+        if (b0)
+            b0[i] = b;
+        if ((uint16_t)(adv6(K32 ^ b) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl) {
             kept[nkept++] = (uint16_t)i;
         } else {
             bad++;

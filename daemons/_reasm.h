@@ -108,8 +108,9 @@ static void ra_start(Reasm *r, int vc, const uint8_t *h)
         st->bad = RA_D_TOO_LARGE;
 }
 
-/* The run mps[0:k] of an open Message.  0, or -1 when out of memory (error set). */
-static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k)
+/* The run mps[0:k] of an open Message (b0: their data's zero-init CRCs, or NULL).  0, or
+ * -1 when out of memory (error set). */
+static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k, const uint16_t *b0)
 {
     RaOpen *st = &r->vc[vc];
     uint64_t at = st->count;
@@ -127,7 +128,7 @@ static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k)
         }
     uint16_t e = st->last_ecrc;
     for (Py_ssize_t i = 0; i < k; i++) {
-        e = adv32(e) ^ block_crc0(mps + i * MP_BYTES);
+        e = adv32(e) ^ (b0 ? b0[i] : block_crc0(mps + i * MP_BYTES));
         if (e != (uint16_t)(load_be64(mps + i * MP_BYTES + MP_DATA) >> 16)) {
             st->bad = RA_D_ECRC;
             return 0;
@@ -185,8 +186,10 @@ static int ra_admin(Reasm *r, int vc, const uint8_t *mp, ra_sink sink, void *ctx
     return sink(ctx, vc, (uint8_t *)mp, 0);
 }
 
-/* Feed n micropackets received in order on vc (one batch, as the link hands them up). */
-static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, ra_sink sink, void *ctx)
+/* Feed n micropackets received in order on vc (one batch, as the link hands them up);
+ * b0: the zero-init CRC of each one's data, computed by the LCRC check (or NULL). */
+static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, const uint16_t *b0, ra_sink sink,
+                   void *ctx)
 {
     Py_ssize_t pos = 0;
     while (pos < n) {
@@ -223,7 +226,7 @@ static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, ra_sink s
             pos = j + 1;
             continue;
         }
-        if (ra_append(r, vc, mps + pos * MP_BYTES, end - pos) < 0)
+        if (ra_append(r, vc, mps + pos * MP_BYTES, end - pos, b0 ? b0 + pos : NULL) < 0)
             return -1;
         pos = end;
         if (tail && ra_finish(r, vc, sink, ctx) < 0)

@@ -44,6 +44,13 @@ class LinkState:
     reason: str = ""
 
 
+def merged(counters, more: dict | None) -> dict:
+    """Python-path counters plus the data plane's of the same names."""
+    out = Counter(counters)
+    out.update(more or {})
+    return dict(out)
+
+
 class Endpoint:
     def __init__(
         self,
@@ -98,6 +105,10 @@ class Endpoint:
                     self.withheld[ev.vc] += len(ev.recs)
                 else:
                     self.link.release(ev.vc, len(ev.recs))
+            elif isinstance(ev, Delivered):  # reassembled by the data plane (its credits are its own)
+                self._deliver(ev.message)
+            elif isinstance(ev, AdminIn):
+                self._admin_in(ev, now)
             elif isinstance(ev, LinkUp):
                 self.reasm.reset()
                 self.withheld = [0] * C.NUM_VCS  # the link reset took the buffers back
@@ -118,6 +129,8 @@ class Endpoint:
         if on and not self.holding[vc]:
             self.withheld[vc] += self.link.reclaim(vc, self.link.ledger.pending[vc])
         self.holding[vc] = on
+        if vc == self.link.dp_vc:  # the data plane withholds what it reassembles while held
+            self.withheld[vc] += self.link.dp_hold(on)
         if not on and self.withheld[vc]:
             self.link.release(vc, self.withheld[vc])
             self.counters[f"credits_withheld_vc{vc}_mps"] += self.withheld[vc]
@@ -255,11 +268,16 @@ class Endpoint:
     def status(self) -> dict:
         from ..wire.ula import format_ula
 
+        dp = self.dp_counters()
         return {
             "kind": "gsnd",
             "ula": format_ula(self.ula) if self.ula else None,
             "neighbour": self.neighbour,
             "link": self.link.status(),
-            "reassembly": dict(self.reasm.counters),
-            "counters": dict(self.counters),
+            "reassembly": merged(self.reasm.counters, dp.get("reassembly")),
+            "counters": merged(self.counters, dp.get("gsnd")),
         }
+
+    def dp_counters(self) -> dict:
+        """The data plane's counters by group (ip, gsnd, tap, cable, reassembly), or {}."""
+        return self.link.dp_counters() if self.link.dp_vc >= 0 else {}
