@@ -50,7 +50,8 @@ def _free_ports(n: int) -> list[int]:
 
 
 class Rig:
-    def __init__(self, seed: int = 0, arp: bool = True, mtu: int = MTU) -> None:
+    def __init__(self, seed: int = 0, arp: bool = True, mtu: int = MTU, dataplane: bool = True) -> None:
+        """dataplane=False: the Python path (no pumps; bench/dataplane_cost.py compares)."""
         pa, pb = _free_ports(2)
         self.now = 0.0
         self.transports = [UdpTransport(("127.0.0.1", pa), ("127.0.0.1", pb)),
@@ -59,22 +60,26 @@ class Rig:
         self.eps = [Endpoint(7, 0.0, ula=ULAS[i], rng=random.Random(seed + i), max_payload=4 << 20)
                     for i in (0, 1)]
         self.dps = [DataPlane(self.eps[i], self.transports[i], self.taps[i], mtu=mtu, arp=arp,
-                              wants=lambda et: False) for i in (0, 1)]
+                              wants=lambda et: False) for i in (0, 1)] if dataplane else None
         self.up_events = [[], []]
         self.messages = [[], []]  # MessageIn events that reached Python
 
     def step(self, dt: float = 0.001) -> None:
         self.now += dt
         for i in (0, 1):
-            ep, dp = self.eps[i], self.dps[i]
+            ep, dp = self.eps[i], self.dps[i] if self.dps else None
             dgrams = ep.handle_timer(self.now) + ep.link.datagrams(self.now)
             if dgrams:
-                dp.send_many(dgrams)
+                (dp.send_many if dp else self.transports[i].send_many)(dgrams)
         for i in (0, 1):
-            self.dps[i].rx(self.now)
+            if self.dps:
+                self.dps[i].rx(self.now)
+            else:
+                for d in self.transports[i].drain():
+                    self.eps[i].link.receive(d, self.now)
             self.eps[i].process(self.now)
             for ev in self.eps[i].events():
-                if isinstance(ev, UlaChanged):
+                if isinstance(ev, UlaChanged) and self.dps:
                     self.dps[i].set_ula(ev.ula)
                 self.up_events[i].append(ev)
                 if type(ev).__name__ == "MessageIn":
