@@ -4,7 +4,6 @@
 #ifndef GSN_CRC_H
 #define GSN_CRC_H
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <Python.h>
 
@@ -15,24 +14,6 @@
 #define LINK_BITS 0x00FFFFFF00000000ull /* VCR | CR | RSEQ | TSEQ */
 #define RSEQ_BITS 0x0000FF0000000000ull
 #define GIL_MIN_MPS 64 /* release the GIL only for batches at least this long */
-
-static inline uint64_t load_be64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static inline void store_be64(uint8_t *p, uint64_t v)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
 
 static uint16_t T[16][256];
 static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
@@ -63,12 +44,6 @@ static void init_tables(void)
         M6[1][v] = advance_slow((uint16_t)v, 6);
     }
     K32 = advance_slow(CRC_INIT, 32);
-#ifdef GSN_CLMUL
-    /* GSN_CRC_TABLES=1 keeps the table path (tests run both) */
-    const char *tables = getenv("GSN_CRC_TABLES");
-    __builtin_cpu_init();
-    use_clmul = __builtin_cpu_supports("pclmul") && !(tables && *tables == '1');
-#endif
 }
 
 static inline uint16_t adv32(uint16_t x) { return M32[0][x >> 8] ^ M32[1][x & 0xFF]; }
@@ -82,41 +57,9 @@ static inline uint16_t slice16(uint16_t c, const uint8_t *p)
            T[5][p[10]] ^ T[4][p[11]] ^ T[3][p[12]] ^ T[2][p[13]] ^ T[1][p[14]] ^ T[0][p[15]];
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define GSN_CLMUL 1
-static int use_clmul; /* the CPU has PCLMULQDQ (init_tables) */
-
-/* The same block CRC by carry-less multiplication.  The block is four 64-bit
- * big-endian words A3..A0 (A3 first on the wire), M = sum Ai x^(64i); its zero-init
- * CRC is (M x^16) mod P = CRC0 of the 8 bytes of (M mod' P), where M mod' P folds
- * each Ai by Ki = x^(64i) mod P (products < 2^79) and the bits above 64 once more by
- * x^64 mod P (< 2^31): 4 multiplications and 8 table lookups instead of 34. */
-#define X64 0xB861u  /* x^64 mod P */
-#define X128 0xAEFCu /* x^128 mod P */
-#define X192 0x650Bu /* x^192 mod P */
-__attribute__((target("pclmul"))) static uint16_t block_crc0_clmul(const uint8_t *p)
-{
-    uint64_t a3 = load_be64(p), a2 = load_be64(p + 8), a1 = load_be64(p + 16), a0 = load_be64(p + 24);
-    __m128i k = _mm_set_epi64x(X192, X128), x = _mm_set_epi64x((long long)a3, (long long)a2);
-    __m128i r = _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x11), _mm_clmulepi64_si128(x, k, 0x00));
-    r = _mm_xor_si128(r, _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)a1), _mm_cvtsi64_si128(X64), 0x00));
-    uint64_t hi = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(r, r));
-    uint64_t v = a0 ^ (uint64_t)_mm_cvtsi128_si64(r) ^
-                 (uint64_t)_mm_cvtsi128_si64(_mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)hi),
-                                                                  _mm_cvtsi64_si128(X64), 0x00));
-    return T[7][v >> 56] ^ T[6][(v >> 48) & 0xFF] ^ T[5][(v >> 40) & 0xFF] ^ T[4][(v >> 32) & 0xFF] ^
-           T[3][(v >> 24) & 0xFF] ^ T[2][(v >> 16) & 0xFF] ^ T[1][(v >> 8) & 0xFF] ^ T[0][v & 0xFF];
-}
-#endif
-
 /* Zero-init CRC of one 32-byte block; the two halves are independent. */
 static inline uint16_t block_crc0(const uint8_t *p)
 {
-#ifdef GSN_CLMUL
-    if (use_clmul)
-        return block_crc0_clmul(p);
-#endif
     uint16_t hi = slice16(0, p), lo = slice16(0, p + 16);
     /* hi advanced by 16 zero bytes == slice16(hi, zeros) == T[15][hi>>8] ^ T[14][hi&0xFF] */
     return T[15][hi >> 8] ^ T[14][hi & 0xFF] ^ lo;
@@ -139,6 +82,24 @@ static inline uint16_t crc16_buf(uint16_t c, const uint8_t *p, Py_ssize_t n)
     while (n--)
         c = (uint16_t)((c << 8) ^ T[0][(c >> 8) ^ *p++]);
     return c;
+}
+
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void store_be64(uint8_t *p, uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
 }
 
 static inline uint16_t lcrc_of(const uint8_t *mp, uint64_t ctrl)
