@@ -187,11 +187,13 @@ def main() -> int:
         cases["(a5) 5%/1%dup/25%reord"] = lambda s: case_a(s, mtu, (0.05, 0.01, 0.25))
     res = {}
     print(f"underlay MTU {mtu}; load average {os.getloadavg()[0]:.2f} at the start")
-    print(f"{'case':<24}{'TCP x1 Gbit/s':>15}{'TCP x4 Gbit/s':>15}{'ping RTT ms':>13}{'CPU s/GB':>10}{'idle RSS MiB':>14}")
+    print(f"{'case':<24}{'TCP x1 Gbit/s':>15}{'TCP x4 Gbit/s':>15}{'ping RTT ms':>13}{'CPU s/GB':>10}"
+          f"{'idle RSS MiB':>14}")
     for name, fn in cases.items():
         res[name] = r = fn(args.seconds)
         print(f"{name:<24}{r['tcp1']:>15.2f}{r['tcp4']:>15.2f}{r['rtt_ms']:>13.3f}"
-              f"{r.get('cpu_s_per_gb', float('nan')):>10.2f}{r.get('idle_rss_mib', float('nan')):>14.1f}", flush=True)
+              f"{r.get('cpu_s_per_gb', float('nan')):>10.2f}{r.get('idle_rss_mib', float('nan')):>14.1f}",
+              flush=True)
     a, b, c = res["(a) gsnd<->gsnd"], res["(b) via gsn-switch"], res["(c) OpenVPN TAP"]
     ratio = lambda x, y: x / y if y else float("nan")  # noqa: E731
     print(f"\n(a)/(c) TCP x1 {ratio(a['tcp1'], c['tcp1']):.2f}   x4 {ratio(a['tcp4'], c['tcp4']):.2f}   (target >= 1.0)")

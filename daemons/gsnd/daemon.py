@@ -203,6 +203,7 @@ class Gsnd:
                                         "held_vcs": self.ulp.delivery.held(),
                                         "withheld_mps": list(self.ep.withheld)}},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
+                          "dataplane": self.dp is not None,
                           "counters": {**self._counters("ip", self.ip_counters),
                                        **self._counters("tap", self.tap.counters if self.tap else {})}},
                       control=dict(self.control_counters))
@@ -293,6 +294,7 @@ class Gsnd:
                 self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
                                     wants=self.ulp.wants)
                 self.runner.use(self.dp.rx, self.dp.send_many)
+            log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)
             if self.tap is not None:

@@ -80,6 +80,9 @@ def test_bulk_tcp_both_directions_sha256(hosts):
     assert sent == got and sent[0] == str(size)
     sent, got = tcp_transfer(hosts, 2, 1, size)
     assert sent == got and sent[0] == str(size)
+    for i in (1, 2):  # it went through the compiled data plane, counted under the Python path's names
+        ip = hosts.gsnd_status(i)["ip"]
+        assert ip["dataplane"] is True and ip["counters"]["tx_frames"] > 0 and ip["counters"]["rx_frames"] > 0
 
 
 def test_tcpdump_sees_plain_ip(hosts):
