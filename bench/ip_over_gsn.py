@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """IP over GSN against OpenVPN and plain veth, measured in one run (root needed).
 
-    sudo .venv/bin/python bench/ip_over_gsn.py [--seconds 5]
+    sudo .venv/bin/python bench/ip_over_gsn.py [--seconds 5] [--underlay-mtu 1500|9000|65280] [--impair]
 
-Cases, each between two network namespaces joined by a veth underlay:
+Cases, each between two network namespaces joined by a veth underlay (MTU
+--underlay-mtu, default 65280; (a), (c) and (d) use it, (b)'s fabric keeps its own):
   (a) gsnd <-> gsnd over one cable (back-to-back, gsn0 MTU 65280)
   (b) gsnd -> gsn-switch -> gsnd
   (c) OpenVPN 2.6 p2p TAP, --cipher none --auth none, TAP MTU 65280, 4 MiB socket buffers
-  (d) plain veth, MTU 65280
-For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 20).
+  (d) plain veth
+  with --impair, (a) again through tests/netns/impair.py on the cable:
+  (a1) 1% loss, (a5) 5% loss + 1% duplication + 25% reordering
+For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 20); for (a)
+and (c) the daemons' CPU seconds (utime + stime, /proc/PID/stat) per GB moved in the
+single-stream run, and gsnd's resident memory before any traffic.
 Prints the table and the ratios (a)/(c), (b)/(a) and the RTT ratio (a)/(c).
-Targets (issue 3): (a) >= 1.0x (c) and >= 6.4 Gbit/s; (b) >= 0.7x (a); RTT(a) <= 1.5x RTT(c).
+Targets (issue 11): (a) >= 1.0x (c) and >= 6.4 Gbit/s; (b) >= 0.8x (a); RTT(a) <= 1.5x RTT(c);
+(a1) >= 0.5x (a), (a5) >= 0.25x (a).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import time
 import subprocess
 import sys
 import tempfile
@@ -29,7 +36,7 @@ from daemons.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402
 class Pair:
     """Two namespaces with a veth underlay 198.18.0.1/30 <-> 198.18.0.2/30."""
 
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, mtu: int = 65280) -> None:
         self.ns = [f"gsnb{tag}a", f"gsnb{tag}b"]
         self.procs: list[subprocess.Popen] = []
         self.tmp = tempfile.mkdtemp(prefix="gsnbench-")
@@ -39,7 +46,7 @@ class Pair:
         sh("ip", "link", "add", "ul0", "netns", self.ns[0], "type", "veth", "peer", "name", "ul0", "netns", self.ns[1])
         for i, ns in enumerate(self.ns, 1):
             sh("ip", "-n", ns, "addr", "add", f"198.18.0.{i}/30", "dev", "ul0")
-            sh("ip", "-n", ns, "link", "set", "ul0", "mtu", "65280", "up")
+            sh("ip", "-n", ns, "link", "set", "ul0", "mtu", str(mtu), "up")
 
     def spawn(self, i: int, *argv: str) -> None:
         self.procs.append(subprocess.Popen(["ip", "netns", "exec", self.ns[i - 1], *argv],
@@ -58,11 +65,34 @@ class Pair:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def measure(run, server_ns_exec, addr: str, seconds: float) -> dict:
-    """run(i, *argv) executes in host i (1 = client side, 2 = server side)."""
+def cpu_seconds(pids) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(run, server_ns_exec, addr: str, seconds: float, pids=()) -> dict:
+    """run(i, *argv) executes in host i (1 = client side, 2 = server side); pids: the
+    daemons whose CPU time per GB the single-stream run reports."""
     out = {}
     for label, extra in (("tcp1", []), ("tcp4", ["-P", "4"])):
+        cpu0, t0 = cpu_seconds(pids), time.monotonic()
         out[label] = iperf3_run(lambda *a: run(1, *a), server_ns_exec, addr, "-t", str(seconds), *extra)
+        if label == "tcp1" and pids:
+            gb = out[label] * seconds / 8  # Gbit/s x s / 8 = GB
+            out["cpu_s_per_gb"] = (cpu_seconds(pids) - cpu0) / gb if gb else float("nan")
     r = run(1, "ping", "-c", "20", "-i", "0.05", "-q", addr)
     rtt = [l for l in r.stdout.splitlines() if "rtt" in l]
     out["rtt_ms"] = float(rtt[0].split("=")[1].split("/")[1]) if rtt else float("nan")
@@ -75,30 +105,44 @@ def up_gsn0(run, i: int, addr: str) -> None:
     run(i, "ip", "link", "set", "gsn0", "up")
 
 
-def case_a(seconds: float) -> dict:
-    p = Pair("a")
+IMPAIR = os.path.join(os.path.dirname(__file__), "..", "tests", "netns", "impair.py")
+
+
+def case_a(seconds: float, mtu: int = 65280, impair: tuple[float, float, float] | None = None) -> dict:
+    """gsnd <-> gsnd; with ``impair`` (loss, dup, reorder) the cable runs through
+    impair.py in host 1: gsnd1 -> 198.18.0.1:6500 -> (impaired) 198.18.0.1:6401 -> gsnd2."""
+    p = Pair("a", mtu)
     try:
+        peers = {1: "198.18.0.2:6400", 2: "198.18.0.1:6400"}
+        if impair:
+            p.spawn(1, sys.executable, IMPAIR, "198.18.0.1:6500", "198.18.0.1:6400", "198.18.0.1:6401",
+                    "198.18.0.2:6400", *map(str, impair), "1")
+            peers = {1: "198.18.0.1:6500", 2: "198.18.0.1:6401"}
         for i in (1, 2):
-            p.spawn(i, str(BIN / "gsnd"), "--local", f"198.18.0.{i}:6400", "--peer", f"198.18.0.{3 - i}:6400",
+            p.spawn(i, str(BIN / "gsnd"), "--local", f"198.18.0.{i}:6400", "--peer", peers[i],
                     "--ula", f"02:00:00:00:00:0{i}", "--runtime-dir", f"{p.tmp}/{i}", "--log-level", "error")
+        gsnds = [q.pid for q in p.procs[-2:]]
         for i in (1, 2):
             up_gsn0(p.exec, i, f"192.0.2.{i}/24")
         poll(lambda: p.exec(1, "ping", "-c", "1", "-W", "1", "192.0.2.2").returncode == 0, 15, what="gsn ping")
-        return measure(p.exec, ["ip", "netns", "exec", p.ns[1]], "192.0.2.2", seconds)
+        rss = rss_mib(gsnds[0])
+        out = measure(p.exec, ["ip", "netns", "exec", p.ns[1]], "192.0.2.2", seconds, gsnds)
+        out["idle_rss_mib"] = rss
+        return out
     finally:
         p.close()
 
 
 def case_b(seconds: float) -> dict:
-    with Fabric(2, prefix="b") as fab:
+    with Fabric(2, prefix="b", keys=False) as fab:  # plain cables, like OpenVPN --auth none
         fab.up(v6=False)
         run = lambda i, *a: fab.ns_exec(i, *a, check=False, timeout=120)  # noqa: E731
         poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "192.0.2.2").returncode == 0, 15, what="gsn ping")
         return measure(run, ["ip", "netns", "exec", fab.host_ns[1]], "192.0.2.2", seconds)
 
 
-def case_c(seconds: float) -> dict:
-    p = Pair("c")
+def case_c(seconds: float, mtu: int = 65280) -> dict:
+    p = Pair("c", mtu)
     try:
         for i in (1, 2):
             p.spawn(i, "openvpn", "--dev", "ovpn0", "--dev-type", "tap", "--local", f"198.18.0.{i}", "--remote",
@@ -106,13 +150,13 @@ def case_c(seconds: float) -> dict:
                     "--sndbuf", "4194304", "--rcvbuf", "4194304", "--ifconfig", f"192.0.2.{i}", "255.255.255.0",
                     "--verb", "0")
         poll(lambda: p.exec(1, "ping", "-c", "1", "-W", "1", "192.0.2.2").returncode == 0, 20, what="openvpn ping")
-        return measure(p.exec, ["ip", "netns", "exec", p.ns[1]], "192.0.2.2", seconds)
+        return measure(p.exec, ["ip", "netns", "exec", p.ns[1]], "192.0.2.2", seconds, [q.pid for q in p.procs])
     finally:
         p.close()
 
 
-def case_d(seconds: float) -> dict:
-    p = Pair("d")
+def case_d(seconds: float, mtu: int = 65280) -> dict:
+    p = Pair("d", mtu)
     try:
         return measure(p.exec, ["ip", "netns", "exec", p.ns[1]], "198.18.0.2", seconds)
     finally:
@@ -122,26 +166,45 @@ def case_d(seconds: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--underlay-mtu", type=int, default=65280, metavar="MTU",
+                    help="the veth underlay's MTU for (a), (c), (d) (1500, 9000, ...; default 65280)")
+    ap.add_argument("--impair", action="store_true", help="also (a) with 1%% loss, and with 5%% loss + 1%% dup "
+                                                           "+ 25%% reordering on the cable")
     args = ap.parse_args()
+    if not 1280 <= args.underlay_mtu <= 65535:
+        ap.error(f"--underlay-mtu {args.underlay_mtu}: must be 1280..65535")
     if os.geteuid() != 0:
         print("bench/ip_over_gsn.py: needs root (network namespaces)", file=sys.stderr)
         return 1
     if not shutil.which("openvpn") or not shutil.which("iperf3"):
         print("bench/ip_over_gsn.py: needs openvpn and iperf3 (apt-get install openvpn iperf3)", file=sys.stderr)
         return 1
-    cases = {"(a) gsnd<->gsnd": case_a, "(b) via gsn-switch": case_b, "(c) OpenVPN TAP": case_c,
-             "(d) plain veth": case_d}
+    mtu = args.underlay_mtu
+    cases = {"(a) gsnd<->gsnd": lambda s: case_a(s, mtu), "(b) via gsn-switch": case_b,
+             "(c) OpenVPN TAP": lambda s: case_c(s, mtu), "(d) plain veth": lambda s: case_d(s, mtu)}
+    if args.impair:
+        cases["(a1) 1% loss"] = lambda s: case_a(s, mtu, (0.01, 0.0, 0.0))
+        cases["(a5) 5%/1%dup/25%reord"] = lambda s: case_a(s, mtu, (0.05, 0.01, 0.25))
     res = {}
-    print(f"{'case':<22}{'TCP x1 Gbit/s':>15}{'TCP x4 Gbit/s':>15}{'ping RTT ms':>13}")
+    print(f"underlay MTU {mtu}; load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"{'case':<24}{'TCP x1 Gbit/s':>15}{'TCP x4 Gbit/s':>15}{'ping RTT ms':>13}{'CPU s/GB':>10}"
+          f"{'idle RSS MiB':>14}")
     for name, fn in cases.items():
         res[name] = r = fn(args.seconds)
-        print(f"{name:<22}{r['tcp1']:>15.2f}{r['tcp4']:>15.2f}{r['rtt_ms']:>13.3f}", flush=True)
+        print(f"{name:<24}{r['tcp1']:>15.2f}{r['tcp4']:>15.2f}{r['rtt_ms']:>13.3f}"
+              f"{r.get('cpu_s_per_gb', float('nan')):>10.2f}{r.get('idle_rss_mib', float('nan')):>14.1f}",
+              flush=True)
     a, b, c = res["(a) gsnd<->gsnd"], res["(b) via gsn-switch"], res["(c) OpenVPN TAP"]
     ratio = lambda x, y: x / y if y else float("nan")  # noqa: E731
     print(f"\n(a)/(c) TCP x1 {ratio(a['tcp1'], c['tcp1']):.2f}   x4 {ratio(a['tcp4'], c['tcp4']):.2f}   (target >= 1.0)")
-    print(f"(b)/(a) TCP x1 {ratio(b['tcp1'], a['tcp1']):.2f}   x4 {ratio(b['tcp4'], a['tcp4']):.2f}   (target >= 0.7)")
+    print(f"(b)/(a) TCP x1 {ratio(b['tcp1'], a['tcp1']):.2f}   x4 {ratio(b['tcp4'], a['tcp4']):.2f}   (target >= 0.8)")
     print(f"RTT (a)/(c)    {ratio(a['rtt_ms'], c['rtt_ms']):.2f}   (target <= 1.5)")
     print(f"(a) TCP x1 {a['tcp1']:.2f} Gbit/s against the 6.4 Gbit/s GSN line rate: {a['tcp1'] / 6.4:.2f}")
+    print(f"CPU s/GB (a)/(c) {ratio(a['cpu_s_per_gb'], c['cpu_s_per_gb']):.2f}   (both daemons of each pair)")
+    if args.impair:
+        for name, target in (("(a1) 1% loss", 0.5), ("(a5) 5%/1%dup/25%reord", 0.25)):
+            print(f"{name} / (a) TCP x1 {ratio(res[name]['tcp1'], a['tcp1']):.2f}   (target >= {target})")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

@@ -29,7 +29,7 @@ H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
 
 
 def routed(seconds: float, mtu_words: int) -> dict:
-    with Fabric(2, prefix="pwba") as fa, Fabric(2, prefix="pwbb") as fb:
+    with Fabric(2, prefix="pwba", keys=False) as fa, Fabric(2, prefix="pwbb", keys=False) as fb:
         ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
         cfg, ctl = fa.tmp / "pktwayd.toml", fa.tmp / "pktwayd.sock"
         halves = ((R_A, 0x100, fa, H_A, ula_a[0]), (R_B, 0x101, fb, H_B, ula_b[0]))

@@ -30,7 +30,7 @@ def main() -> int:
         print("bench/st.py: needs root (network namespaces)", file=sys.stderr)
         return 1
     size = args.size_mib << 20
-    with Fabric(2, prefix="stb") as fab:
+    with Fabric(2, prefix="stb", keys=False) as fab:  # plain cables: the compiled data plane
         apis = fab.start_stpds(fab.up(v6=False), "--log-level", "warning")
         src = fab.tmp / "st.bin"
         with open(src, "wb") as f:

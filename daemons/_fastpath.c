@@ -241,33 +241,8 @@ static PyObject *fp_encode(PyObject *self, PyObject *args, PyObject *kw)
         goto out;
     }
     {
-        const uint8_t *hp = h.buf, *pp = pl.buf;
-        Py_ssize_t hl = h.len, pln = pl.len;
-        uint8_t *q = o.buf;
-        uint16_t ecrc = CRC_INIT;
-        const uint64_t base = ((uint64_t)vc << 62) | (1ull << 58); /* DATA */
         PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
-        for (Py_ssize_t i = 0; i < n; i++, q += MP_BYTES) {
-            Py_ssize_t off = i * MP_DATA;
-            if (off + MP_DATA <= hl) {
-                memcpy(q, hp + off, MP_DATA);
-            } else if (off >= hl && off - hl + MP_DATA <= pln) {
-                memcpy(q, pp + (off - hl), MP_DATA);
-            } else { /* straddles head/payload, or the zero fill */
-                for (int j = 0; j < MP_DATA; j++) {
-                    Py_ssize_t s = off + j;
-                    q[j] = s < hl ? hp[s] : (s - hl < pln ? pp[s - hl] : 0);
-                }
-            }
-            uint16_t b = block_crc0(q);
-            ecrc = adv32(ecrc) ^ b;
-            uint64_t ctrl = i ? base : (((uint64_t)vc << 62) | ((uint64_t)first_type << 58));
-            if (i == n - 1)
-                ctrl |= 1ull << 57;
-            ctrl |= (uint64_t)ecrc << 16;
-            ctrl |= adv6(K32 ^ b) ^ ctrl6_crc0(ctrl);
-            store_be64(q + MP_DATA, ctrl);
-        }
+        encode_mps(h.buf, h.len, pl.buf, pl.len, o.buf, n, vc, first_type);
         if (ts)
             PyEval_RestoreThread(ts);
     }

@@ -116,4 +116,36 @@ static inline void restamp_ctrl(uint8_t *mp, uint64_t neu)
     store_be64(mp + MP_DATA, (neu & ~0xFFFFull) | lcrc);
 }
 
+
+/* Split the stream head[0:hl] + payload[0:pln], zero-filled, into n micropackets at q:
+ * TYPE first_type then DATA, TAIL on the last, ECRC running from 0xFFFF, LCRC set, link
+ * fields zero.  One CRC pass per 32-byte block (the copy is fused with it). */
+static void encode_mps(const uint8_t *hp, Py_ssize_t hl, const uint8_t *pp, Py_ssize_t pln, uint8_t *q,
+                       Py_ssize_t n, int vc, int first_type)
+{
+    uint16_t ecrc = CRC_INIT;
+    const uint64_t base = ((uint64_t)vc << 62) | (1ull << 58); /* DATA */
+    for (Py_ssize_t i = 0; i < n; i++, q += MP_BYTES) {
+        Py_ssize_t off = i * MP_DATA;
+        if (off + MP_DATA <= hl) {
+            memcpy(q, hp + off, MP_DATA);
+        } else if (off >= hl && off - hl + MP_DATA <= pln) {
+            memcpy(q, pp + (off - hl), MP_DATA);
+        } else { /* straddles head/payload, or the zero fill */
+            for (int j = 0; j < MP_DATA; j++) {
+                Py_ssize_t s = off + j;
+                q[j] = s < hl ? hp[s] : (s - hl < pln ? pp[s - hl] : 0);
+            }
+        }
+        uint16_t b = block_crc0(q);
+        ecrc = adv32(ecrc) ^ b;
+        uint64_t ctrl = i ? base : (((uint64_t)vc << 62) | ((uint64_t)first_type << 58));
+        if (i == n - 1)
+            ctrl |= 1ull << 57;
+        ctrl |= (uint64_t)ecrc << 16;
+        ctrl |= adv6(K32 ^ b) ^ ctrl6_crc0(ctrl);
+        store_be64(q + MP_DATA, ctrl);
+    }
+}
+
 #endif

@@ -32,6 +32,9 @@
 enum { T_NULL = 0, T_DATA, T_HEADER, T_ADMIN, T_CREDIT, T_RESET, T_RESET_ACK, T_INIT, T_INIT_ACK, T_LAST = T_INIT_ACK };
 enum { ST_RESETTING = 0, ST_UP = 1 };
 
+#include "_reasm.h"
+#include "_dataplane.h"
+
 /* Counters: the names of daemons/link/link.py, in one table. */
 #define COUNTERS(X)                                                                                 \
     X(BAD_SHIM_SHIM, "bad_shim_shim") X(BAD_SHIM_MAGIC, "bad_shim_magic")                            \
@@ -60,7 +63,7 @@ static const char *counter_names[N_COUNTERS] = {COUNTERS(AS_NAME)};
 static PyObject *ev_up, *ev_down, *ev_received, *np_frombuffer, *mp_dtype;
 
 typedef struct {
-    PyObject *obj; /* a reference to what was enqueued */
+    PyObject *obj; /* a reference to what was enqueued, or NULL: view.buf is ours (PyMem) */
     Py_buffer view;
     Py_ssize_t n; /* micropackets */
 } Chunk;
@@ -104,7 +107,10 @@ typedef struct {
     Py_ssize_t ring_cap, ring_head, ring_len;
     uint64_t counters[N_COUNTERS];
     uint8_t credit_mp[MP_BYTES]; /* an empty CREDIT micropacket */
+    DataPlane *dp;               /* NULL unless dp_attach() was called */
 } Core;
+
+static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n);
 
 /* --- small helpers ---------------------------------------------------------- */
 
@@ -146,14 +152,24 @@ static int add_event(Core *s, PyObject *ev)
 
 /* --- VC queues ---------------------------------------------------------------- */
 
+static void chunk_release(Chunk *ch)
+{
+    if (ch->obj) {
+        PyBuffer_Release(&ch->view);
+        Py_DECREF(ch->obj);
+    } else {
+        PyMem_Free(ch->view.buf);
+    }
+}
+
 static void q_clear(VcQueue *q)
 {
-    for (Py_ssize_t i = q->start; i < q->end; i++) {
-        PyBuffer_Release(&q->c[i].view);
-        Py_DECREF(q->c[i].obj);
-    }
+    for (Py_ssize_t i = q->start; i < q->end; i++)
+        chunk_release(&q->c[i]);
     q->start = q->end = q->head = q->count = 0;
 }
+
+static int q_room(VcQueue *q);
 
 static int q_push(VcQueue *q, PyObject *obj)
 {
@@ -184,6 +200,22 @@ static int q_push(VcQueue *q, PyObject *obj)
         Py_XDECREF(owned);
         return 0;
     }
+    if (q_room(q) < 0) {
+        PyBuffer_Release(&ch.view);
+        Py_XDECREF(owned);
+        return -1;
+    }
+    if (!owned)
+        Py_INCREF(obj);
+    ch.obj = obj; /* the reference: ours, or the copy's */
+    q->c[q->end++] = ch;
+    q->count += ch.n;
+    return 0;
+}
+
+/* Room for one more chunk at q->c[q->end]; -1 (error set) if out of memory. */
+static int q_room(VcQueue *q)
+{
     if (q->end == q->cap) {
         if (q->start > 0) {
             memmove(q->c, q->c + q->start, (q->end - q->start) * sizeof(Chunk));
@@ -194,19 +226,12 @@ static int q_push(VcQueue *q, PyObject *obj)
             Py_ssize_t cap = q->cap ? 2 * q->cap : 16;
             Chunk *c = PyMem_Realloc(q->c, cap * sizeof(Chunk));
             if (!c) {
-                PyBuffer_Release(&ch.view);
-                Py_XDECREF(owned);
                 PyErr_NoMemory();
                 return -1;
             }
             q->c = c, q->cap = cap;
         }
     }
-    if (!owned)
-        Py_INCREF(obj);
-    ch.obj = obj; /* the reference: ours, or the copy's */
-    q->c[q->end++] = ch;
-    q->count += ch.n;
     return 0;
 }
 
@@ -224,8 +249,7 @@ static void q_take(VcQueue *q, Py_ssize_t k, uint8_t *dst)
         k -= m;
         q->head += m;
         if (q->head == ch->n) {
-            PyBuffer_Release(&ch->view);
-            Py_DECREF(ch->obj);
+            chunk_release(ch);
             q->start++;
             q->head = 0;
         }
@@ -278,6 +302,10 @@ static void clear_state(Core *s)
         Py_ssize_t dropped = s->q[v].count;
         q_clear(&s->q[v]);
         s->counters[C_DROPPED_ON_RESET] += dropped;
+    }
+    if (s->dp) { /* the reset took the buffers back: nothing stays withheld */
+        ra_reset(&s->dp->ra);
+        s->dp->withheld = 0;
     }
 }
 
@@ -496,6 +524,7 @@ static PyObject *recs_array(PyObject *buf, Py_ssize_t count, Py_ssize_t offset)
     return PyObject_CallFunction(np_frombuffer, "OOnn", buf, mp_dtype, count, offset);
 }
 
+/* dgram: the object holding shim.. (numpy views of it go up), or NULL: copies go up. */
 static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
                              double now)
 {
@@ -557,9 +586,31 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
         if (!acc)
             continue;
         PyObject *arr;
+        int contiguous = last[vc] - first[vc] + 1 == k || acc == 1;
+        if (s->dp && vc == DP_VC) { /* the data plane's VC: reassembled here, not in Python */
+            /* b0 (per micropacket, from the LCRC check) is there when the datagram came
+               through rx_pump; start micropackets (duplicates) were skipped */
+            const uint16_t *b0 = dgram ? NULL : s->dp->b0 + start;
+            const uint8_t *run = mps + first[vc] * MP_BYTES;
+            if (!contiguous) {
+                run = dp_gather(s->dp, mps, b0, first[vc], vc, acc);
+                b0 = b0 ? s->dp->gather_b0 : NULL;
+            } else if (b0) {
+                b0 += first[vc];
+            }
+            if (dp_take(s, vc, run, b0, acc) < 0)
+                return -1;
+            continue;
+        }
         /* the accepted ones are contiguous in the datagram: a view, like Link */
-        if (last[vc] - first[vc] + 1 == k || acc == 1) {
+        if (contiguous && dgram) {
             arr = recs_array(dgram, acc, (mps - (const uint8_t *)shim) + first[vc] * MP_BYTES);
+        } else if (contiguous) {
+            PyObject *b = PyBytes_FromStringAndSize((const char *)(mps + first[vc] * MP_BYTES), acc * MP_BYTES);
+            if (!b)
+                return -1;
+            arr = recs_array(b, acc, 0);
+            Py_DECREF(b);
         } else {
             PyObject *b = PyBytes_FromStringAndSize(NULL, acc * MP_BYTES);
             if (!b)
@@ -642,47 +693,46 @@ static int receive_control(Core *s, const uint8_t *shim, const uint8_t *mps, con
     return 0;
 }
 
-static int do_receive(Core *s, PyObject *dgram, double now)
+/* One datagram p[0:len]; dgram: its Python object (or NULL, see receive_sequenced). */
+static int receive_raw(Core *s, const uint8_t *p, Py_ssize_t len, PyObject *dgram, double now)
 {
-    Py_buffer v;
-    if (PyObject_GetBuffer(dgram, &v, PyBUF_SIMPLE) < 0)
-        return -1;
-    int ret = 0;
-    const uint8_t *p = v.buf;
-    Py_ssize_t len = v.len;
     if (len < SHIM_BYTES) {
         s->counters[C_BAD_SHIM_SHIM]++;
-        goto out;
+        return 0;
     }
     if (((p[0] << 8) | p[1]) != SHIM_MAGIC) {
         s->counters[C_BAD_SHIM_MAGIC]++;
-        goto out;
+        return 0;
     }
     if (p[2] != SHIM_VERSION) {
         s->counters[C_BAD_SHIM_VERSION]++;
-        goto out;
+        return 0;
     }
     if (p[3] & ~FLAG_SEQ) {
         s->counters[C_BAD_SHIM_FLAGS]++;
-        goto out;
+        return 0;
     }
     Py_ssize_t body = len - SHIM_BYTES, n = body / MP_BYTES;
     if (body % MP_BYTES || n == 0 || n > MAX_DGRAM_MPS) {
         s->counters[C_BAD_SHIM_MPS]++;
-        goto out;
+        return 0;
     }
     if (get_be32(p + 4) != s->cable_id) {
         s->counters[C_WRONG_CABLE]++;
-        goto out;
+        return 0;
     }
     const uint8_t *mps = p + SHIM_BYTES;
     int sequenced = p[3] & FLAG_SEQ;
     uint16_t kept[MAX_DGRAM_MPS];
     Py_ssize_t nkept = 0, bad = 0, prefix = -1;
+    uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : NULL; /* kept for the ECRC check (the data plane's VC) */
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *m = mps + i * MP_BYTES;
         uint64_t ctrl = load_be64(m + MP_DATA);
-        if (lcrc_of(m, ctrl) == (uint16_t)ctrl) {
+        uint16_t b = block_crc0(m);
+        if (b0)
+            b0[i] = b;
+        if ((uint16_t)(adv6(K32 ^ b) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl) {
             kept[nkept++] = (uint16_t)i;
         } else {
             bad++;
@@ -695,17 +745,23 @@ static int do_receive(Core *s, PyObject *dgram, double now)
         Py_ssize_t keep = sequenced ? prefix : nkept;
         s->counters[C_DROPPED_AFTER_LCRC] += n - bad - keep;
         if (!keep)
-            goto out;
+            return 0;
         if (sequenced)
             n = keep;
         else
             nkept = keep;
     }
     if (sequenced)
-        ret = receive_sequenced(s, dgram, p, mps, n, now);
-    else
-        ret = receive_control(s, p, mps, kept, nkept, now);
-out:
+        return receive_sequenced(s, dgram, p, mps, n, now);
+    return receive_control(s, p, mps, kept, nkept, now);
+}
+
+static int do_receive(Core *s, PyObject *dgram, double now)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(dgram, &v, PyBUF_SIMPLE) < 0)
+        return -1;
+    int ret = receive_raw(s, v.buf, v.len, dgram, now);
     PyBuffer_Release(&v);
     return ret;
 }
@@ -720,6 +776,8 @@ static void Core_dealloc(Core *s)
     }
     ring_clear(s);
     PyMem_Free(s->ring);
+    dp_free(s->dp);
+    s->dp = NULL;
     Py_CLEAR(s->rng);
     Py_CLEAR(s->events);
     Py_CLEAR(s->control_out);
@@ -1136,6 +1194,8 @@ static PyObject *Core_go_up(Core *s, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#include "_pump.h"
+
 static PyObject *Core_get_up(Core *s, void *c) { return PyBool_FromLong(s->ready && s->state == ST_UP); }
 static PyObject *Core_get_state_code(Core *s, void *c) { return PyLong_FromLong(s->state); }
 static PyObject *Core_get_my_nonce(Core *s, void *c) { return PyLong_FromUnsignedLong(s->my_nonce); }
@@ -1177,6 +1237,7 @@ static PyGetSetDef Core_getset[] = {
     {"cable_id", (getter)Core_get_cable_id, NULL, NULL, NULL},
     {"max_mps", (getter)Core_get_max_mps, (setter)Core_set_max_mps, "micropackets per cable datagram", NULL},
     {"_queued_all", (getter)Core_get_queued_all, NULL, NULL, NULL},
+    {"dp_vc", (getter)Core_get_dp_vc, NULL, "the VC the data plane reassembles (-1: not attached)", NULL},
     {NULL},
 };
 
@@ -1196,6 +1257,7 @@ static PyMethodDef Core_methods[] = {
     {"_counter", (PyCFunction)Core_counter, METH_O, "one counter"},
     {"_control_datagram", (PyCFunction)Core_control_datagram, METH_VARARGS, "(kind, dst_nonce=None)"},
     {"_go_up", (PyCFunction)Core_go_up, METH_VARARGS, "test hook: (peer_nonce, now)"},
+    PUMP_METHODS
     {NULL},
 };
 
@@ -1227,6 +1289,7 @@ static PyObject *mod_setup(PyObject *self, PyObject *args)
 
 static PyMethodDef mod_methods[] = {
     {"setup", mod_setup, METH_VARARGS, "setup(LinkUp, LinkDown, Received, numpy.frombuffer, MP_DTYPE)"},
+    PUMP_MODULE_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -450,3 +450,11 @@ def ulp_server(data: bytes) -> None:
         _run_sync(srv._handle(client, frame))
     for sent in client.sock.sent:
         Frame.decode(sent)
+
+
+@target("gsnd.dataplane", seeds=[bytes([op, 1, 0, 200, 2, 7, 9, 9]) * 12 for op in range(3)])
+def gsnd_dataplane(data: bytes) -> None:
+    """gsnd's compiled data plane: C reassembly, TAP frames, cable datagrams (tests/fuzz/dataplane_target.py)."""
+    from tests.fuzz.dataplane_target import one_input
+
+    one_input(data)

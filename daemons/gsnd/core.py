@@ -44,6 +44,13 @@ class LinkState:
     reason: str = ""
 
 
+def merged(counters, more: dict | None) -> dict:
+    """Python-path counters plus the data plane's of the same names."""
+    out = Counter(counters)
+    out.update(more or {})
+    return dict(out)
+
+
 class Endpoint:
     def __init__(
         self,
@@ -100,6 +107,10 @@ class Endpoint:
                     self.withheld[ev.vc] += len(ev.recs)
                 else:
                     self.link.release(ev.vc, len(ev.recs))
+            elif isinstance(ev, Delivered):  # reassembled by the data plane (its credits are its own)
+                self._deliver(ev.message)
+            elif isinstance(ev, AdminIn):
+                self._admin_in(ev, now)
             elif isinstance(ev, LinkUp):
                 self.reasm.reset()
                 self.withheld = [0] * C.NUM_VCS  # the link reset took the buffers back
@@ -120,6 +131,8 @@ class Endpoint:
         if on and not self.holding[vc]:
             self.withheld[vc] += self.link.reclaim(vc, self.link.ledger.pending[vc])
         self.holding[vc] = on
+        if vc == self.link.dp_vc:  # the data plane withholds what it reassembles while held
+            self.withheld[vc] += self.link.dp_hold(on)
         if not on and self.withheld[vc]:
             self.link.release(vc, self.withheld[vc])
             self.counters[f"credits_withheld_vc{vc}_mps"] += self.withheld[vc]
@@ -267,15 +280,27 @@ class Endpoint:
         else:
             self.counters["admin_unexpected_response"] += 1
 
+    def _per_vc(self, dp: dict) -> dict:
+        """Messages and bytes per VC, the data plane's (IP on VC1) included."""
+        out = {k: list(v) for k, v in self.per_vc.items()}
+        for k in out:
+            out[k][C.VC_IP] += dp.get(k, 0)
+        return out
+
     def status(self) -> dict:
         from ..wire.ula import format_ula
 
+        dp = self.dp_counters()
         return {
             "kind": "gsnd",
             "ula": format_ula(self.ula) if self.ula else None,
             "neighbour": self.neighbour,
             "link": self.link.status(),
-            "reassembly": dict(self.reasm.counters),
-            "counters": dict(self.counters),
-            "per_vc": {k: list(v) for k, v in self.per_vc.items()},
+            "reassembly": merged(self.reasm.counters, dp.get("reassembly")),
+            "counters": merged(self.counters, dp.get("gsnd")),
+            "per_vc": self._per_vc(dp.get("gsnd") or {}),
         }
+
+    def dp_counters(self) -> dict:
+        """The data plane's counters by group (ip, gsnd, tap, cable, reassembly), or {}."""
+        return self.link.dp_counters() if self.link.dp_vc >= 0 else {}

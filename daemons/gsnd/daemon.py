@@ -26,6 +26,7 @@ from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
+from .dataplane import DataPlane, usable
 from .delivery import is_notice, notice_in, settle
 from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, SWITCH_TABLE_MAX, AdminCmd
 from ..wire.admin import ARGS_BYTES
@@ -65,6 +66,7 @@ class Gsnd:
         self.admin_waiters: dict[int, trio.MemorySendChannel] = {}
         self.drops = CounterLog(log)
         self.tap: Tap | None = None
+        self.dp: DataPlane | None = None  # IP between TAP and cable in C (run() attaches it)
         self.ip_counters: Counter[str] = Counter()
         self.control_counters: Counter[str] = Counter()
 
@@ -96,6 +98,8 @@ class Gsnd:
             elif isinstance(ev, UlaChanged):
                 if self.tap is not None and ev.ula:
                     self.tap.configure(mac=ev.ula)
+                if self.dp is not None:
+                    self.dp.set_ula(ev.ula)
                 self._carrier()
                 log.info("ula.assigned", interface=self.cfg.interface, ula=format_ula(ev.ula) if ev.ula else None,
                          neighbour=self.ep.neighbour)
@@ -138,6 +142,12 @@ class Gsnd:
         self.ip_counters["rx_frames"] += 1
 
     async def _tap_reader(self) -> None:
+        if self.dp is not None:  # frame -> Message -> VC1 in C, a batch per wake-up
+            while True:
+                await self.tap.wait_readable()
+                self.dp.tap_batch(HIGH_WATER_MPS)
+                self.runner.flush(trio.current_time())
+                await self._wait_room(VC_IP)
         tap, ep, mtu, counters = self.tap, self.ep, self.cfg.mtu, self.ip_counters
         while True:
             await tap.wait_readable()
@@ -213,13 +223,15 @@ class Gsnd:
             st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
                       "id": self.cfg.cable_id, **self.transport.status(),
                                                "last_heard_s": self.runner.heard_ago(),
-                                               "transport": dict(self.transport.counters)},
+                                               "transport": self._counters("cable", self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
                            "delivery": {**self.ulp.delivery.counters,
                                         "held_vcs": self.ulp.delivery.held(),
                                         "withheld_mps": list(self.ep.withheld)}},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
-                          "counters": {**self.ip_counters, **(self.tap.counters if self.tap else {})}},
+                          "dataplane": self.dp is not None,
+                          "counters": {**self._counters("ip", self.ip_counters),
+                                       **self._counters("tap", self.tap.counters if self.tap else {})}},
                       control=dict(self.control_counters))
             return {"ok": True, "status": st}
         if cmd == "ulas":
@@ -286,14 +298,17 @@ class Gsnd:
             now = trio.current_time()
             self.transport.refresh_mtu()  # the kernel's path MTU, ICMP-learnt drops included
             self.drops.update("link", self.ep.link.counters, now)
-            self.drops.update("gsnd", self.ep.counters, now)
-            self.drops.update("reassembly", self.ep.reasm.counters, now)
-            self.drops.update("cable", self.transport.counters, now)
+            self.drops.update("gsnd", self._counters("gsnd", self.ep.counters), now)
+            self.drops.update("reassembly", self._counters("reassembly", self.ep.reasm.counters), now)
+            self.drops.update("cable", self._counters("cable", self.transport.counters), now)
             self.drops.update("ulp", self.ulp.counters, now)
             self.drops.update("ulp.delivery", self.ulp.delivery.counters, now)
-            self.drops.update("ip", self.ip_counters, now)
+            self.drops.update("ip", self._counters("ip", self.ip_counters), now)
             if self.tap is not None:
-                self.drops.update("tap", self.tap.counters, now)
+                self.drops.update("tap", self._counters("tap", self.tap.counters), now)
+
+    def _counters(self, group: str, python) -> dict:
+        return self.dp.counters(group, python) if self.dp is not None else dict(python)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.cfg.runtime_dir, exist_ok=True)
@@ -301,6 +316,11 @@ class Gsnd:
             self.tap = Tap(self.cfg.tap)
             self.tap.configure(mac=self.ep.ula or self.cfg.ula, mtu=self.cfg.mtu)
             self._carrier()
+            if usable(self.transport, self.tap):
+                self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
+                                    wants=self.ulp.wants)
+                self.runner.use(self.dp.rx, self.dp.send_many)
+            log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)
             if self.tap is not None:

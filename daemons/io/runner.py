@@ -47,6 +47,12 @@ class LinkRunner:
         # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
         # datagram by its path MTU; other transports (the in-memory cable) one by one
         self._send_many = getattr(transport, "send_many", None) or self._send_each
+        # gsnd's data plane replaces both ends: pump(now) receives a batch in C, the
+        # link's datagrams leave through send_many (daemons/gsnd/dataplane.py)
+        self.pump: Callable[[float], int] | None = None
+
+    def use(self, pump: Callable[[float], int], send_many: Callable[[list], None]) -> None:
+        self.pump, self._send_many = pump, send_many
 
     def _send_each(self, dgrams) -> None:
         for dgram in dgrams:
@@ -79,11 +85,15 @@ class LinkRunner:
                 await self.transport.wait_readable()
             self._scope = None
             now = trio.current_time()
-            dgrams = self.transport.drain()
-            if dgrams:
-                self.last_heard = now
-            for dgram in dgrams:
-                receive(dgram, now)
+            if self.pump is not None:
+                if self.pump(now):
+                    self.last_heard = now
+            else:
+                dgrams = self.transport.drain()
+                if dgrams:
+                    self.last_heard = now
+                for dgram in dgrams:
+                    receive(dgram, now)
             rtx = self._handle_timer(now)
             if rtx:
                 self._send_many(rtx)

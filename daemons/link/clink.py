@@ -20,9 +20,20 @@ import numpy as np
 from .. import _link
 from .. import constants as C
 from ..wire.micropacket import MP_DTYPE
+from ..wire.message import decode_stream
 from .link import LinkDown, LinkState, LinkUp, Received, Timers
+from .reassembly import AdminIn, Delivered
 
 _link.setup(LinkUp, LinkDown, Received, np.frombuffer, MP_DTYPE)
+
+
+def _delivered(vc: int, stream: bytes, mps: int) -> Delivered:
+    """A Message the data plane reassembled and hands up (the C reassembly checked what
+    decode_stream checks: M_len against the micropackets and the VC)."""
+    return Delivered(decode_stream(vc, stream, mps), mps)
+
+
+_link.setup_dp(_delivered, AdminIn)
 
 _LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
 

@@ -1,6 +1,7 @@
 """Build daemons._fastpath and daemons._link with ASan+UBSan into a temp dir and run
-the differential tests, the link tests (Link and CLink), the CLink differential test
-and both fuzz harnesses against them in a subprocess.
+the differential tests, the link tests (Link and CLink), the CLink differential test,
+gsnd's data plane (C reassembly, pumps on real descriptors) and the fuzz harnesses
+against them in a subprocess.
 
 Fails on any sanitizer report.  Skipped when gcc or libasan is missing.
 """
@@ -19,10 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULES = ("_fastpath", "_link")
 TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/fuzz/test_fuzz_fastpath.py",
          "tests/unit/test_link.py", "tests/unit/test_packet_of_death.py", "tests/unit/test_clink_differential.py",
-         "tests/fuzz/test_fuzz_link.py",
+         "tests/fuzz/test_fuzz_link.py", "tests/unit/test_reasm_differential.py", "tests/unit/test_dataplane.py",
+         "tests/fuzz/test_fuzz_dataplane.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
          "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
-         "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run"]
+         "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_dataplane.py::test_atheris_short_run"]
 
 # Load the instrumented modules as daemons._fastpath / daemons._link before anything imports them.
 RUNNER = """

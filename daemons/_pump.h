@@ -1,0 +1,581 @@
+/* gsnd's compiled data plane, the functions (state and counters: _dataplane.h).
+ *
+ * A "pump": one C call per batch from gsnd's trio loop, no Python per frame.
+ *   tap_pump:  read(TAP) -> RFC 2835 frame->Message (oracle: wire/ether.py) -> fused
+ *              encode -> DP_VC's queue (a PyMem block per frame, no Python object)
+ *   rx_pump:   recvmsg (UDP GRO) -> the link's receive -> DP_VC's micropackets are
+ *              reassembled here (_reasm.h) -> Message->frame in place -> write(TAP)
+ *   dp_send:   the link's datagrams -> sendmsg with UDP_SEGMENT (GSO) / sendto; stops at
+ *              the first error and says where, for the Python path (EMSGSIZE re-cut,
+ *              counting) to take over
+ * Everything else goes up as events: Messages on other VCs (Received, as before),
+ * non-IP Messages on DP_VC and IP ones a ULP client is bound to (Delivered), ADMIN
+ * (AdminIn), link up/down.  Included by _link.c after Core's functions.
+ */
+#ifndef GSN_PUMP_H
+#define GSN_PUMP_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+#define ETH_IPV4 0x0800
+#define ETH_ARP 0x0806
+#define ETH_IPV6 0x86DD
+
+static PyObject *ev_delivered, *ev_admin; /* set by setup_dp() */
+static const uint8_t ULA_BCAST[6] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+
+static inline unsigned ip_bit(unsigned ethertype)
+{
+    return ethertype == ETH_IPV4 ? 1 : ethertype == ETH_IPV6 ? 2 : ethertype == ETH_ARP ? 4 : 0;
+}
+
+static int dp_for_us(DataPlane *dp, const uint8_t *d_ula)
+{
+    if (dp->has_ula && !memcmp(d_ula, dp->ula, 6))
+        return 1;
+    for (int i = 0; i < dp->naliases; i++)
+        if (!memcmp(d_ula, dp->aliases[i], 6))
+            return 1;
+    return 0;
+}
+
+/* A Message reassembled on DP_VC (mps > 0: stream = MAC header, LLC/SNAP, payload) or an
+ * ADMIN micropacket (mps == 0: its 32 data bytes). */
+static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
+{
+    Core *s = ctx;
+    DataPlane *dp = s->dp;
+    if (!mps)
+        return add_event(s, PyObject_CallFunction(ev_admin, "iy#", vc, (const char *)data, (Py_ssize_t)MP_DATA));
+    unsigned ethertype = ((unsigned)data[22] << 8) | data[23];
+    unsigned bit = ip_bit(ethertype);
+    if (!bit || dp->tap_fd < 0 || (dp->ulp_wants & bit)) /* Python delivers (ULP clients, notices) */
+        return add_event(s, PyObject_CallFunction(ev_delivered, "iy#K", vc, (const char *)data,
+                                                  (Py_ssize_t)(mps * MP_DATA), (unsigned long long)mps));
+    const uint8_t *d = data, *src = data + 6;
+    if (!dp_for_us(dp, d)) {
+        dp->counters[DP_EP_NOT_FOR_US]++;
+        return 0;
+    }
+    dp->counters[DP_EP_RX_MESSAGES]++;
+    dp->counters[DP_EP_RX_BYTES] += (((uint64_t)data[12] << 24) | ((uint64_t)data[13] << 16) | ((uint64_t)data[14] << 8)
+                                     | data[15]) - RA_LLC;
+    int bcast = !memcmp(d, ULA_BCAST, 6);
+    if (bcast && dp->has_ula && !memcmp(src, dp->ula, 6)) { /* the switch copies broadcasts to the sender */
+        dp->counters[DP_IP_OWN_BCAST]++;
+        return 0;
+    }
+    if (ethertype == ETH_ARP && !dp->arp_on) {
+        dp->counters[DP_IP_RX_ARP]++;
+        return 0;
+    }
+    uint64_t m_len = ((uint64_t)data[12] << 24) | ((uint64_t)data[13] << 16) | ((uint64_t)data[14] << 8) | data[15];
+    Py_ssize_t plen = (Py_ssize_t)(m_len - RA_LLC); /* reassembly checked M_len against the stream */
+    const uint8_t *pl = data + RA_PREFIX;
+    uint8_t dst[6];
+    memcpy(dst, d, 6);
+    if (bcast) { /* GSN has no multicast: rebuild the group MAC from the IP destination */
+        if (ethertype == ETH_IPV6 && plen >= 40 && pl[24] == 0xFF) {
+            dst[0] = 0x33, dst[1] = 0x33;
+            memcpy(dst + 2, pl + 36, 4);
+        } else if (ethertype == ETH_IPV4 && plen >= 20 && pl[16] >= 224 && pl[16] <= 239) {
+            dst[0] = 0x01, dst[1] = 0x00, dst[2] = 0x5E, dst[3] = pl[17] & 0x7F, dst[4] = pl[18], dst[5] = pl[19];
+        }
+    }
+    /* the Ethernet header in place, just before the payload: dst | src | EtherType (already at 22) */
+    memmove(data + 16, src, 6);
+    memcpy(data + 10, dst, 6);
+    if (write(dp->tap_fd, data + 10, 14 + plen) < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            dp->counters[DP_TAP_FULL]++;
+        else
+            dp_errno(dp, DPE_TAP_WRITE, errno);
+        return 0;
+    }
+    dp->counters[DP_IP_RX_FRAMES]++;
+    return 0;
+}
+
+/* n micropackets the link accepted on DP_VC (their buffers are in use): reassemble, then
+ * return the buffers to the peer unless the upper layer holds the VC. */
+static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n)
+{
+    DataPlane *dp = s->dp;
+    if (ra_feed(&dp->ra, vc, mps, n, b0, dp_sink, s) < 0)
+        return -1;
+    if (dp->hold) {
+        dp->withheld += n;
+    } else {
+        int64_t k = n < s->used[vc] ? n : s->used[vc];
+        s->used[vc] -= k;
+        s->pending[vc] += k;
+    }
+    return 0;
+}
+
+/* --- Python methods -------------------------------------------------------------- */
+
+static PyObject *Core_dp_attach(Core *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"tap_fd", "sock_fd", "peer", "mtu", "arp", "aliases", "max_payload", NULL};
+    int tap_fd, sock_fd, arp_on;
+    const char *host;
+    int port;
+    Py_ssize_t mtu;
+    long long max_payload;
+    Py_buffer al;
+    READY(s, NULL);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii(si)npy*L:dp_attach", kwlist, &tap_fd, &sock_fd, &host, &port,
+                                     &mtu, &arp_on, &al, &max_payload))
+        return NULL;
+    if (s->dp || !ev_delivered) {
+        PyBuffer_Release(&al);
+        return PyErr_Format(PyExc_RuntimeError, s->dp ? "the data plane is attached already"
+                                                      : "daemons._link.setup_dp() was not called");
+    }
+    if (al.len % 6 || al.len / 6 > DP_ALIASES || mtu < 0 || port < 0 || port > 65535) {
+        PyBuffer_Release(&al);
+        return PyErr_Format(PyExc_ValueError, "dp_attach: aliases (6-byte ULAs, at most %d), mtu, port", DP_ALIASES);
+    }
+    DataPlane *dp = PyMem_Calloc(1, sizeof *dp);
+    if (!dp) {
+        PyBuffer_Release(&al);
+        return PyErr_NoMemory();
+    }
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&dp->peer;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&dp->peer;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET, v4->sin_port = htons((uint16_t)port), dp->peer_len = sizeof *v4;
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6, v6->sin6_port = htons((uint16_t)port), dp->peer_len = sizeof *v6;
+    } else {
+        PyBuffer_Release(&al);
+        PyMem_Free(dp);
+        return PyErr_Format(PyExc_ValueError, "dp_attach: %s is not a numeric IP address", host);
+    }
+    ra_init(&dp->ra, max_payload);
+    dp->tap_fd = tap_fd, dp->sock_fd = sock_fd, dp->arp_on = arp_on, dp->mtu = mtu;
+    dp->naliases = (int)(al.len / 6);
+    memcpy(dp->aliases, al.buf, al.len);
+    PyBuffer_Release(&al);
+    s->dp = dp;
+    Py_RETURN_NONE;
+}
+
+#define NEED_DP(s)                                                                   \
+    READY(s, NULL);                                                                  \
+    if (!(s)->dp)                                                                    \
+        return PyErr_Format(PyExc_RuntimeError, "the data plane is not attached");
+
+static PyObject *Core_dp_ula(Core *s, PyObject *arg)
+{
+    NEED_DP(s);
+    if (arg == Py_None) {
+        s->dp->has_ula = 0;
+        Py_RETURN_NONE;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (b.len != 6) {
+        PyBuffer_Release(&b);
+        return PyErr_Format(PyExc_ValueError, "a ULA is 6 bytes");
+    }
+    memcpy(s->dp->ula, b.buf, 6);
+    s->dp->has_ula = 1;
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_dp_hold(Core *s, PyObject *arg)
+{
+    NEED_DP(s);
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    s->dp->hold = on;
+    int64_t w = s->dp->withheld;
+    s->dp->withheld = 0;
+    return PyLong_FromLongLong(w);
+}
+
+static PyObject *Core_dp_wants(Core *s, PyObject *arg)
+{
+    NEED_DP(s);
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    s->dp->ulp_wants = (unsigned)v & 7;
+    Py_RETURN_NONE;
+}
+
+/* Frames from the TAP until it is empty, `limit` frames, or DP_VC holds `high` micropackets. */
+static PyObject *Core_tap_pump(Core *s, PyObject *args)
+{
+    Py_ssize_t limit, high;
+    NEED_DP(s);
+    if (!PyArg_ParseTuple(args, "nn:tap_pump", &limit, &high))
+        return NULL;
+    DataPlane *dp = s->dp;
+    VcQueue *q = &s->q[DP_VC];
+    Py_ssize_t frames = 0;
+    while (frames < limit && q->count <= high) {
+        ssize_t len = read(dp->tap_fd, dp->frame, DP_FRAME_BYTES);
+        if (len < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                dp_errno(dp, DPE_TAP_READ, errno); /* EIO while the interface is down */
+            break;
+        }
+        frames++;
+        const uint8_t *f = dp->frame;
+        if (len < 14) {
+            dp->counters[DP_IP_RUNT]++;
+            continue;
+        }
+        unsigned ethertype = ((unsigned)f[12] << 8) | f[13];
+        if (!ip_bit(ethertype)) {
+            dp->counters[DP_IP_NOT_IP]++;
+            continue;
+        }
+        const uint8_t *pl = f + 14;
+        Py_ssize_t plen = len - 14;
+        if (ethertype == ETH_IPV4 && plen >= 20) {
+            Py_ssize_t total = ((Py_ssize_t)pl[2] << 8) | pl[3];
+            if (total >= 20 && total <= plen)
+                plen = total;
+        }
+        if (plen > dp->mtu) {
+            dp->counters[DP_IP_OVER_MTU]++;
+            continue;
+        }
+        uint8_t head[RA_PREFIX];
+        if (f[0] & 1)
+            memcpy(head, ULA_BCAST, 6); /* broadcast and multicast: the authoritative address */
+        else if (!(f[0] | f[1] | f[2] | f[3] | f[4] | f[5])) {
+            dp->counters[DP_IP_UNKNOWN_ULA]++;
+            continue;
+        } else
+            memcpy(head, f, 6);
+        if (ethertype == ETH_ARP && !dp->arp_on) {
+            dp->counters[DP_IP_ARP_OFF]++;
+            continue;
+        }
+        if (s->state != ST_UP || !dp->has_ula) {
+            dp->counters[s->state != ST_UP ? DP_EP_LINK_DOWN : DP_EP_NO_ULA]++;
+            dp->counters[DP_IP_TX_LINK]++;
+            continue;
+        }
+        uint64_t m_len = RA_LLC + (uint64_t)plen;
+        memcpy(head + 6, dp->ula, 6);
+        put_be32(head + 12, (uint32_t)m_len);
+        memcpy(head + RA_MAC, ra_llc_snap, 6);
+        head[22] = (uint8_t)(ethertype >> 8), head[23] = (uint8_t)ethertype;
+        Py_ssize_t n = (Py_ssize_t)((RA_MAC + m_len + MP_DATA - 1) / MP_DATA);
+        uint8_t *mps = PyMem_Malloc(n * MP_BYTES);
+        if (!mps || q_room(q) < 0) {
+            PyMem_Free(mps);
+            return mps ? NULL : PyErr_NoMemory();
+        }
+        encode_mps(head, RA_PREFIX, pl, plen, mps, n, DP_VC, T_HEADER);
+        Chunk *ch = &q->c[q->end++];
+        memset(ch, 0, sizeof *ch);
+        ch->obj = NULL, ch->view.buf = mps, ch->view.len = n * MP_BYTES, ch->n = n;
+        q->count += n;
+        dp->counters[DP_EP_TX_MESSAGES]++;
+        dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
+        dp->counters[DP_IP_TX_FRAMES]++;
+    }
+    return PyLong_FromSsize_t(frames);
+}
+
+/* Datagrams from the cable socket (GRO-coalesced ones split) into the link, up to about
+ * `limit`; returns how many. */
+static PyObject *Core_rx_pump(Core *s, PyObject *args)
+{
+    double now;
+    Py_ssize_t limit;
+    NEED_DP(s);
+    if (!PyArg_ParseTuple(args, "dn:rx_pump", &now, &limit))
+        return NULL;
+    DataPlane *dp = s->dp;
+    Py_ssize_t got = 0, tries = 0;
+    while (got < limit && tries++ < 4 * limit) {
+        struct sockaddr_storage from;
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } cbuf;
+        struct iovec iov = {dp->rx, DP_RECV_BYTES};
+        struct msghdr mh = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1,
+                            .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+        ssize_t len = recvmsg(dp->sock_fd, &mh, MSG_DONTWAIT);
+        if (len < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            dp_errno(dp, DPE_RX, errno); /* ICMP errors from a previous send surface here */
+            continue;
+        }
+        int same = mh.msg_namelen >= sizeof(sa_family_t) && from.ss_family == dp->peer.ss_family;
+        if (same && from.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&from, *b = (struct sockaddr_in *)&dp->peer;
+            same = a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+        } else if (same) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&from, *b = (struct sockaddr_in6 *)&dp->peer;
+            same = a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
+        }
+        if (!same) {
+            dp->counters[DP_RX_FOREIGN]++;
+            continue;
+        }
+        if (mh.msg_flags & MSG_TRUNC) {
+            dp->counters[DP_RX_TRUNC]++;
+            continue;
+        }
+        Py_ssize_t seg = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                int v;
+                memcpy(&v, CMSG_DATA(c), sizeof v);
+                seg = v;
+            }
+        if (seg <= 0 || seg >= len)
+            seg = len;
+        else
+            dp->counters[DP_RX_GRO]++;
+        for (Py_ssize_t off = 0; off < len; off += seg) {
+            Py_ssize_t k = len - off < seg ? len - off : seg;
+            got++;
+            dp->counters[DP_RX_DATAGRAMS]++;
+            if (receive_raw(s, dp->rx + off, k, NULL, now) < 0)
+                return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(got);
+}
+
+/* Send the datagrams (bytes) in order, runs of equal size (the last may be shorter) as one
+ * GSO sendmsg when gso.  Returns (sent, errno, gso_sends, gso_datagrams, max_sent): sent <
+ * len(datagrams) when the kernel refused datagrams[sent] with errno. */
+static PyObject *Core_dp_send(Core *s, PyObject *args)
+{
+    PyObject *list;
+    int gso;
+    NEED_DP(s);
+    if (!PyArg_ParseTuple(args, "O!p:dp_send", &PyList_Type, &list, &gso))
+        return NULL;
+    DataPlane *dp = s->dp;
+    Py_ssize_t n = PyList_GET_SIZE(list), i = 0, sends = 0, segs = 0, biggest = 0;
+    int err = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!PyBytes_Check(PyList_GET_ITEM(list, k)))
+            return PyErr_Format(PyExc_TypeError, "dp_send: datagrams must be bytes");
+    while (i < n) {
+        PyObject *first = PyList_GET_ITEM(list, i);
+        Py_ssize_t size = PyBytes_GET_SIZE(first), j = i + 1, total = size;
+        if (gso)
+            while (j < n && j - i < DP_GSO_SEGMENTS) {
+                Py_ssize_t l = PyBytes_GET_SIZE(PyList_GET_ITEM(list, j));
+                if (total + l > DP_GSO_BYTES || l > size)
+                    break;
+                total += l;
+                j++;
+                if (l < size)
+                    break; /* only the last segment may be shorter */
+            }
+        struct iovec iov[DP_GSO_SEGMENTS];
+        for (Py_ssize_t k = i; k < j; k++) {
+            iov[k - i].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(list, k));
+            iov[k - i].iov_len = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(list, k));
+        }
+        union {
+            char buf[CMSG_SPACE(sizeof(uint16_t))];
+            struct cmsghdr align;
+        } cbuf;
+        struct msghdr mh = {.msg_name = &dp->peer, .msg_namelen = dp->peer_len, .msg_iov = iov,
+                            .msg_iovlen = (size_t)(j - i)};
+        if (j - i > 1) {
+            memset(&cbuf, 0, sizeof cbuf);
+            mh.msg_control = cbuf.buf, mh.msg_controllen = sizeof cbuf.buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_UDP, c->cmsg_type = UDP_SEGMENT, c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t seg = (uint16_t)size;
+            memcpy(CMSG_DATA(c), &seg, sizeof seg);
+        }
+        if (sendmsg(dp->sock_fd, &mh, MSG_DONTWAIT) < 0) {
+            err = errno;
+            break;
+        }
+        if (j - i > 1)
+            sends++, segs += j - i;
+        if (size > biggest)
+            biggest = size;
+        i = j;
+    }
+    return Py_BuildValue("ninnn", i, err, sends, segs, biggest);
+}
+
+/* {group: {name: count}} of the non-zero data-plane counters. */
+static PyObject *Core_dp_counters(Core *s, PyObject *Py_UNUSED(ignored))
+{
+    NEED_DP(s);
+    DataPlane *dp = s->dp;
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int i = 0; i < DP_N + DPE_N * DP_ERRNOS; i++) {
+        const char *group;
+        char name[64];
+        uint64_t v;
+        if (i < DP_N) {
+            v = dp->counters[i], group = dp_groups[i];
+            snprintf(name, sizeof name, "%s", dp_names[i]);
+        } else {
+            int w = (i - DP_N) / DP_ERRNOS, e = (i - DP_N) % DP_ERRNOS;
+            v = dp->errnos[w][e], group = dpe_groups[w];
+            const char *en = e < DP_ERRNOS - 1 ? strerrorname_np(e) : NULL;
+            if (en)
+                snprintf(name, sizeof name, "%s%s", dpe_prefix[w], en);
+            else
+                snprintf(name, sizeof name, "%s%d", dpe_prefix[w], e);
+        }
+        if (!v)
+            continue;
+        PyObject *g = PyDict_GetItemString(out, group); /* borrowed */
+        if (!g) {
+            if (!(g = PyDict_New()) || PyDict_SetItemString(out, group, g) < 0) {
+                Py_XDECREF(g);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(g);
+        }
+        PyObject *c = PyLong_FromUnsignedLongLong(v);
+        if (!c || PyDict_SetItemString(g, name, c) < 0) {
+            Py_XDECREF(c);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(c);
+    }
+    PyObject *ra = ra_counter_dict(&dp->ra);
+    if (!ra || PyDict_SetItemString(out, "reassembly", ra) < 0) {
+        Py_XDECREF(ra);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(ra);
+    return out;
+}
+
+static PyObject *Core_get_dp_vc(Core *s, void *c) { return PyLong_FromLong(s->dp ? DP_VC : -1); }
+
+#define PUMP_METHODS                                                                                        \
+    {"dp_attach", (PyCFunction)(void (*)(void))Core_dp_attach, METH_VARARGS | METH_KEYWORDS,                  \
+     "dp_attach(tap_fd, sock_fd, peer, mtu, arp, aliases, max_payload): gsnd's data plane takes VC1"},        \
+    {"dp_ula", (PyCFunction)Core_dp_ula, METH_O, "dp_ula(ula or None): the port's ULA"},                    \
+    {"dp_hold", (PyCFunction)Core_dp_hold, METH_O, "dp_hold(on) -> VC1 micropackets withheld so far"},      \
+    {"dp_wants", (PyCFunction)Core_dp_wants, METH_O, "dp_wants(mask): IPv4 1, IPv6 2, ARP 4 go to Python"}, \
+    {"tap_pump", (PyCFunction)Core_tap_pump, METH_VARARGS, "tap_pump(limit, high) -> frames read"},         \
+    {"rx_pump", (PyCFunction)Core_rx_pump, METH_VARARGS, "rx_pump(now, limit) -> datagrams received"},     \
+    {"dp_send", (PyCFunction)Core_dp_send, METH_VARARGS,                                                    \
+     "dp_send(datagrams, gso) -> (sent, errno, gso_sends, gso_datagrams, max_sent)"},                       \
+    {"dp_counters", (PyCFunction)Core_dp_counters, METH_NOARGS, "{group: {name: count}}"},
+
+/* --- the reassembly alone, for the differential tests and the fuzz target --------- */
+
+static int collect_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
+{
+    PyObject *o = mps ? Py_BuildValue("(siy#K)", "message", vc, (const char *)data, (Py_ssize_t)(mps * MP_DATA),
+                                      (unsigned long long)mps)
+                      : Py_BuildValue("(siy#)", "admin", vc, (const char *)data, (Py_ssize_t)MP_DATA);
+    if (!o)
+        return -1;
+    int r = PyList_Append((PyObject *)ctx, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static PyObject *mod_reassemble(PyObject *self, PyObject *args)
+{
+    long long max_payload;
+    PyObject *batches;
+    if (!PyArg_ParseTuple(args, "LO:reassemble", &max_payload, &batches))
+        return NULL;
+    PyObject *seq = PySequence_Fast(batches, "batches: a sequence of (vc, micropackets) or None (a reset)");
+    if (!seq)
+        return NULL;
+    Reasm *r = PyMem_Malloc(sizeof *r);
+    PyObject *out = PyList_New(0), *ret = NULL;
+    if (!r || !out) {
+        if (!r)
+            PyErr_NoMemory();
+        goto done;
+    }
+    ra_init(r, max_payload);
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(seq, i);
+        if (b == Py_None) {
+            ra_reset(r);
+            continue;
+        }
+        int vc;
+        Py_buffer v;
+        if (!PyTuple_Check(b)) {
+            PyErr_Format(PyExc_TypeError, "batch %zd: (vc, micropackets) or None", i);
+            goto done_r;
+        }
+        if (!PyArg_ParseTuple(b, "iy*", &vc, &v))
+            goto done_r;
+        if (vc < 0 || vc >= RA_VCS || v.len % MP_BYTES) {
+            PyBuffer_Release(&v);
+            PyErr_Format(PyExc_ValueError, "batch %zd: VC 0..3 and whole micropackets", i);
+            goto done_r;
+        }
+        int rc = ra_feed(r, vc, v.buf, v.len / MP_BYTES, NULL, collect_sink, out);
+        PyBuffer_Release(&v);
+        if (rc < 0)
+            goto done_r;
+    }
+    PyObject *c = ra_counter_dict(r);
+    if (c)
+        ret = Py_BuildValue("(ON)", out, c);
+done_r:
+    ra_free(r);
+done:
+    PyMem_Free(r);
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return ret;
+}
+
+static PyObject *mod_setup_dp(PyObject *self, PyObject *args)
+{
+    PyObject *delivered, *admin;
+    if (!PyArg_ParseTuple(args, "OO:setup_dp", &delivered, &admin))
+        return NULL;
+    Py_INCREF(delivered), Py_INCREF(admin);
+    Py_XSETREF(ev_delivered, delivered);
+    Py_XSETREF(ev_admin, admin);
+    Py_RETURN_NONE;
+}
+
+#define PUMP_MODULE_METHODS                                                                                  \
+    {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
+     "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
+    {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},
+
+#endif

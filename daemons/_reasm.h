@@ -1,0 +1,257 @@
+/* Per-VC Message reassembly in C (spec §3.2): the algorithm of
+ * daemons/link/reassembly.py (class Reassembler, its oracle), the same outputs and
+ * the same counters for the same batches of micropackets.
+ *
+ * A HEADER opens a Message, DATA appends, TAIL closes; a HEADER or ADMIN while a
+ * Message is open discards it and the stray micropacket; DATA with none open is
+ * counted stray.  Checks run per batch ("run": the micropackets of one batch up to a
+ * TAIL), in the oracle's order: count against M_len, ERROR bit, ECRC (exact, per
+ * micropacket).  Data is de-interleaved into the Message's stream buffer as it
+ * arrives; the buffer is kept between Messages (no allocation per Message once grown).
+ * Outputs go to a sink: a whole Message's stream (MAC header first) or an ADMIN
+ * micropacket's 32 data bytes.  Included by _link.c only.
+ */
+#ifndef GSN_REASM_H
+#define GSN_REASM_H
+
+#define RA_VCS 4
+#define RA_MAC 16
+#define RA_PREFIX 24 /* MAC header + LLC/SNAP: the payload starts here */
+#define RA_LLC 8
+
+/* Reasons, in the oracle's counter names. */
+#define RA_COUNTERS(X)                                                                             \
+    X(ABORTED, "aborted_on_reset") X(STRAY, "stray_data_mps")                                        \
+    X(D_HDR_OPEN, "discard_header_in_open_message") X(D_VC_LIMIT, "discard_vc_limit")                \
+    X(D_TOO_LARGE, "discard_too_large") X(D_MLEN, "discard_header_M_len")                            \
+    X(D_LLC, "discard_header_LLC/SNAP") X(D_LONGER, "discard_longer_than_m_len")                     \
+    X(D_ERROR, "discard_error_bit") X(D_ECRC, "discard_ecrc") X(D_SHORTER, "discard_shorter_than_m_len") \
+    X(D_ADMIN_NO_TAIL, "discard_admin_without_tail")
+
+#define RA_ENUM(id, name) RA_##id,
+#define RA_NAME(id, name) name,
+enum { RA_COUNTERS(RA_ENUM) RA_N };
+static const char *ra_names[RA_N] = {RA_COUNTERS(RA_NAME)};
+
+static const uint64_t ra_vc_max_data[RA_VCS] = {68, 4100, 4100, 1ull << 27}; /* constants.VC_MAX_DATA_MPS */
+static const uint8_t ra_llc_snap[6] = {0xAA, 0xAA, 0x03, 0x00, 0x00, 0x00};
+
+typedef struct {
+    int open;
+    int bad;          /* an RA_D_* reason, or -1 */
+    uint64_t count;   /* micropackets so far, HEADER included */
+    uint64_t expect;  /* micropackets M_len announces */
+    uint16_t last_ecrc;
+    uint8_t *buf;     /* the stream: count * 32 bytes while good */
+    uint64_t cap;
+} RaOpen;
+
+typedef struct {
+    int64_t max_payload; /* -1: no limit */
+    RaOpen vc[RA_VCS];
+    uint64_t counters[RA_N];
+} Reasm;
+
+/* sink(ctx, vc, stream, mps) for a Message, sink(ctx, vc, data32, 0) for an ADMIN;
+ * returns < 0 to stop (a Python error is set). */
+typedef int (*ra_sink)(void *ctx, int vc, uint8_t *data, uint64_t mps);
+
+static inline unsigned ra_type(const uint8_t *mp) { return (unsigned)(load_be64(mp + MP_DATA) >> 58) & 0xF; }
+
+static inline uint64_t ra_max_m_len(int vc)
+{
+    uint64_t m = RA_MAC + MP_DATA * ra_vc_max_data[vc];
+    return m < 0xFFFFFFFFull ? m : 0xFFFFFFFFull;
+}
+
+static void ra_init(Reasm *r, int64_t max_payload)
+{
+    memset(r, 0, sizeof *r);
+    r->max_payload = max_payload;
+}
+
+static void ra_free(Reasm *r)
+{
+    for (int v = 0; v < RA_VCS; v++) {
+        PyMem_Free(r->vc[v].buf);
+        r->vc[v].buf = NULL;
+        r->vc[v].cap = 0;
+    }
+}
+
+static void ra_reset(Reasm *r)
+{
+    for (int v = 0; v < RA_VCS; v++)
+        if (r->vc[v].open) {
+            r->counters[RA_ABORTED]++;
+            r->vc[v].open = 0;
+        }
+}
+
+static void ra_start(Reasm *r, int vc, const uint8_t *h)
+{
+    RaOpen *st = &r->vc[vc];
+    st->open = 1, st->bad = -1, st->count = 0, st->expect = 0, st->last_ecrc = CRC_INIT;
+    uint64_t m_len = ((uint64_t)h[12] << 24) | ((uint64_t)h[13] << 16) | ((uint64_t)h[14] << 8) | h[15];
+    if (m_len < RA_LLC) {
+        st->bad = RA_D_MLEN;
+        return;
+    }
+    if (memcmp(h + RA_MAC, ra_llc_snap, 6)) {
+        st->bad = RA_D_LLC;
+        return;
+    }
+    st->expect = (RA_MAC + m_len + MP_DATA - 1) / MP_DATA;
+    if (m_len > ra_max_m_len(vc))
+        st->bad = RA_D_VC_LIMIT;
+    else if (r->max_payload >= 0 && m_len - RA_LLC > (uint64_t)r->max_payload)
+        st->bad = RA_D_TOO_LARGE;
+}
+
+/* The run mps[0:k] of an open Message (b0: their data's zero-init CRCs, or NULL).  0, or
+ * -1 when out of memory (error set). */
+static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k, const uint16_t *b0)
+{
+    RaOpen *st = &r->vc[vc];
+    uint64_t at = st->count;
+    st->count += (uint64_t)k;
+    if (st->bad >= 0)
+        return 0;
+    if (st->count > st->expect) {
+        st->bad = RA_D_LONGER;
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < k; i++)
+        if ((load_be64(mps + i * MP_BYTES + MP_DATA) >> 56) & 1) {
+            st->bad = RA_D_ERROR;
+            return 0;
+        }
+    uint16_t e = st->last_ecrc;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        e = adv32(e) ^ (b0 ? b0[i] : block_crc0(mps + i * MP_BYTES));
+        if (e != (uint16_t)(load_be64(mps + i * MP_BYTES + MP_DATA) >> 16)) {
+            st->bad = RA_D_ECRC;
+            return 0;
+        }
+    }
+    st->last_ecrc = e;
+    uint64_t need = st->count * MP_DATA;
+    if (need > st->cap) { /* doubling, up to what M_len announced (need <= expect * 32) */
+        uint64_t cap = st->cap ? st->cap : 4096, most = st->expect * MP_DATA;
+        while (cap < need)
+            cap *= 2;
+        if (cap > most)
+            cap = most;
+        uint8_t *b = PyMem_Realloc(st->buf, cap);
+        if (!b) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        st->buf = b, st->cap = cap;
+    }
+    uint8_t *q = st->buf + at * MP_DATA;
+    for (Py_ssize_t i = 0; i < k; i++, q += MP_DATA)
+        memcpy(q, mps + i * MP_BYTES, MP_DATA);
+    return 0;
+}
+
+static int ra_finish(Reasm *r, int vc, ra_sink sink, void *ctx)
+{
+    RaOpen *st = &r->vc[vc];
+    st->open = 0;
+    if (st->bad < 0 && st->count != st->expect)
+        st->bad = RA_D_SHORTER;
+    if (st->bad >= 0) {
+        r->counters[st->bad]++;
+        return 0;
+    }
+    return sink(ctx, vc, st->buf, st->count);
+}
+
+static int ra_admin(Reasm *r, int vc, const uint8_t *mp, ra_sink sink, void *ctx)
+{
+    uint64_t ctrl = load_be64(mp + MP_DATA);
+    if (!((ctrl >> 57) & 1)) {
+        r->counters[RA_D_ADMIN_NO_TAIL]++;
+        return 0;
+    }
+    if ((ctrl >> 56) & 1) {
+        r->counters[RA_D_ERROR]++;
+        return 0;
+    }
+    if ((uint16_t)(K32 ^ block_crc0(mp)) != (uint16_t)(ctrl >> 16)) { /* CRC from 0xFFFF of 32 bytes */
+        r->counters[RA_D_ECRC]++;
+        return 0;
+    }
+    return sink(ctx, vc, (uint8_t *)mp, 0);
+}
+
+/* Feed n micropackets received in order on vc (one batch, as the link hands them up);
+ * b0: the zero-init CRC of each one's data, computed by the LCRC check (or NULL). */
+static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, const uint16_t *b0, ra_sink sink,
+                   void *ctx)
+{
+    Py_ssize_t pos = 0;
+    while (pos < n) {
+        RaOpen *st = &r->vc[vc];
+        Py_ssize_t first = pos;
+        if (!st->open) {
+            unsigned kind = ra_type(mps + pos * MP_BYTES);
+            if (kind == T_ADMIN) {
+                if (ra_admin(r, vc, mps + pos * MP_BYTES, sink, ctx) < 0)
+                    return -1;
+                pos++;
+                continue;
+            }
+            if (kind != T_HEADER) {
+                Py_ssize_t nxt = pos;
+                while (nxt < n && ra_type(mps + nxt * MP_BYTES) != T_HEADER && ra_type(mps + nxt * MP_BYTES) != T_ADMIN)
+                    nxt++;
+                r->counters[RA_STRAY] += (uint64_t)(nxt - pos);
+                pos = nxt;
+                continue;
+            }
+            ra_start(r, vc, mps + pos * MP_BYTES);
+            first = pos + 1;
+        }
+        Py_ssize_t end = pos, tail = 0;
+        while (end < n && !tail)
+            tail = (load_be64(mps + (end++) * MP_BYTES + MP_DATA) >> 57) & 1;
+        Py_ssize_t j = first;
+        while (j < end && ra_type(mps + j * MP_BYTES) != T_HEADER && ra_type(mps + j * MP_BYTES) != T_ADMIN)
+            j++;
+        if (j < end) {
+            r->counters[RA_D_HDR_OPEN]++;
+            st->open = 0;
+            pos = j + 1;
+            continue;
+        }
+        if (ra_append(r, vc, mps + pos * MP_BYTES, end - pos, b0 ? b0 + pos : NULL) < 0)
+            return -1;
+        pos = end;
+        if (tail && ra_finish(r, vc, sink, ctx) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *ra_counter_dict(const Reasm *r)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    for (int i = 0; i < RA_N; i++) {
+        if (!r->counters[i])
+            continue;
+        PyObject *v = PyLong_FromUnsignedLongLong(r->counters[i]);
+        if (!v || PyDict_SetItemString(d, ra_names[i], v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+#endif

@@ -1,0 +1,109 @@
+"""Fuzz target for gsnd's compiled data plane (daemons/_pump.h, daemons/_reasm.h).
+
+The input picks one of three decoders per operation:
+  0  the C reassembly on batches of micropackets (real Messages with bits flipped,
+     cut, interleaved across VCs; raw bytes), differential against Reassembler;
+  1  TAP frames (any bytes) through tap_pump -> cable -> rx_pump -> TAP, differential
+     against wire/ether.py (what arrives must be what the Python path would write);
+  2  cable datagrams (real ones mutated, raw bytes) into rx_pump from the peer's
+     address: nothing may raise, the credit ledger must stay balanced.
+``one_input(data)`` is driven by atheris (fuzz_dataplane.py), Hypothesis
+(test_fuzz_dataplane.py) and ./gsn fuzz (target gsnd.dataplane).  GSN_DP_FUZZ_OPS
+(e.g. "0") restricts the operations: the reassembly alone runs ~20x faster than the
+operations that step the socket rig.
+"""
+
+from __future__ import annotations
+
+import os
+
+from daemons.wire.message import Message
+from tests.fuzz.fastpath_target import Reader
+from tests.unit.dprig import ULAS, Rig
+from tests.unit.reasmdiff import check
+from tests.unit.test_dataplane import expect
+
+_rig: Rig | None = None
+
+
+def rig() -> Rig:
+    """One rig for many inputs (sockets are slow to make); remade if a mutated datagram
+    reset its link."""
+    global _rig
+    if _rig is None or not all(ep.link.up and ep.ula for ep in _rig.eps):
+        if _rig is not None:
+            _rig.close()
+        _rig = Rig()
+        _rig.bring_up()
+    return _rig
+
+
+def _mutate(r: Reader, d: bytes) -> bytes:
+    b = bytearray(d or b"\0")
+    for _ in range(r.int(1) % 4):
+        spot = r.int(3)
+        b[spot % len(b)] ^= 1 << (spot >> 21)
+    cut = r.int(1)
+    if cut & 1:
+        b = b[: max(0, len(b) - cut)]
+    elif cut & 2:
+        b += r.take(cut % 80)
+    return bytes(b)
+
+
+def _reassembly(r: Reader) -> None:
+    batches = []
+    for _ in range(1 + r.int(1) % 6):
+        vc = r.int(1) % 4
+        mode = r.int(1) % 4
+        if mode == 3:
+            raw = r.take(40 * (r.int(1) % 8))
+            batches.append(None if r.int(1) & 1 else (vc, raw[: len(raw) - len(raw) % 40]))
+            continue
+        size = r.int(2) % (2000 if vc == 0 else 9000)
+        recs = Message(vc, ULAS[0], ULAS[1], 0x0800, r.take(8) * (size // 8)).records().tobytes()
+        if mode:
+            recs = _mutate(r, recs)
+            recs = recs[: len(recs) - len(recs) % 40]
+        split = r.int(2) % (len(recs) // 40 + 1)
+        batches += [(vc, recs[: 40 * split]), (vc, recs[40 * split:])]
+    check([b for b in batches if b is None or b[1]], None if r.int(1) & 1 else 5000)
+
+
+def _frames(r: Reader) -> None:
+    g = rig()
+    g.taps[1].frames()
+    fs = []
+    for _ in range(1 + r.int(1) % 4):
+        dst = [ULAS[1], b"\xff" * 6, bytes(6), b"\x01\x00\x5e\x00\x00\x01", r.take(6).ljust(6, b"\0")][r.int(1) % 5]
+        et = [0x0800, 0x86DD, 0x0806, r.int(2)][r.int(1) % 4]
+        fs.append((dst + ULAS[0] + et.to_bytes(2, "big") + r.take(r.int(2) % 3000))[: r.int(2) % 3100])
+    g.send_frames(0, fs)
+    if all(ep.link.up for ep in g.eps):
+        assert g.taps[1].frames() == [w for w in map(expect, fs) if isinstance(w, bytes)]
+
+
+def _datagrams(r: Reader) -> None:
+    g = rig()
+    a, b = g.eps
+    if r.int(1) & 1:
+        a.send(r.int(1) % 4, ULAS[1], 0x88B5, bytes(r.int(2) % 3000))
+    real = a.link.datagrams(g.now) or [bytes(a.link._control_datagram(0))]
+    for _ in range(1 + r.int(1) % 4):
+        d = r.take(r.int(2) % 700) if r.int(1) % 4 == 0 else _mutate(r, real[r.int(1) % len(real)])
+        g.transports[0].sock.sendto(d, g.transports[1].local)
+    g.dps[0].send_many(real)
+    g.dps[1].rx(g.now)
+    b.process(g.now)
+    for _ in range(5):
+        g.step()
+    assert b.link.ledger.balanced() and a.link.ledger.balanced()
+
+
+OPS = [(_reassembly, _frames, _datagrams)[int(k)] for k in os.environ.get("GSN_DP_FUZZ_OPS", "012")]
+
+
+def one_input(data: bytes) -> None:
+    r = Reader(data)
+    for _ in range(3):
+        OPS[r.int(1) % len(OPS)](r)
