@@ -1,6 +1,7 @@
 """Fabrics of several switches on trio's virtual clock: discovery, routes, broadcast
 on the spanning tree, re-routing around a dead inter-switch cable."""
 
+import pytest
 import trio
 
 from daemons import constants as C
@@ -8,6 +9,8 @@ from daemons.constants import MpType
 from daemons.switch import topology as T
 from daemons.wire.message import single_records
 from tests.sim.mesh import SimMesh, random_fabric, true_next_hops
+
+pytestmark = pytest.mark.usefixtures("switch_forwarder")  # compiled and Python walks
 
 RING3 = [((1, 10), (2, 11)), ((2, 10), (3, 11)), ((3, 10), (1, 11))]
 
