@@ -152,6 +152,14 @@ def switch_core(data: bytes) -> None:
         sw.ports[p].link.handle_timer(now + 5.0)
 
 
+@target("switchfwd", seeds=[b"", bytes(range(64)) * 4, b"\x01" * 200])
+def switchfwd(data: bytes) -> None:
+    """gsn-switch's compiled ingress walk against its Python oracle (tests/fuzz/switchfwd_target.py)."""
+    from tests.fuzz.switchfwd_target import one_input
+
+    one_input(data)
+
+
 def _fabric_switch():
     from daemons.switch.core import Switch
 

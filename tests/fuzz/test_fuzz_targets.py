@@ -26,7 +26,7 @@ def test_every_decoder_and_handler_has_a_target():
         "wire.micropacket", "wire.message", "wire.admin", "wire.shim", "wire.ulp", "harpd.wire", "stpd.wire",
         "pktwayd.eep", "pktwayd.rrp", "pktwayd.messages", "harpd.kernel", "link", "gsnd.core", "switch.core", "switch.fabric",
         "harpd.core", "stpd.core", "pktwayd.engine", "pktway-san.switch", "ulp.server", "control", "stpd.api",
-        "fastpath"}
+        "fastpath", "switchfwd"}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

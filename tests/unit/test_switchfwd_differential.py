@@ -8,36 +8,13 @@ known, unknown and broadcast ULAs, and interleaved input VCs and ports."""
 
 from __future__ import annotations
 
-import random
-import struct
-
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemons import constants as C
 from daemons.constants import MpType
-from daemons.link.clink import CLink
-from daemons.switch.core import Port
 from daemons.switch.forward import COUNTERS, Forwarder, PyForwarder
-
-PORTS = (1, 2, 3, 7, 40)
-POOL = [bytes([2, 0, 0, 1, 0, p]) for p in PORTS] + [b"\x02\x09\x09\x09\x09\x09", C.ULA_BROADCAST, C.ULA_NONE]
-
-
-def make_ports(flags, ups) -> dict:
-    ports = {}
-    for p, (fabric, trusted, stray), up in zip(PORTS, flags, ups):
-        link = CLink(p, 0.0, rng=random.Random(p))
-        if up:
-            link._go_up(1, 0.0)
-        ports[p] = Port(p, link, fabric=fabric, trust_source=trusted, stray_switch=stray)
-    return ports
-
-
-def mp(kind: int, tail: int, other: int, d_ula: bytes, s_ula: bytes, vc: int) -> bytes:
-    ctrl = vc << C.CTRL_VC_SHIFT | kind << C.CTRL_TYPE_SHIFT | tail << C.CTRL_TAIL_SHIFT | other
-    return d_ula + s_ula + bytes(20) + struct.pack(">Q", ctrl)
-
+from tests.fuzz.switchfwd_target import POOL, PORTS, make_ports, mp
 
 KIND = st.sampled_from([MpType.DATA] * 6 + [MpType.HEADER] * 3 + [MpType.ADMIN, MpType.NULL, 0xF])
 ULA = st.sampled_from(POOL)
