@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.fuzz.switchfwd_target import one_input
+from tests.fuzz.switchfwd_target import one_input, switch_input
 
 RUNS = int(os.environ.get("GSN_FUZZ_RUNS", "300"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,3 +35,9 @@ def test_atheris_short_run(tmp_path):
     run = subprocess.run([sys.executable, "-m", "tests.fuzz.fuzz_switchfwd", f"-atheris_runs={RUNS}",
                           "-max_len=600"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+@settings(max_examples=RUNS // 3, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.binary(max_size=600))
+def test_whole_switch_agrees_with_the_python_walk(data):
+    switch_input(data)
