@@ -107,10 +107,12 @@ def gsnd_core(data: bytes) -> None:
 
 
 # --- the switch --------------------------------------------------------------------------
-def _switch():
+def _switch(forwarder=None):
+    """A switch (with the given ingress walk, default the compiled one), a hostile
+    neighbour on port 1 and a well-behaved one on port 2, both links up."""
     from daemons.switch.core import Switch
 
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2})
+    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder)
     attacker, other = new_link(CABLE, 6), new_link(2, 7)
 
     def rx(port):

@@ -86,34 +86,11 @@ def one_input(data: bytes) -> None:
     assert [g if g[0] != "ValueError" else g[0] for g in got] == [w if w[0] != "ValueError" else w[0] for w in want]
 
 
-def _switch(impl):
-    """A switch with the given walk, a hostile neighbour on port 1 and a well-behaved
-    one on port 2, both links up (the same seeds for either walk)."""
-    from daemons.switch.core import Switch
-    from fuzz.frames import CABLE, bring_up, new_link
-
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2}, forwarder=impl)
-    attacker, other = new_link(CABLE, 6), new_link(2, 7)
-
-    def rx(port):
-        def f(dg, now):
-            sw.ports[port].link.receive(dg, now)
-            sw.process(port, now)
-        return f
-
-    def out(port):
-        return lambda now: sw.ports[port].link.handle_timer(now) + sw.ports[port].link.datagrams(now)
-
-    now = bring_up(other, rx(2), out(2))
-    now = bring_up(attacker, rx(1), out(1), now)
-    return sw, attacker, other, now
-
-
 def _switch_run(impl, data: bytes) -> list:
     """Hostile datagrams (mutated, truncated, replayed, bad LCRCs) on port 1, its
     neighbour answering on port 2: everything the switch sends and its status."""
     from fuzz.frames import attack
-    from fuzz.targets_cores import _drain_received
+    from fuzz.targets_cores import _drain_received, _switch
 
     d = Draw(data)
     sw, attacker, other, now = _switch(impl)
