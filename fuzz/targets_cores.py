@@ -107,10 +107,12 @@ def gsnd_core(data: bytes) -> None:
 
 
 # --- the switch --------------------------------------------------------------------------
-def _switch():
+def _switch(forwarder=None):
+    """A switch (with the given ingress walk, default the compiled one), a hostile
+    neighbour on port 1 and a well-behaved one on port 2, both links up."""
     from daemons.switch.core import Switch
 
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2})
+    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder)
     attacker, other = new_link(CABLE, 6), new_link(2, 7)
 
     def rx(port):
@@ -150,6 +152,14 @@ def switch_core(data: bytes) -> None:
         now += d.choice([0.0, 0.01, 1.0])
     for p in (1, 2):
         sw.ports[p].link.handle_timer(now + 5.0)
+
+
+@target("switchfwd", seeds=[b"", bytes(range(64)) * 4, b"\x01" * 200])
+def switchfwd(data: bytes) -> None:
+    """gsn-switch's compiled ingress walk against its Python oracle (tests/fuzz/switchfwd_target.py)."""
+    from tests.fuzz.switchfwd_target import one_input
+
+    one_input(data)
 
 
 def _fabric_switch():

@@ -45,9 +45,10 @@ from ..wire.admin import (Admin, change_route_args, element_address_args, i_am_a
                           ula_list_args)
 from ..wire.errors import DecodeError
 from ..wire.message import single_records
-from ..wire.micropacket import MP_DTYPE, Micropacket, field as ctrl_field
+from ..wire.micropacket import MP_DTYPE, Micropacket
 from ..wire.ula import assigned_ula, format_ula
 from .discovery import FabricAgent
+from .forward import COUNTERS, Forwarder
 
 _U64 = np.uint64
 ADMIN_SOURCE = -1  # the switch's own Admin engine competes for outputs like a port
@@ -91,6 +92,7 @@ class Switch:
         trust_source_ports: Iterable[int] = (),
         windows: dict[int, int] | None = None,
         fabric_ports: Iterable[int] = (),
+        forwarder: type | None = None,
     ) -> None:
         management, trusted, fabric = set(management_ports), set(trust_source_ports), set(fabric_ports)
         for what, ports in (("management", management), ("trust_source", trusted), ("switch", fabric)):
@@ -124,6 +126,7 @@ class Switch:
         # (amortised O(1) per request); at most ADMIN_XID_TABLE_MAX entries.
         self.xids: OrderedDict[int, tuple[int, int, float]] = OrderedDict()
         self.counters: Counter[str] = Counter()
+        self.forwarder = (forwarder or Forwarder)(self.ports, self.table)
 
     # --- link events --------------------------------------------------------------
     def process(self, port_no: int, now: float) -> None:
@@ -165,98 +168,38 @@ class Switch:
         self.counters["messages_aborted"] += 1
 
     # --- forwarding -------------------------------------------------------------------
-    def _route_header(self, port: Port, header: bytes) -> tuple[int, ...]:
-        """The output ports of a Message, () to drop it whole (its DATA and TAIL follow
-        the HEADER's empty route, their credits returned)."""
-        bound = self.table.get(header[6:12])
-        if port.fabric:
-            # from another switch: any source but one this switch binds to a host port
-            if bound is not None and not self.ports[bound].fabric and not port.trust_source:
-                port.counters["drop_spoofed_source"] += 1
-                return ()
-        elif not port.trust_source and bound != port.number:
-            port.counters["drop_spoofed_source"] += 1
-            return ()
-        return self._targets(port, header[:6])
-
     def _on_tree(self, p: int) -> bool:
         return bool(self.tree_ports >> (p - 1) & 1)
 
-    def _targets(self, port: Port, d_ula: bytes) -> tuple[int, ...]:
-        if d_ula == C.ULA_BROADCAST:
-            if not self.broadcast:
-                port.counters["drop_broadcast_disabled"] += 1
-                return ()
-            if port.fabric and not self._on_tree(port.number):
-                port.counters["drop_broadcast_off_tree"] += 1
-                return ()
-            if port.stray_switch:
-                port.counters["drop_broadcast_from_unconfigured_switch"] += 1
-                return ()
-            # every host port (the sender's too) and the tree's other links
-            return tuple(p for p, pt in self.ports.items() if pt.link.up and not pt.stray_switch and (
-                not pt.fabric or (self._on_tree(p) and p != port.number)))
-        out = self.table.get(d_ula)
-        if out is None:
-            port.counters["drop_unknown_ula"] += 1
-            return ()
-        if port.fabric and out == port.number:
-            port.counters["drop_route_back"] += 1  # two switches disagree for a moment
-            return ()
-        if not self.ports[out].link.up:
-            port.counters["drop_output_down"] += 1
-            return ()
-        return (out,)
-
     def _ingress(self, port: Port, vc: int, recs: np.ndarray, now: float) -> None:
-        ctrl = recs["ctrl"].astype(_U64)
-        types = ctrl_field(ctrl, C.CTRL_TYPE_SHIFT, 4)
-        tails = ctrl_field(ctrl, C.CTRL_TAIL_SHIFT, 1).astype(bool)
-        starts = np.flatnonzero((types == _U64(MpType.HEADER)) | (types == _U64(MpType.ADMIN)))
-        bounds = np.flatnonzero(tails)
-        n = len(recs)
-        pos = 0
+        """One received batch: the compiled walk (forward.py) routes each Message and
+        cuts the batch into segments for the input queue; ADMIN micropackets come back
+        here one at a time (an Admin may change what the next HEADER is routed by)."""
+        n, pos, walk = len(recs), 0, self.forwarder.ingress
         while pos < n:
-            kind = int(types[pos])
-            if kind == MpType.ADMIN:
+            segs, pos, port.current[vc], counts, strays = walk(recs, vc, port.number, port.current[vc], pos,
+                                                               self.broadcast, self.tree_ports)
+            for name, k in zip(COUNTERS, counts):
+                if k:
+                    port.counters[name] += k
+            if strays:
+                port.link.release(vc, strays)
+            for start, end, targets, tail in segs:
+                if start == end:  # a HEADER broke the open Message off: terminate it downstream
+                    mp = Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode()
+                    port.inq[vc].append(_Segment(np.frombuffer(mp, MP_DTYPE).copy(), targets, True, None))
+                else:
+                    port.inq[vc].append(_Segment(recs[start:end], targets, tail, port.number))
+            if pos < n:  # an ADMIN micropacket
                 port.link.release(vc, 1)
+                ctrl = _U64(recs[pos]["ctrl"])
                 if port.current[vc] is not None:
                     port.counters["drop_admin_inside_message"] += 1
-                elif defect := admin_defect(recs[pos], ctrl[pos]):
+                elif defect := admin_defect(recs[pos], ctrl):
                     port.counters[f"admin_discard_{defect}"] += 1  # we are its final destination
                 else:
                     self._admin_in(port, recs[pos]["data"].tobytes(), now)
                 pos += 1
-                continue
-            if kind == MpType.HEADER:
-                if port.current[vc] is not None:
-                    port.counters["header_inside_message"] += 1
-                    self._close_open(port, vc)
-                port.current[vc] = self._route_header(port, recs[pos]["data"].tobytes())
-                port.counters["rx_messages"] += 1
-            elif port.current[vc] is None:
-                port.counters["drop_stray_data"] += 1
-                port.link.release(vc, 1)
-                pos += 1
-                continue
-            i = np.searchsorted(bounds, pos)
-            end = int(bounds[i]) + 1 if i < len(bounds) else n
-            j = np.searchsorted(starts, pos + 1)
-            if j < len(starts) and starts[j] < end:
-                end = int(starts[j])  # next HEADER/ADMIN inside: protocol error handled next round
-            tail = bool(tails[end - 1])
-            port.inq[vc].append(_Segment(recs[pos:end], port.current[vc], tail, port.number))
-            if tail:
-                port.current[vc] = None
-            pos = end
-
-    def _close_open(self, port: Port, vc: int) -> None:
-        """Input broke a Message off (HEADER inside a Message): terminate it downstream."""
-        targets = port.current[vc]
-        port.current[vc] = None
-        if targets:
-            mp = Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode()
-            port.inq[vc].append(_Segment(np.frombuffer(mp, MP_DTYPE).copy(), targets, True, None))
 
     def pump(self) -> None:
         """Move input segments to output queues where the output VC is free or ours."""

@@ -1,11 +1,16 @@
 """Fabrics of several switches on trio's virtual clock: discovery, routes, broadcast
 on the spanning tree, re-routing around a dead inter-switch cable."""
 
+import pytest
 import trio
 
 from daemons import constants as C
+from daemons.constants import MpType
 from daemons.switch import topology as T
+from daemons.wire.message import single_records
 from tests.sim.mesh import SimMesh, random_fabric, true_next_hops
+
+pytestmark = pytest.mark.usefixtures("switch_forwarder")  # compiled and Python walks
 
 RING3 = [((1, 10), (2, 11)), ((2, 10), (3, 11)), ((3, 10), (1, 11))]
 
@@ -200,9 +205,17 @@ async def test_a_fabric_port_cannot_bring_in_a_local_hosts_source(autojump_clock
         sw1 = mesh.switches[1]
         own, remote = mesh.endpoints[0].ula, mesh.endpoints[2].ula
         port10 = sw1.ports[10]
-        assert sw1._route_header(port10, mesh.endpoints[1].ula + own + bytes(4)) == ()
+
+        def route(header: bytes) -> tuple[int, ...]:
+            """The targets sw1 gives a Message whose HEADER comes in on port 10 (VC 1)."""
+            sw1._ingress(port10, 1, single_records(1, MpType.HEADER, header + bytes(20)), trio.current_time())
+            seg = port10.inq[1].pop()
+            port10.current[1] = None
+            return seg.targets
+
+        assert route(mesh.endpoints[1].ula + own) == ()
         assert port10.counters["drop_spoofed_source"] == 1
-        assert sw1._route_header(port10, own + remote + bytes(4)) == (1,)
+        assert route(own + remote) == (1,)
         nursery.cancel_scope.cancel()
 
 

@@ -5,10 +5,13 @@ order per VC, byte-identical; credits never go negative and return when idle."""
 import random
 from collections import defaultdict
 
+import pytest
 import trio
 
 from daemons import constants as C
 from tests.sim.fabric import SimFabric
+
+pytestmark = pytest.mark.usefixtures("switch_forwarder")  # compiled and Python walks
 
 MAX_SIZE = (2000, 9000, 9000, 30000)
 

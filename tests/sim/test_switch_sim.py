@@ -1,6 +1,7 @@
 """Switch behaviour on trio's virtual clock: Admin commands, ULA assignment,
 broadcast on/off, unknown destinations, hairpin, port down."""
 
+import pytest
 import trio
 
 from daemons import constants as C
@@ -8,6 +9,8 @@ from daemons.constants import AdminCmd, AdminStatus, ElementType
 from daemons.wire.admin import change_route_args, parse_i_am, parse_ula_list
 from daemons.wire.ula import assigned_ula
 from tests.sim.fabric import SimFabric
+
+pytestmark = pytest.mark.usefixtures("switch_forwarder")  # compiled and Python walks
 
 
 async def _fabric(nursery, **kw):

@@ -1,7 +1,7 @@
-"""Build daemons._fastpath and daemons._link with ASan+UBSan into a temp dir and run
-the differential tests, the link tests (Link and CLink), the CLink differential test,
-gsnd's data plane (C reassembly, pumps on real descriptors) and the fuzz harnesses
-against them in a subprocess.
+"""Build daemons._fastpath, daemons._link and daemons._switchfwd with ASan+UBSan into a temp dir and
+run the differential tests, the link tests (Link and CLink), the CLink differential test,
+gsnd's data plane (C reassembly, pumps on real descriptors), the switch's forwarding walk
+and the fuzz harnesses against them in a subprocess.
 
 Fails on any sanitizer report.  Skipped when gcc or libasan is missing.
 """
@@ -17,34 +17,37 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ("_fastpath", "_link")
+MODULES = ("_fastpath", "_link", "_switchfwd")
 TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/fuzz/test_fuzz_fastpath.py",
          "tests/unit/test_link.py", "tests/unit/test_packet_of_death.py", "tests/unit/test_clink_differential.py",
          "tests/fuzz/test_fuzz_link.py", "tests/unit/test_reasm_differential.py", "tests/unit/test_dataplane.py",
-         "tests/fuzz/test_fuzz_dataplane.py",
+         "tests/fuzz/test_fuzz_dataplane.py", "tests/unit/test_switchfwd_differential.py",
+         "tests/fuzz/test_fuzz_switchfwd.py", "tests/sim/test_switch_sim.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
          "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run",
-         "--deselect", "tests/fuzz/test_fuzz_dataplane.py::test_atheris_short_run"]
+         "--deselect", "tests/fuzz/test_fuzz_dataplane.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_switchfwd.py::test_atheris_short_run"]
 
-# Load the instrumented modules as daemons._fastpath / daemons._link before anything imports them.
+# Load the instrumented modules as daemons._fastpath / _link / _switchfwd before anything imports them.
 RUNNER = """
 import importlib.util, sys
 import daemons
-for name, so in zip(("_fastpath", "_link"), sys.argv[1:3]):
+for name, so in zip(("_fastpath", "_link", "_switchfwd"), sys.argv[1:4]):
     spec = importlib.util.spec_from_file_location("daemons." + name, so)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules["daemons." + name] = mod
     setattr(daemons, name, mod)
-from daemons import _fastpath, _link
+from daemons import _fastpath, _link, _switchfwd
 assert _fastpath.__file__ == sys.argv[1], _fastpath.__file__
 assert _link.__file__ == sys.argv[2], _link.__file__
+assert _switchfwd.__file__ == sys.argv[3], _switchfwd.__file__
 import daemons.link.clink
 assert daemons.link.clink._link is _link
 assert "libasan" in open("/proc/self/maps").read(), "ASan runtime not loaded"
 import pytest
-sys.exit(pytest.main(["-q", "-x", "--capture=sys", "-p", "no:cacheprovider", *sys.argv[3:]]))  # reports reach fd 2
+sys.exit(pytest.main(["-q", "-x", "--capture=sys", "-p", "no:cacheprovider", *sys.argv[4:]]))  # reports reach fd 2
 """
 
 
