@@ -11,11 +11,10 @@
 local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
 if not bit then
     bit = load([[return {
-        band = function(a, b) return a & b end, bor = function(a, b) return a | b end,
-        bxor = function(a, b) return a ~ b end,
-        lshift = function(a, n) return (a << n) & 0xFFFFFFFF end, rshift = function(a, n) return a >> n end }]])()
+        band = function(a, b) return a & b end,
+        bxor = function(a, b) return a ~ b end, rshift = function(a, n) return a >> n end }]])()
 end
-local band, bxor, lshift, rshift = bit.band, bit.bxor, bit.lshift, bit.rshift
+local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
 
 -- wire constants (servernet/constants.py)
 local MAGIC, VERSION, ENVELOPE_BYTES = 0x534E, 1, 4
