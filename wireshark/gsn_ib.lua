@@ -203,14 +203,20 @@ local function ipoib(tvb, pinfo, tree, t)
     t:add(F.ipoib_type, tvb(0, 2))
     t:add(F.ipoib_rsvd, tvb(2, 2))
     local inner = tvb(IPOIB_HEADER_BYTES):tvb()
-    local pw = et == ETHERTYPE_PACKETWAY_NATIVE and Dissector.get("pktway")
-    if pw then
-        pw:call(inner, pinfo, tree)
-        return "IPoIB PacketWay"
-    end
-    ethertype_table = ethertype_table or DissectorTable.get("ethertype")
-    if not ethertype_table:try(et, inner, pinfo, tree) then
-        Dissector.get("data"):call(inner, pinfo, tree)
+    local has_pw, pw = false, nil
+    if et == ETHERTYPE_PACKETWAY_NATIVE then has_pw, pw = pcall(Dissector.get, "pktway") end -- gsn_pktway.lua
+    local ok, err = pcall(function()
+        if has_pw then
+            pw:call(inner, pinfo, tree)
+            return
+        end
+        ethertype_table = ethertype_table or DissectorTable.get("ethertype")
+        if ethertype_table:try(et, inner, pinfo, tree) == 0 then
+            Dissector.get("data"):call(inner, pinfo, tree)
+        end
+    end)
+    if not ok then
+        t:add_proto_expert_info(E.bad, string.format("the 0x%04x payload is malformed (%s)", et, tostring(err)))
     end
     return string.format("IPoIB 0x%04x", et)
 end
