@@ -232,16 +232,14 @@ local function ud(tvb, pinfo, tree, t)
     lrh:add(F.sl, tvb(1, 1))
     lrh:add(F.lnh, tvb(1, 1))
     lrh:add(F.dlid, tvb(2, 2))
-    local pli = lrh:add(F.pktlen, tvb(4, 2))
+    lrh:add(F.pktlen, tvb(4, 2))
     lrh:add(F.slid, tvb(6, 2))
     local dlid, slid, words = tvb(2, 2):uint(), tvb(6, 2):uint(), tvb(4, 2):uint()
     if band(b0, 0x0F) ~= 0 then fail("LVer " .. band(b0, 0x0F) .. " is not 0") end
     local lnh = band(b1, 0x03)
     if lnh ~= LNH_LOCAL and lnh ~= LNH_GLOBAL then fail("LNH " .. lnh .. " is not 2 (BTH) or 3 (GRH)") end
     if band(words, 0x07FF) * 4 ~= n or band(words, 0xF800) ~= 0 then
-        pli:add_proto_expert_info(E.bad, string.format("PktLen %d words is not the %d-byte datagram", band(words, 0x7FF),
-            n))
-        fail("bad length")
+        fail(string.format("PktLen %d words is not the %d-byte datagram", band(words, 0x7FF), n))
     end
     local off = LRH_BYTES
     local global = lnh == LNH_GLOBAL
@@ -263,7 +261,7 @@ local function ud(tvb, pinfo, tree, t)
         off = off + GRH_BYTES
     end
     local bth = t:add(ib, tvb(off, BTH_BYTES), "BTH")
-    local oi = bth:add(F.opcode, tvb(off, 1))
+    bth:add(F.opcode, tvb(off, 1))
     bth:add(F.se, tvb(off + 1, 1))
     bth:add(F.migreq, tvb(off + 1, 1))
     bth:add(F.padcnt, tvb(off + 1, 1))
@@ -275,8 +273,7 @@ local function ud(tvb, pinfo, tree, t)
     local opcode, pad, pkey = tvb(off, 1):uint(), rshift(band(tvb(off + 1, 1):uint(), 0x30), 4), tvb(off + 2, 2):uint()
     local dqpn = tvb(off + 5, 3):uint()
     if opcode ~= OPCODE_UD_SEND_ONLY then
-        oi:add_proto_expert_info(E.bad, string.format("opcode 0x%02x is not UD SEND Only (0x64)", opcode))
-        fail("bad opcode")
+        fail(string.format("opcode 0x%02x is not UD SEND Only (0x64)", opcode))
     end
     if band(tvb(off + 1, 1):uint(), 0x0F) ~= 0 then fail("TVer is not 0") end
     off = off + BTH_BYTES
@@ -444,27 +441,21 @@ local function mgmt_body(tvb, tree, kind, status)
     return ""
 end
 
-local function dissect_mgmt(tvb, pinfo, tree, t)
+local function dissect_mgmt(tvb, t)
     local n = tvb:len()
     if n < MGMT_HEADER_BYTES then fail(n .. " bytes is shorter than the 24-byte header") end
     t:add(M.magic, tvb(0, 2))
     t:add(M.version, tvb(2, 1))
-    local ki = t:add(M.kind, tvb(3, 1))
-    local si = t:add(M.status, tvb(4, 2))
+    t:add(M.kind, tvb(3, 1))
+    t:add(M.status, tvb(4, 2))
     t:add(M.reserved, tvb(6, 2))
     t:add(M.tid, tvb(8, 8))
     t:add(M.epoch, tvb(16, 8))
     if tvb(0, 2):uint() ~= MGMT_MAGIC then fail("magic is not 'IM'") end
     if tvb(2, 1):uint() ~= MGMT_VERSION then fail("version " .. tvb(2, 1):uint() .. " is not " .. MGMT_VERSION) end
     local kind, status = tvb(3, 1):uint(), tvb(4, 2):uint()
-    if not KINDS[kind] then
-        ki:add_proto_expert_info(ME, "unknown kind " .. kind)
-        fail("unknown kind " .. kind)
-    end
-    if not STATUS[status] then
-        si:add_proto_expert_info(ME, "unknown status " .. status)
-        fail("unknown status " .. status)
-    end
+    if not KINDS[kind] then fail("unknown kind " .. kind) end
+    if not STATUS[status] then fail("unknown status " .. status) end
     local info = KINDS[kind] .. (status ~= 0 and (" " .. STATUS[status]) or "") ..
         " tid 0x" .. tvb(8, 8):uint64():tohex()
     return info .. mgmt_body(tvb, t, kind, status)
@@ -473,7 +464,7 @@ end
 function mgmt.dissector(tvb, pinfo, tree)
     local t = tree:add(mgmt, tvb())
     pinfo.cols.protocol = "IB SM"
-    local ok, info = pcall(dissect_mgmt, tvb, pinfo, tree, t)
+    local ok, info = pcall(dissect_mgmt, tvb, t)
     if ok then
         pinfo.cols.info = info
         t:append_text(": " .. info)
