@@ -133,7 +133,8 @@ def test_flipped_byte_in_real_capture_is_lcrc_bad(captured, tmp_path):
     frame = next(int(p["_source"]["layers"]["frame"]["frame.number"]) for p in js if "8" in values(p, "icmp.type"))
     head, pkt = recs[frame - 1]
     bad = bytearray(pkt)
-    bad[-10] ^= 0x40  # inside the last micropacket's control word (ECRC)
+    trailer = 32 if values(js[frame - 1], "gsn.auth.counter") else 0  # a keyed cable's MAC trailer comes last
+    bad[-10 - trailer] ^= 0x40  # inside the last micropacket's control word (ECRC)
     recs[frame - 1] = (head, bytes(bad))
     out = tshark_json(rewrite_pcap(path, tmp_path / "bad.pcap", recs, linktype))[frame - 1]
     assert values(out, "gsn.mp.lcrc_ok")[-1] == "0"
