@@ -88,7 +88,7 @@ def test_pktwayd_status_metrics_reload(router):
     key = 'gsn_drops_total{router="po",half="0x50",component="san",reason="rx_foreign"}'
     poll(lambda: scrape(fab, 9644).get(key) == 1, 10, what="the foreign datagram counted")
     san = scrape(fab, 9645)
-    assert san['gsn_san_ports{kind="servernet"}'] == 1 and san["gsn_metrics_scrapes_total"] == 1
+    assert san['gsn_san_ports{kind="datagram"}'] == 1 and san["gsn_metrics_scrapes_total"] == 1
 
     root = fab.tmp / "run"
     root.mkdir()

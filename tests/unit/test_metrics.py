@@ -113,7 +113,10 @@ async def test_server_bounds_clients_and_silence():
         assert b'gsn_metrics_refused_total{reason="busy"} 1' in ok
         assert b'gsn_metrics_refused_total{reason="timeout"} 2' in ok
         for s in silent:
-            assert s.recv(100) == b""  # closed by the server
+            try:
+                assert s.recv(100) == b""  # closed by the server
+            except ConnectionResetError:  # closed by the server too (an abortive close)
+                pass
             s.close()
         nursery.cancel_scope.cancel()
     assert counters["refused_busy"] == 1 and counters["refused_timeout"] == 2 and counters["scrapes"] == 1
