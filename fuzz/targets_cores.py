@@ -107,13 +107,15 @@ def gsnd_core(data: bytes) -> None:
 
 
 # --- the switch --------------------------------------------------------------------------
-def _switch(forwarder=None):
+def _switch(forwarder=None, fabric_ports=(), seed=5):
     """A switch (with the given ingress walk, default the compiled one), a hostile
-    neighbour on port 1 and a well-behaved one on port 2, both links up."""
+    neighbour on port 1 (another switch when ``fabric_ports`` has it) and a well-behaved
+    one on port 2, both links up."""
     from daemons.switch.core import Switch
 
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder)
-    attacker, other = new_link(CABLE, 6), new_link(2, 7)
+    sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder,
+                fabric_ports=list(fabric_ports))
+    attacker, other = new_link(CABLE, seed + 1), new_link(2, seed + 2)
 
     def rx(port):
         def f(dg, now):
@@ -162,26 +164,6 @@ def switchfwd(data: bytes) -> None:
     one_input(data)
 
 
-def _fabric_switch():
-    from daemons.switch.core import Switch
-
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(6), cable_ids={1: CABLE, 2: 2}, fabric_ports=[1])
-    attacker, other = new_link(CABLE, 8), new_link(2, 9)
-
-    def rx(port):
-        def f(dg, now):
-            sw.ports[port].link.receive(dg, now)
-            sw.process(port, now)
-        return f
-
-    def out(port):
-        return lambda now: sw.ports[port].link.handle_timer(now) + sw.ports[port].link.datagrams(now)
-
-    now = bring_up(other, rx(2), out(2))
-    now = bring_up(attacker, rx(1), out(1), now)
-    return sw, attacker, other, now
-
-
 @target("switch.fabric", seeds=[b"", b"\x01\x00\x01", b"\x01\x01" * 30])
 def switch_fabric(data: bytes) -> None:
     """The switch with a hostile neighbouring *switch* on port 1 (an inter-switch port, so
@@ -191,7 +173,7 @@ def switch_fabric(data: bytes) -> None:
     from daemons.wire.message import single_records
 
     d = Draw(data)
-    sw, attacker, other, now = _rig("switch.fabric", _fabric_switch)
+    sw, attacker, other, now = _rig("switch.fabric", lambda: _switch(fabric_ports=[1], seed=7))
     history: list[bytes] = []
     responses = [int(c) for c in C.AdminCmd if c & C.ADMIN_RESPONSE_BIT]
     for _ in range(1 + d.below(6)):

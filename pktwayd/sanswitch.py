@@ -14,7 +14,7 @@ import click
 import structlog
 import trio
 
-from daemons.io.udp import resolve
+from daemons.io.udp import port_map, resolve
 from daemons.runtime import daemon
 from daemons.runtime.cliutil import metrics_option, version_option
 from daemons.runtime.config import ConfigError
@@ -50,19 +50,10 @@ def parse(listen: str, ports, mtu: int, kind: str, control: str | None, level: s
         raise ConfigError(f"--listen: {exc}") from None
     if not 0 <= mtu <= MAX_DATAGRAM - 3:
         raise ConfigError(f"--mtu: {mtu} is not 0..{MAX_DATAGRAM - 3} bytes")
-    for spec in ports:
-        number, sep, where = spec.partition("=")
-        if not sep or not number.isdigit() or not 0 <= int(number) <= 255:
-            raise ConfigError(f"--port {spec!r}: expected N=HOST:PORT with N in 0..255")
-        try:
-            addr = resolve(where)
-        except ValueError as exc:
-            raise ConfigError(f"--port {spec!r}: {exc}") from None
-        if int(number) in cfg.ports or addr in cfg.ports.values():
-            raise ConfigError(f"--port {spec!r}: port or address given twice")
-        cfg.ports[int(number)] = addr
-    if not cfg.ports:
-        raise ConfigError("--port: a switch needs at least one port")
+    try:
+        cfg.ports = port_map(ports, 255, "switch")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return cfg
 
 

@@ -12,7 +12,7 @@ import click
 import structlog
 import trio
 
-from daemons.io.udp import resolve
+from daemons.io.udp import port_map, resolve
 from daemons.runtime import daemon
 from daemons.runtime.cliutil import version_option
 from daemons.runtime.config import ConfigError
@@ -45,19 +45,10 @@ def parse(fabric: str, listen: str, ports, routes, enables, control: str | None,
         cfg = RouterConfig(Fabric[fabric.upper()], resolve(listen), control=control, log_level=level)
     except ValueError as exc:
         raise ConfigError(f"--listen: {exc}") from None
-    for spec in ports:
-        number, sep, where = spec.partition("=")
-        if not sep or not number.isdigit() or not 0 <= int(number) < ROUTER_PORTS:
-            raise ConfigError(f"--port {spec!r}: expected N=HOST:PORT with N in 0..{ROUTER_PORTS - 1}")
-        try:
-            addr = resolve(where)
-        except ValueError as exc:
-            raise ConfigError(f"--port {spec!r}: {exc}") from None
-        if int(number) in cfg.ports or addr in cfg.ports.values():
-            raise ConfigError(f"--port {spec!r}: port or address given twice")
-        cfg.ports[int(number)] = addr
-    if not cfg.ports:
-        raise ConfigError("--port: a router needs at least one cabled port")
+    try:
+        cfg.ports = port_map(ports, ROUTER_PORTS - 1, "router")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     for spec in routes:
         try:
             r = parse_route(spec)

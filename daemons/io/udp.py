@@ -38,6 +38,27 @@ def resolve(hostport: str) -> tuple[str, int]:
     return info[0][4][:2]
 
 
+def port_map(specs, max_port: int, what: str) -> dict[int, tuple[str, int]]:
+    """``--port N=HOST:PORT`` options (pktway-san, snet-router) as {N: address}; a ValueError
+    naming the bad option (N outside 0..max_port, a bad address, a port or address given
+    twice, none at all: "a ``what`` needs at least one port")."""
+    ports: dict[int, tuple[str, int]] = {}
+    for spec in specs:
+        number, sep, where = spec.partition("=")
+        if not sep or not number.isdigit() or not 0 <= int(number) <= max_port:
+            raise ValueError(f"--port {spec!r}: expected N=HOST:PORT with N in 0..{max_port}")
+        try:
+            addr = resolve(where)
+        except ValueError as exc:
+            raise ValueError(f"--port {spec!r}: {exc}") from None
+        if int(number) in ports or addr in ports.values():
+            raise ValueError(f"--port {spec!r}: port or address given twice")
+        ports[int(number)] = addr
+    if not ports:
+        raise ValueError(f"--port: a {what} needs at least one cabled port")
+    return ports
+
+
 class UdpTransport:
     """One cable's UDP socket.
 
