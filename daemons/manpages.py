@@ -90,7 +90,7 @@ def _usage(cmd: click.Command, ctx: click.Context) -> str:
 
 
 def command_page(prog: str, section: int, cmd: click.Command) -> str:
-    ctx = click.Context(cmd, info_name=prog)
+    ctx = click.Context(cmd, info_name=prog, **cmd.context_settings)  # -h as well as --help, as when run
     help_text = cmd.help or ""
     first = help_text.strip().split("\n")[0].rstrip(".")
     lines = [f'.TH "{prog.upper()}" "{section}" "" "{SOURCE} {installed_version()}" '
