@@ -155,7 +155,11 @@ async def serve_metrics(listen: tuple[str, int], collect: Callable[[], list[Fami
                 with trio.move_on_after(0.1):  # a fresh socket's buffer takes it at once
                     try:
                         await stream.send_all(_response("503 Service Unavailable", b"busy\n"))
-                    except (trio.BrokenResourceError, OSError):
+                        await stream.send_eof()
+                        # read the request already sent: closing with it unread would reset the
+                        # connection, and the client could lose the 503 (bounded by the 0.1 s)
+                        await stream.receive_some(METRICS_MAX_REQUEST)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                         pass
                 await stream.aclose()
                 continue
