@@ -16,6 +16,7 @@ refusal is counted and exposed as ``gsn_metrics_refused_total{reason}``.
 from __future__ import annotations
 
 import errno
+import os
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -156,15 +157,23 @@ async def serve_metrics(listen: tuple[str, int], collect: Callable[[], list[Fami
                     try:
                         await stream.send_all(_response("503 Service Unavailable", b"busy\n"))
                         await stream.send_eof()
-                        # read the request already sent: closing with it unread would reset the
-                        # connection, and the client could lose the 503 (bounded by the 0.1 s)
-                        await stream.receive_some(METRICS_MAX_REQUEST)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                         pass
+                _discard_unread(stream)
                 await stream.aclose()
                 continue
             active += 1
             nursery.start_soon(_one, stream)
+
+
+def _discard_unread(stream: trio.SocketStream) -> None:
+    """Read, without waiting, what a refused client already sent: closing a socket with
+    unread data resets the connection, and the client could lose its 503.  Never blocks,
+    so idle clients cannot slow the accept loop."""
+    try:
+        os.read(stream.socket.fileno(), METRICS_MAX_REQUEST)
+    except OSError:  # nothing there yet (EAGAIN), or the client is gone
+        pass
 
 
 def answer(head: bytes, collect: Callable[[], list[Family]], counters: Counter) -> bytes:
