@@ -74,7 +74,14 @@ def raw(path, data: bytes, fds=(), timeout=2.0, owning: bool = False) -> dict | 
     s.settimeout(timeout)
 
     def answer() -> dict | None:
+        # the whole answer within the time allowed: a request that waits for ever (a
+        # receive nobody sends to) gets progress messages more often than ``timeout``
+        deadline = time.monotonic() + s.gettimeout()
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            s.settimeout(left)
             got = s.recv(K.API_MAX_MSG + 1)
             if not got:  # an empty datagram reads as end of connection: stpd hangs up
                 return None
