@@ -75,6 +75,8 @@ PREF_EITHER = 2
 # --- daemons (project choice) ----------------------------------------------------------------------
 ROUTER_PORTS = 12  # ports per router (the ServerNet II router has 12 [GLOS])
 RX_BURST = 256  # datagrams drained per wake-up before yielding
+FORWARD_POLL_MS = 100  # the router's forwarding thread looks at its stop flag at least this often
+DROP_LOG_S = 1.0  # how often the router logs new drops
 SOCKET_BUFFER_BYTES = 1 << 20
 CONTROL_INLINE_BYTES = 16384  # largest data a control request carries in hex
 MAX_WAITING_CLIENT_OPS = 64  # control requests waiting on the BTE at once
