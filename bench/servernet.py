@@ -9,7 +9,9 @@ and the same window (16 outstanding).
 Two snetd nodes and one snet-router per fabric (X, Y) on loopback.  Goodput is the
 block's payload over its time (<= 64-byte WRITEs through the router, doorbell after
 every ACK); latency is one 64-byte WRITE's request-to-ACK time inside the node.
-Targets: ServerNet >= 0.5x the anchor; both fabrics >= 1.6x one."""
+Targets: ServerNet >= 0.5x the anchor; both fabrics >= 1.6x one.  The CPU time each
+process spends per WRITE of the block is printed too: on a loaded machine it moves
+less than the rates do."""
 
 from __future__ import annotations
 
@@ -98,6 +100,21 @@ def start(tmp: str, procs: list) -> None:
         time.sleep(0.05)
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def block_cost(tmp: str, length: int, fabric: str | None, procs: list) -> tuple[float, list[float]]:
+    """(goodput MB/s, CPU us per 64-byte WRITE of each process: routers X, Y, node a, node b)."""
+    before = [cpu_s(p.pid) for p in procs]
+    rate = block(tmp, length, fabric)
+    writes = -(-length // 64)
+    return rate, [(cpu_s(p.pid) - b) / writes * 1e6 for p, b in zip(procs, before)]
+
+
 def block(tmp: str, length: int, fabric: str | None) -> float:
     req = {"cmd": "block", "peer": "peer", "address": 0x1000000, "length": length, "seed": 1}
     r = request(f"{tmp}/a.sock", req | ({"fabric": fabric} if fabric else {}), timeout=600)
@@ -163,8 +180,8 @@ def main() -> None:
         try:
             start(tmp, procs)
             block(tmp, 1 << 16, None)  # warm up
-            one = block(tmp, length, "x")
-            both = block(tmp, length, None)
+            one, cost_one = block_cost(tmp, length, "x", procs)
+            both, cost_both = block_cost(tmp, length, None, procs)
             lat_one = write_latency(tmp, args.writes, "x")
             lat_both = write_latency(tmp, args.writes, None)
         finally:
@@ -180,6 +197,9 @@ def main() -> None:
           f"({both / anchor_gp:.2f}x anchor, {both / one:.2f}x one fabric)")
     print(f"  anchor: bare UDP req/resp  {anchor_gp:8.3f} MB/s   ({REQ}-byte requests, {RSP}-byte responses)")
     print(f"  (same, through a UDP relay {relay_gp:8.3f} MB/s   for scale: one hop like a router's)")
+    print("CPU time per 64-byte WRITE of the block (user + system, us): router X, router Y, node a, node b")
+    print("  fabric X only              " + "  ".join(f"{c:6.1f}" for c in cost_one))
+    print("  X and Y                    " + "  ".join(f"{c:6.1f}" for c in cost_both))
     print("64-byte write latency (median, request to ACK)")
     print(f"  ServerNet, fabric X only   {lat_one:8.1f} us")
     print(f"  ServerNet, X and Y         {lat_both:8.1f} us")

@@ -13,6 +13,10 @@
  *            without the GIL; the number of datagrams received
  * counters() -> dict   the non-zero counters, named as RouterCore names them
  *
+ * FabricSocket(fd, router): an end node's socket on one fabric (servernet.driver):
+ * recv(max) by recvmmsg, keeping only its router's datagrams (the others counted),
+ * send(datagrams) to the router by sendmmsg.
+ *
  * Each datagram: the sender's address picks the input port; runt, envelope, fabric and
  * size checks; the DID from the first 3 packet bytes picks the output port; the
  * deadlock mask; the CRC-32 checked and a bad packet forwarded tagged TPB.
@@ -144,23 +148,29 @@ static int parse_addr(PyObject *tuple, Addr *out)
     return 0;
 }
 
+/* the sender's address is this one (address and port; IPv6 flow and scope ignored) */
+static int addr_is(const Addr *want, const struct sockaddr_storage *sa)
+{
+    const struct sockaddr_storage *p = &want->sa;
+    if (p->ss_family != sa->ss_family)
+        return 0;
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)sa, *b = (const void *)p;
+        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)p;
+        return a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
+    }
+    return 0;
+}
+
 /* the slot whose address sent this, or -1 */
 static int slot_from(const Router *r, const struct sockaddr_storage *sa)
 {
-    for (int i = 0; i < r->nports; i++) {
-        const struct sockaddr_storage *p = &r->addr[i].sa;
-        if (p->ss_family != sa->ss_family)
-            continue;
-        if (sa->ss_family == AF_INET) {
-            const struct sockaddr_in *a = (const void *)sa, *b = (const void *)p;
-            if (a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr)
-                return i;
-        } else if (sa->ss_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)p;
-            if (a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16))
-                return i;
-        }
-    }
+    for (int i = 0; i < r->nports; i++)
+        if (addr_is(&r->addr[i], sa))
+            return i;
     return -1;
 }
 
@@ -472,6 +482,143 @@ static PyTypeObject RouterType = {
     .tp_methods = Router_methods,
 };
 
+/* --- an end node's fabric socket: batched receive and send (servernet.driver) ----------------- */
+
+#define NODE_BATCH 64 /* datagrams per recvmmsg/sendmmsg of a node (project choice) */
+
+typedef struct {
+    PyObject_HEAD
+    int fd;
+    Addr peer; /* the fabric's router: the only sender accepted, where everything goes */
+    struct mmsghdr msg[NODE_BATCH];
+    struct iovec iov[NODE_BATCH];
+    struct sockaddr_storage from[NODE_BATCH];
+    unsigned char buf[NODE_BATCH][BUF_BYTES];
+} FabricSocket;
+
+static int FabricSocket_init(FabricSocket *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "router", NULL};
+    PyObject *router;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO", kwlist, &self->fd, &router))
+        return -1;
+    return parse_addr(router, &self->peer);
+}
+
+static void FabricSocket_dealloc(FabricSocket *self)
+{
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* recv(max) -> (datagrams from the router, datagrams from anyone else, receive errors);
+ * at most max (<= 64) datagrams, never blocking */
+static PyObject *FabricSocket_recv(FabricSocket *self, PyObject *args)
+{
+    int max;
+    if (!PyArg_ParseTuple(args, "i", &max))
+        return NULL;
+    if (max < 1 || max > NODE_BATCH) {
+        PyErr_SetString(PyExc_ValueError, "recv takes 1..64 datagrams at a time");
+        return NULL;
+    }
+    for (int i = 0; i < max; i++) {
+        self->iov[i].iov_base = self->buf[i];
+        self->iov[i].iov_len = BUF_BYTES;
+        memset(&self->msg[i].msg_hdr, 0, sizeof self->msg[i].msg_hdr);
+        self->msg[i].msg_hdr.msg_iov = &self->iov[i];
+        self->msg[i].msg_hdr.msg_iovlen = 1;
+        self->msg[i].msg_hdr.msg_name = &self->from[i];
+        self->msg[i].msg_hdr.msg_namelen = sizeof self->from[i];
+    }
+    int got, errors = 0;
+    for (;;) {
+        got = recvmmsg(self->fd, self->msg, (unsigned)max, MSG_DONTWAIT, NULL);
+        if (got >= 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EBADF || ++errors >= max)
+            break;
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    int foreign = 0;
+    for (int i = 0; i < got; i++) {
+        if (!addr_is(&self->peer, &self->from[i])) {
+            foreign++;
+            continue;
+        }
+        PyObject *b = PyBytes_FromStringAndSize((const char *)self->buf[i], self->msg[i].msg_len);
+        if (b == NULL || PyList_Append(list, b) < 0) {
+            Py_XDECREF(b);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(b);
+    }
+    return Py_BuildValue("(Nii)", list, foreign, errors);
+}
+
+/* send(datagrams) -> (dropped because the socket buffer was full, other send errors) */
+static PyObject *FabricSocket_send(FabricSocket *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "send takes a list of datagrams");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int full = 0, errors = 0;
+    for (Py_ssize_t base = 0; base < n; base += NODE_BATCH) {
+        int k = (int)(n - base < NODE_BATCH ? n - base : NODE_BATCH);
+        for (int i = 0; i < k; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, base + i);
+            if (!PyBytes_Check(item)) {
+                Py_DECREF(seq);
+                PyErr_SetString(PyExc_TypeError, "a datagram is bytes");
+                return NULL;
+            }
+            self->iov[i].iov_base = PyBytes_AS_STRING(item);
+            self->iov[i].iov_len = (size_t)PyBytes_GET_SIZE(item);
+            memset(&self->msg[i].msg_hdr, 0, sizeof self->msg[i].msg_hdr);
+            self->msg[i].msg_hdr.msg_iov = &self->iov[i];
+            self->msg[i].msg_hdr.msg_iovlen = 1;
+            self->msg[i].msg_hdr.msg_name = &self->peer.sa;
+            self->msg[i].msg_hdr.msg_namelen = self->peer.len;
+        }
+        for (int off = 0; off < k;) {
+            int sent = sendmmsg(self->fd, self->msg + off, (unsigned)(k - off), MSG_DONTWAIT);
+            if (sent > 0) {
+                off += sent;
+                continue;
+            }
+            if (sent < 0 && errno == EINTR)
+                continue;
+            if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                full++;
+            else
+                errors++; /* e.g. an ICMP error while the router is gone */
+            off++;
+        }
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(ii)", full, errors);
+}
+
+static PyMethodDef FabricSocket_methods[] = {
+    {"recv", (PyCFunction)FabricSocket_recv, METH_VARARGS,
+     "recv(max) -> (datagrams from the router, count from other senders, receive errors); never blocks."},
+    {"send", (PyCFunction)FabricSocket_send, METH_O,
+     "send(datagrams) -> (dropped: socket buffer full, other errors): all to the router, by sendmmsg."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FabricSocketType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "servernet._snetfwd.FabricSocket",
+    .tp_basicsize = sizeof(FabricSocket),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An end node's socket on one fabric: batched receive from and send to its router.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FabricSocket_init,
+    .tp_dealloc = (destructor)FabricSocket_dealloc,
+    .tp_methods = FabricSocket_methods,
+};
+
 static PyObject *mod_crc32(PyObject *m, PyObject *args)
 {
     Py_buffer b;
@@ -495,17 +642,21 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__snetfwd(void)
 {
     crc_init();
-    if (PyType_Ready(&RouterType) < 0)
+    if (PyType_Ready(&RouterType) < 0 || PyType_Ready(&FabricSocketType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
     Py_INCREF(&RouterType);
+    Py_INCREF(&FabricSocketType);
     if (PyModule_AddObject(m, "Router", (PyObject *)&RouterType) < 0 ||
+        PyModule_AddObject(m, "FabricSocket", (PyObject *)&FabricSocketType) < 0 ||
         PyModule_AddIntConstant(m, "BATCH", BATCH) < 0 || PyModule_AddIntConstant(m, "MAX_PORTS", MAX_PORTS) < 0 ||
+        PyModule_AddIntConstant(m, "NODE_BATCH", NODE_BATCH) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DATAGRAM_II", MAX_DATAGRAM_II) < 0 ||
         PyModule_AddIntConstant(m, "FLAGS_KNOWN", FLAGS_KNOWN) < 0) {
         Py_DECREF(&RouterType);
+        Py_DECREF(&FabricSocketType);
         Py_DECREF(m);
         return NULL;
     }

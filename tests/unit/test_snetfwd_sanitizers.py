@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ["tests/unit/test_snetfwd_differential.py", "tests/fuzz/test_fuzz_targets.py", "-k",
-         "snetfwd or crouter or compiled or forwarding or crc or constants or route_table or bad_arguments"]
+         "snetfwd or crouter or compiled or forwarding or fabric_socket or crc or constants or route_table or bad_arguments"]
 
 # Load the instrumented module as servernet._snetfwd before anything imports it.
 RUNNER = """
