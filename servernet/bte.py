@@ -16,7 +16,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .codec import Packet, envelope, max_data
+from .codec import Packet, encode_datagram, max_data
 from .constants import (DOORBELL_BYTES, PAGE_BYTES, PENDING_OPS, RESPONSE_TIMEOUT_S, RETRIES_SAME_FABRIC,
                         TID_COUNT, FABRIC_NAMES, Fabric, TType)
 from .paths import Path, State
@@ -149,6 +149,10 @@ class Bte:
         return self.submit(Op("block", peer, address, bytes(data), len(data), doorbell=bell, **kw), now)
 
     # --- fabric choice --------------------------------------------------------------------------
+    def reachable(self, peer: int) -> bool:
+        """A transaction to this peer could go now (a path UP or SUSPECT on either fabric)."""
+        return self.paths[peer, Fabric.X].usable or self.paths[peer, Fabric.Y].usable
+
     def choose(self, peer: int, prefer: int | None = None) -> int | None:
         """The preferred fabric if its path is UP; else UP paths first, alternating X/Y per
         transaction when both are; else a SUSPECT one."""
@@ -221,9 +225,8 @@ class Bte:
                 self.ready.append(op)  # more to issue: round robin with the other ops
 
     def _send(self, txn: Txn) -> None:
-        pkt = Packet(txn.op.peer, self.id, txn.ttype, False, txn.tid, txn.fabric, False, txn.address, txn.data,
-                     txn.length, self.ii)
-        self.out.append((txn.fabric, envelope(pkt.encode(), txn.fabric, ii=self.ii)))
+        self.out.append((txn.fabric, encode_datagram(txn.op.peer, self.id, txn.ttype, False, txn.tid, txn.fabric, False,
+                                              txn.address, txn.data, txn.length, self.ii)))
         txn.op.packets[FABRIC_NAMES[txn.fabric]] += 1
         self.counters[TX_KEYS[txn.fabric]] += 1
 

@@ -13,7 +13,7 @@ from daemons.wire.errors import DecodeError
 
 from .avt import Avt, Interrupt
 from .bte import Bte, parse_doorbell
-from .codec import Packet, decode, envelope, open_envelope
+from .codec import Packet, decode, encode_datagram, open_envelope
 from .constants import FABRIC_NAMES, INTERRUPT_QUEUE, RESPONSE_TIMEOUT_S, Fabric, TType
 
 RX_KEYS = tuple(f"rx_{n}" for n in FABRIC_NAMES)
@@ -22,7 +22,7 @@ RX_KEYS = tuple(f"rx_{n}" for n in FABRIC_NAMES)
 class Endpoint:
     def __init__(self, my_id: int, peers: list[int], avt: Avt, *, ii: bool = False,
                  timeout: float = RESPONSE_TIMEOUT_S, now: float = 0.0,
-                 on_interrupt: Callable[[Interrupt], bool] | None = None) -> None:
+                 on_interrupt: Callable[[Interrupt, float], bool] | None = None) -> None:
         self.id = my_id
         self.ii = ii
         self.peers = frozenset(peers)
@@ -73,8 +73,8 @@ class Endpoint:
             self._serve(pkt, fabric, now)
 
     def _respond(self, req: Packet, fabric: int, ack: bool, data: bytes = b"") -> None:
-        rsp = Packet(req.sid, self.id, req.ttype, True, req.tid, fabric, ack, None, data, 0, self.ii)
-        self.out.append((fabric, envelope(rsp.encode(), fabric, ii=self.ii)))
+        self.out.append((fabric, encode_datagram(req.sid, self.id, req.ttype, True, req.tid, fabric, ack, None, data, 0,
+                                          self.ii)))
         self.counters["ack" if ack else "nak"] += 1
 
     def _serve(self, pkt: Packet, fabric: int, now: float) -> None:
@@ -85,16 +85,16 @@ class Endpoint:
             r = self.avt.write(pkt.sid, fabric, pkt.address, pkt.data)
             self._respond(pkt, fabric, r is not False)
             if isinstance(r, Interrupt):
-                self._interrupt(r)
+                self._interrupt(r, now)
         elif pkt.ttype == TType.BARRIER:
             self._respond(pkt, fabric, True)
         else:
             self.counters["diag_rx"] += 1  # DIAG/STATUS: no response
 
-    def _interrupt(self, irq: Interrupt) -> None:
+    def _interrupt(self, irq: Interrupt, now: float) -> None:
         """Host code (PacketWay's ring) may take the interrupt; otherwise a 16-byte doorbell
         names a block just written here: check it against memory."""
-        if self.on_interrupt is not None and self.on_interrupt(irq):
+        if self.on_interrupt is not None and self.on_interrupt(irq, now):
             self.avt.queue.pop()
             return
         desc = parse_doorbell(irq.data)
