@@ -182,6 +182,7 @@ def main() -> None:
             block(tmp, 1 << 16, None)  # warm up
             one, cost_one = block_cost(tmp, length, "x", procs)
             both, cost_both = block_cost(tmp, length, None, procs)
+            window = request(f"{tmp}/a.sock", {"cmd": "status"})["tids_high_water"]
             lat_one = write_latency(tmp, args.writes, "x")
             lat_both = write_latency(tmp, args.writes, None)
         finally:
@@ -197,6 +198,7 @@ def main() -> None:
           f"({both / anchor_gp:.2f}x anchor, {both / one:.2f}x one fabric)")
     print(f"  anchor: bare UDP req/resp  {anchor_gp:8.3f} MB/s   ({REQ}-byte requests, {RSP}-byte responses)")
     print(f"  (same, through a UDP relay {relay_gp:8.3f} MB/s   for scale: one hop like a router's)")
+    print(f"  TIDs in flight at once (node a's high water): {window} of 16")
     print("CPU time per 64-byte WRITE of the block (user + system, us): router X, router Y, node a, node b")
     print("  fabric X only              " + "  ".join(f"{c:6.1f}" for c in cost_one))
     print("  X and Y                    " + "  ".join(f"{c:6.1f}" for c in cost_both))

@@ -70,6 +70,7 @@ RING_BASE = 0x00400000  # where the ring sits unless a node's route says otherwi
 SLOT_BYTES = PAGE_BYTES
 PW_MTU_BYTES = 512  # default PacketWay MTU on this link (the pre-push buffer size [SDM 9-12])
 CREDIT_OFFSET = 0x800  # where a receiver WRITEs its credit (the seq last taken from each slot) in the doorbell page
+CREDIT_WAIT_S = 2.0  # a slot whose doorbell was ACKed this long ago without a credit is taken back
 PW_BACKLOG = 64  # messages a sender holds per peer while that peer's ring has no free slot (beyond: dropped)
 L2RH_ROUTE_BYTES = 8  # DID (3) | fabric preference (1) | ring base (4)
 PREF_EITHER = 2

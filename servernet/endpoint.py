@@ -32,6 +32,7 @@ class Endpoint:
         self.counters: Counter[str] = Counter()
         self.blocks: deque[dict] = deque(maxlen=INTERRUPT_QUEUE)  # the last doorbells checked
         self.on_interrupt = on_interrupt  # True: it took the interrupt off the queue's tail
+        self.on_tick: Callable[[float], None] | None = None  # host code's timers (PacketWay's credits)
 
     def _drop(self, reason: str) -> None:
         self.counters[f"drop_{reason}"] += 1
@@ -110,6 +111,8 @@ class Endpoint:
 
     def tick(self, now: float) -> None:
         self.bte.tick(now)
+        if self.on_tick is not None:
+            self.on_tick(now)
 
     def next_deadline(self) -> float:
         return self.bte.next_deadline()

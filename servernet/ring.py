@@ -12,7 +12,10 @@ slot by a credit WRITE into the sender's AVT: 64 bytes (one ServerNet I data fie
 message taken out of each slot.  A slot the sender filled is free again when a credit
 names the seq it put there, so a lost, late or repeated credit can never free a slot
 holding a newer message, and every credit repairs the ones lost before it.  At most one
-credit WRITE per sender is in flight; slots freed meanwhile go in the next one.  A
+credit WRITE per sender is in flight; slots freed meanwhile go in the next one; a credit
+owed to a sender out of reach goes when it is reachable again, and a slot no credit
+returns within CREDIT_WAIT_S of its doorbell's ACK (a receiver that restarted) is taken
+back.  A
 sender with no free slot for a peer holds its messages (a bounded backlog, counted) and
 sends them as credits come back.
 
@@ -28,7 +31,7 @@ from typing import Callable
 
 from .avt import Interrupt, Window
 from .bte import Op
-from .constants import (BELL_WINDOW, CREDIT_OFFSET, ID_MAX, L2RH_ROUTE_BYTES, PAGE_BYTES, PREF_EITHER, PW_BACKLOG,
+from .constants import (BELL_WINDOW, CREDIT_OFFSET, CREDIT_WAIT_S, ID_MAX, L2RH_ROUTE_BYTES, PAGE_BYTES, PREF_EITHER, PW_BACKLOG,
                         RING_BASE, RING_SLOTS, RING_WINDOW, SLOT_BYTES)
 from .endpoint import Endpoint
 
@@ -75,6 +78,7 @@ class RingLink:
         self.rings = rings or {}  # peer DID -> its ring base, when not RING_BASE
         # sending: per peer, the seq of the message in each busy slot, and the messages waiting for a slot
         self.busy: dict[int, dict[int, int]] = {p: {} for p in core.peers}
+        self.rung: dict[int, dict[int, float]] = {p: {} for p in core.peers}  # slot -> when its doorbell was ACKed
         self.next_slot: dict[int, int] = {p: 0 for p in core.peers}
         self.backlog: dict[int, deque[tuple[int, int, bytes]]] = {p: deque() for p in core.peers}
         self.seq = 0
@@ -84,6 +88,7 @@ class RingLink:
         self.credit_owed: dict[int, bool] = {p: False for p in core.peers}  # slots freed since it left
         self.counters: Counter[str] = Counter()
         core.on_interrupt = self._interrupt
+        core.on_tick = self._tick
 
     # --- sending --------------------------------------------------------------------------------
     def send(self, raw_route: bytes, message: bytes, now: float) -> bool:
@@ -126,6 +131,8 @@ class RingLink:
         def done(op: Op) -> None:
             if op.error is None:
                 c["tx_messages"] += 1  # the slot stays busy until a credit returns it
+                if busy.get(slot) == seq:
+                    self.rung[did][slot] = op.finished
                 return
             c[f"tx_failed_{op.error}"] += 1
             if busy.get(slot) == seq:  # never rung, or the peer is gone: no credit will come
@@ -154,8 +161,23 @@ class RingLink:
         freed = [slot for slot, seq in busy.items() if taken[slot] == seq]
         for slot in freed:
             del busy[slot]
+            self.rung[source].pop(slot, None)
         c["slots_returned"] += len(freed)
         self._drain_backlog(source, now)
+
+    def _tick(self, now: float) -> None:
+        """Credits owed to a sender that was out of reach go when it is back; a slot whose
+        doorbell was ACKed CREDIT_WAIT_S ago without a credit (the receiver restarted and
+        forgot it) is taken back, counted."""
+        for peer, rung in self.rung.items():
+            late = [slot for slot, t in rung.items() if now - t >= CREDIT_WAIT_S]
+            for slot in late:
+                del rung[slot], self.busy[peer][slot]
+            if late:
+                self.counters["slots_reclaimed_no_credit"] += len(late)
+                self._drain_backlog(peer, now)
+            if self.credit_owed[peer] and not self.credit_out[peer] and self.core.bte.reachable(peer):
+                self._credit_back(peer, now)
 
     # --- receiving ------------------------------------------------------------------------------
     def _credit_back(self, source: int, now: float) -> None:

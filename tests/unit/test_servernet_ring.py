@@ -157,3 +157,34 @@ def test_ring_windows_are_checked():
         ring_windows([Window("pktway-ring", 0x400, 16, "w")])
     with pytest.raises(ValueError):  # a ring shared by every sender
         ring_windows([Window("pktway-ring", 0x400, 16, "w"), Window("pktway-bell", 0x410, 1, "w", interrupt=True)])
+
+
+def test_a_slot_no_credit_returns_is_taken_back():
+    """A receiver that restarted forgets what it took: CREDIT_WAIT_S after the doorbell's
+    ACK the sender takes the slot back (counted) and a stalled message goes."""
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, [])
+    for i in range(RING_SLOTS + 1):
+        la.send(route(B), bytes([i]) * 8, 0.0)
+    pump({A: ea, B: eb}, [], lose=lambda p: p.address == CREDIT)
+    ea.tick(1.0)
+    assert len(la.busy[B]) == RING_SLOTS and not la.counters["slots_reclaimed_no_credit"]
+    ea.tick(2.0)
+    assert la.counters["slots_reclaimed_no_credit"] == RING_SLOTS and la.counters["tx_resumed"] == 1
+    assert len(la.busy[B]) == 1 and not la.backlog[B]
+
+
+def test_a_credit_owed_to_an_unreachable_sender_goes_when_it_is_back():
+    from servernet.paths import State
+
+    got, log = [], []
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    la.send(route(B), b"message!", 0.0)
+    for f in (0, 1):
+        eb.bte.paths[A, f].state = State.HARD_DOWN  # B cannot reach A: its credit fails at once
+    pump({A: ea, B: eb}, log)
+    assert got and lb.counters["credit_failed_no_path"] == 1 and la.busy[B] and lb.credit_owed[A]
+    for f in (0, 1):
+        eb.bte.paths[A, f].state = State.UP
+    eb.tick(0.01)
+    pump({A: ea, B: eb}, log, 0.01)
+    assert not la.busy[B] and lb.counters["credit_tx"] == 1 and not lb.credit_owed[A]
