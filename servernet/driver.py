@@ -64,7 +64,7 @@ class FabricDriver:
                     self.counters[f"drop_tx_full_{FABRIC_NAMES[fabric]}"] += full
                 if errors:  # e.g. ICMP unreachable while the router is gone
                     self.counters[f"tx_error_{FABRIC_NAMES[fabric]}"] += errors
-        if self.core.next_deadline() < self.wake_at:
+        if self.core.timer_moved(self.wake_at):
             self.kick.set()
 
     def drain(self, now: float) -> None:
@@ -92,6 +92,7 @@ class FabricDriver:
     async def _timers(self) -> None:
         while True:
             self.kick = trio.Event()
+            self.core.timer_moved(0.0)  # forget what moved: next_deadline sees it all
             self.wake_at = min(self.core.next_deadline(), trio.current_time() + IDLE_TICK_S)
             with trio.move_on_at(self.wake_at):
                 await self.kick.wait()

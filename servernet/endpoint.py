@@ -124,6 +124,9 @@ class Endpoint:
     def next_deadline(self) -> float:
         return self.bte.next_deadline()
 
+    def timer_moved(self, before: float) -> bool:
+        return self.bte.timer_moved(before)
+
     def paths_status(self, now: float) -> dict:
         return {f"{p:#07x}": {Fabric(f).name: self.bte.paths[p, f].status(now) for f in (Fabric.X, Fabric.Y)}
                 for p in sorted(self.peers)}
