@@ -386,3 +386,19 @@ def test_the_usual_envelope_shortcut_decides_as_the_full_check(inputs):
         full.receive(fabric, d, 0.0)
     assert fast.counters == full.counters and fast.out == full.out and fast.avt.counters == full.avt.counters
     assert fast.bte.counters == full.bte.counters
+
+
+def test_the_driver_hears_of_every_earlier_deadline():
+    """timer_moved: a new transaction, a re-sent one's quarantine and a BARRIER brought
+    forward each tell the driver that its timer must wake sooner."""
+    a = node(A, [B])
+    assert not a.timer_moved(float("inf"))
+    a.bte.write(B, BUF, b"x", 0.0)
+    assert a.timer_moved(1.0) and not a.timer_moved(1.0)  # asked once, then forgotten
+    a.bte.write(B, BUF, b"y", 0.0)
+    assert not a.timer_moved(RESPONSE_TIMEOUT_S / 2)  # the new deadline is not before the timer's wake-up
+    path = a.bte.paths[B, X]
+    path.state, path.barrier_due = State.HARD_DOWN, 5.0
+    a.timer_moved(0.0)
+    path.heard(1.0)  # the peer's request on that fabric: probe now
+    assert a.timer_moved(2.0) and a.next_deadline() <= 1.0
