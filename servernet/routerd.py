@@ -118,6 +118,8 @@ class Routerd:
                 while True:
                     await trio.sleep(DROP_LOG_S)
                     self.drops.update("router", self.fwd.counters(), trio.current_time())
+                    if not thread.is_alive():  # it never ends on its own: stop, so that systemd restarts us
+                        raise RuntimeError("snet-router: the forwarding thread ended")
         finally:
             self.stopping.set()
             if thread.is_alive():
