@@ -3,7 +3,8 @@ address (an end node's fabric socket or another router's); forwarding by the DID
 through a routing table, reading only the first 3 packet bytes to choose the port;
 a bad CRC is forwarded tagged TPB ("this packet bad"), not dropped.  One router
 serves one fabric: a datagram whose envelope names the other fabric is dropped, so
-X and Y never exchange packets."""
+X and Y never exchange packets.  snet-router runs the same decisions compiled
+(servernet/_snetfwd.c, over ``route_table``); :class:`RouterCore` is their oracle."""
 
 from __future__ import annotations
 
