@@ -76,3 +76,23 @@ def node(data: bytes) -> None:
         now += d.below(100) / 1000
         ep.tick(now)
     assert ep.bte.in_use == sum(s is not None for s in ep.bte.slots) and len(avt.queue) <= 2
+
+
+@target("servernet.crouter", seeds=[b"", b"\x04" * 60, bytes(range(120))])
+def crouter(data: bytes) -> None:
+    """snet-router's compiled loop (servernet._snetfwd.Router.receive) against RouterCore, its oracle:
+    the same output and counters for built-then-mutated datagrams, with a drawn deadlock mask."""
+    from servernet._snetfwd import Router
+    from servernet.router import RouterCore, parse_route, route_table
+
+    d = Draw(data)
+    ports = {0: ("10.0.0.1", 1), 3: ("10.0.0.2", 2), 11: ("::1", 3)}
+    routes = [parse_route(f"{A:#x}=0"), parse_route("0x08000/6=3"), parse_route(f"0/{d.below(3)}=11")]
+    enables = {3: frozenset({0, 11})} if d.bool() else {}
+    fabric = d.bits(1)
+    py, c = RouterCore(fabric, ports, routes, enables), Router(-1, fabric, ports, route_table(routes), enables)
+    for _ in range(1 + d.below(4)):
+        src = d.choice([ports[0], ports[3], ports[11], ("9.9.9.9", 9)])
+        raw = _datagram(d) if d.bool() else d.take(d.below(600))
+        assert c.receive(src, raw) == py.receive(src, raw), "compiled router differs from RouterCore"
+    assert c.counters() == {k: v for k, v in py.counters.items() if v}, "counters differ"

@@ -16,7 +16,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .codec import Packet, envelope, max_data
+from .codec import Packet, encode_datagram, max_data
 from .constants import (DOORBELL_BYTES, PAGE_BYTES, PENDING_OPS, RESPONSE_TIMEOUT_S, RETRIES_SAME_FABRIC,
                         TID_COUNT, FABRIC_NAMES, Fabric, TType)
 from .paths import Path, State
@@ -92,6 +92,9 @@ class Bte:
         self.quarantine = [0.0] * TID_COUNT  # a TID whose request was re-sent rests a while before reuse
         self.ready: deque[Op] = deque()
         self.paths = {(p, f): Path(p, f, now) for p in peers for f in (Fabric.X, Fabric.Y)}
+        self.soonest = float("inf")  # the earliest deadline set since the driver last asked (timer_moved)
+        for path in self.paths.values():
+            path.on_due = self._moved
         self.toggle: dict[int, int] = {p: Fabric.X for p in peers}
         self.out: list[tuple[int, bytes]] = []
         self.counters: Counter[str] = Counter()
@@ -149,6 +152,10 @@ class Bte:
         return self.submit(Op("block", peer, address, bytes(data), len(data), doorbell=bell, **kw), now)
 
     # --- fabric choice --------------------------------------------------------------------------
+    def reachable(self, peer: int) -> bool:
+        """A transaction to this peer could go now (a path UP or SUSPECT on either fabric)."""
+        return self.paths[peer, Fabric.X].usable or self.paths[peer, Fabric.Y].usable
+
     def choose(self, peer: int, prefer: int | None = None) -> int | None:
         """The preferred fabric if its path is UP; else UP paths first, alternating X/Y per
         transaction when both are; else a SUSPECT one."""
@@ -220,11 +227,22 @@ class Bte:
             if op.kind == "block" and not op.rang:
                 self.ready.append(op)  # more to issue: round robin with the other ops
 
+    def _moved(self, when: float) -> None:
+        if when < self.soonest:
+            self.soonest = when
+
+    def timer_moved(self, before: float) -> bool:
+        """A deadline earlier than ``before`` was set since the last call (cheap: the
+        driver asks after every batch instead of computing next_deadline)."""
+        moved, self.soonest = self.soonest < before, float("inf")
+        return moved
+
     def _send(self, txn: Txn) -> None:
-        pkt = Packet(txn.op.peer, self.id, txn.ttype, False, txn.tid, txn.fabric, False, txn.address, txn.data,
-                     txn.length, self.ii)
-        self.out.append((txn.fabric, envelope(pkt.encode(), txn.fabric, ii=self.ii)))
+        self.out.append((txn.fabric, encode_datagram(txn.op.peer, self.id, txn.ttype, False, txn.tid, txn.fabric, False,
+                                              txn.address, txn.data, txn.length, self.ii)))
         txn.op.packets[FABRIC_NAMES[txn.fabric]] += 1
+        if txn.deadline < self.soonest:
+            self.soonest = txn.deadline
         self.counters[TX_KEYS[txn.fabric]] += 1
 
     def _release(self, txn: Txn, now: float) -> None:
@@ -233,6 +251,7 @@ class Bte:
         txn.op.inflight -= 1
         if txn.tries_here > 1 or txn.switched:
             self.quarantine[txn.tid] = now + self.timeout  # a late answer to the first try must find no one
+            self._moved(now + self.timeout)
 
     # --- responses -----------------------------------------------------------------------------
     def on_response(self, pkt: Packet, fabric: int, now: float) -> None:

@@ -27,6 +27,8 @@ from .constants import (ADDRESS_BYTES, CRC_BYTES, ENVELOPE_BYTES, ENVELOPE_MAGIC
 _HDR = struct.Struct(">Q")
 _ENV = struct.Struct(">HBB")
 _CRC = struct.Struct(">I")
+_ENV_HDR = struct.Struct(">HBBQ")  # envelope and header in one pack (datagram())
+_ENV_HDR_ADDR = struct.Struct(">HBBQI")
 MIN_PACKET = HEADER_BYTES + CRC_BYTES
 KNOWN_TTYPES = frozenset(int(t) for t in TType)
 
@@ -44,7 +46,7 @@ def max_data(ii: bool) -> int:
     return MAX_DATA_II if ii else MAX_DATA
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass pays object.__setattr__ per field on every packet
 class Packet:
     did: int
     sid: int
@@ -93,6 +95,22 @@ class Packet:
                 | (self.tid << 7) | (self.path << 6) | (int(self.ack) << 5))
         body = _HDR.pack(word) + (b"" if self.address is None else self.address.to_bytes(4, "big")) + self.data
         return body + _CRC.pack(zlib.crc32(body))
+
+
+def encode_datagram(did: int, sid: int, ttype: int, rsp: bool, tid: int, path: int, ack: bool, address: int | None,
+             data: bytes, length: int, ii: bool) -> bytes:
+    """``envelope(Packet(...).encode(), path, ii=ii)`` without Packet's checks: the node's
+    own BTE and AVT build only valid packets, and build one per transaction."""
+    n = length if (ttype == TType.READ and not rsp) else len(data)
+    word = ((did << 44) | (sid << 24) | ((n // LEN_UNIT_II if ii else n) << 16) | (ttype << 12) | (rsp << 11)
+            | (tid << 7) | (path << 6) | (ack << 5))
+    flags = path | (FLAG_II if ii else 0)
+    if address is None:
+        head = _ENV_HDR.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, flags, word)
+    else:
+        head = _ENV_HDR_ADDR.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, flags, word, address)
+    crc = zlib.crc32(data, zlib.crc32(memoryview(head)[ENVELOPE_BYTES:]))
+    return head + data + _CRC.pack(crc)
 
 
 def crc_ok(raw: bytes) -> bool:
@@ -146,7 +164,7 @@ def decode(raw: bytes, ii: bool = False) -> Packet:
     return Packet(did, sid, ttype, rsp, tid, path, ack, address, data, asked, ii)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Envelope:
     fabric: int
     tpb: bool

@@ -69,12 +69,18 @@ RING_SLOTS = 16  # slots of one page each: a message of up to 4096 bytes per slo
 RING_BASE = 0x00400000  # where the ring sits unless a node's route says otherwise
 SLOT_BYTES = PAGE_BYTES
 PW_MTU_BYTES = 512  # default PacketWay MTU on this link (the pre-push buffer size [SDM 9-12])
+CREDIT_OFFSET = 0x800  # where a receiver WRITEs its credit (the seq last taken from each slot) in the doorbell page
+CREDIT_WAIT_S = 2.0  # a slot whose doorbell was ACKed this long ago without a credit is taken back
+PW_BACKLOG = 64  # messages a sender holds per peer while that peer's ring has no free slot (beyond: dropped)
 L2RH_ROUTE_BYTES = 8  # DID (3) | fabric preference (1) | ring base (4)
 PREF_EITHER = 2
 
 # --- daemons (project choice) ----------------------------------------------------------------------
 ROUTER_PORTS = 12  # ports per router (the ServerNet II router has 12 [GLOS])
 RX_BURST = 256  # datagrams drained per wake-up before yielding
+NODE_BATCH = 64  # datagrams per recvmmsg/sendmmsg call of an end node (NODE_BATCH in _snetfwd.c)
+FORWARD_POLL_MS = 100  # the router's forwarding thread looks at its stop flag at least this often
+DROP_LOG_S = 1.0  # how often the router logs new drops
 SOCKET_BUFFER_BYTES = 1 << 20
 CONTROL_INLINE_BYTES = 16384  # largest data a control request carries in hex
 MAX_WAITING_CLIENT_OPS = 64  # control requests waiting on the BTE at once

@@ -13,8 +13,9 @@ from daemons.wire.errors import DecodeError
 
 from .avt import Avt, Interrupt
 from .bte import Bte, parse_doorbell
-from .codec import Packet, decode, envelope, open_envelope
-from .constants import FABRIC_NAMES, INTERRUPT_QUEUE, RESPONSE_TIMEOUT_S, Fabric, TType
+from .codec import Packet, decode, encode_datagram, envelope, open_envelope
+from .constants import (ENVELOPE_BYTES, FABRIC_NAMES, INTERRUPT_QUEUE, MAX_DATAGRAM, MAX_DATAGRAM_II,
+                        RESPONSE_TIMEOUT_S, Fabric, TType)
 
 RX_KEYS = tuple(f"rx_{n}" for n in FABRIC_NAMES)
 
@@ -22,7 +23,7 @@ RX_KEYS = tuple(f"rx_{n}" for n in FABRIC_NAMES)
 class Endpoint:
     def __init__(self, my_id: int, peers: list[int], avt: Avt, *, ii: bool = False,
                  timeout: float = RESPONSE_TIMEOUT_S, now: float = 0.0,
-                 on_interrupt: Callable[[Interrupt], bool] | None = None) -> None:
+                 on_interrupt: Callable[[Interrupt, float], bool] | None = None) -> None:
         self.id = my_id
         self.ii = ii
         self.peers = frozenset(peers)
@@ -32,27 +33,34 @@ class Endpoint:
         self.counters: Counter[str] = Counter()
         self.blocks: deque[dict] = deque(maxlen=INTERRUPT_QUEUE)  # the last doorbells checked
         self.on_interrupt = on_interrupt  # True: it took the interrupt off the queue's tail
+        self.on_tick: Callable[[float], None] | None = None  # host code's timers (PacketWay's credits)
+        self.heads = tuple(envelope(b"", f, ii=ii) for f in (Fabric.X, Fabric.Y))  # right fabric, mode, no TPB
+        self.max_datagram = MAX_DATAGRAM_II if ii else MAX_DATAGRAM
 
     def _drop(self, reason: str) -> None:
         self.counters[f"drop_{reason}"] += 1
 
     def receive(self, fabric: int, datagram: bytes, now: float) -> None:
+        if datagram[:ENVELOPE_BYTES] == self.heads[fabric] and len(datagram) <= self.max_datagram:
+            packet = memoryview(datagram)[ENVELOPE_BYTES:]  # the usual envelope: no need to open it
+        else:
+            try:
+                env = open_envelope(datagram)
+            except DecodeError as exc:
+                self._drop("bad_envelope" if exc.field == "envelope" else exc.field)
+                return
+            if env.fabric != fabric:
+                self._drop("wrong_fabric")
+                return
+            if env.tpb:
+                self._drop("tpb")  # a router saw a bad CRC
+                return
+            if env.ii != self.ii:
+                self._drop("mode")
+                return
+            packet = env.packet
         try:
-            env = open_envelope(datagram)
-        except DecodeError as exc:
-            self._drop("bad_envelope" if exc.field == "envelope" else exc.field)
-            return
-        if env.fabric != fabric:
-            self._drop("wrong_fabric")
-            return
-        if env.tpb:
-            self._drop("tpb")  # a router saw a bad CRC
-            return
-        if env.ii != self.ii:
-            self._drop("mode")
-            return
-        try:
-            pkt = decode(env.packet, env.ii)
+            pkt = decode(packet, self.ii)
         except DecodeError as exc:
             self._drop(exc.field)  # crc, len, ttype, short, ack
             return
@@ -73,8 +81,8 @@ class Endpoint:
             self._serve(pkt, fabric, now)
 
     def _respond(self, req: Packet, fabric: int, ack: bool, data: bytes = b"") -> None:
-        rsp = Packet(req.sid, self.id, req.ttype, True, req.tid, fabric, ack, None, data, 0, self.ii)
-        self.out.append((fabric, envelope(rsp.encode(), fabric, ii=self.ii)))
+        self.out.append((fabric, encode_datagram(req.sid, self.id, req.ttype, True, req.tid, fabric, ack, None, data, 0,
+                                          self.ii)))
         self.counters["ack" if ack else "nak"] += 1
 
     def _serve(self, pkt: Packet, fabric: int, now: float) -> None:
@@ -85,16 +93,16 @@ class Endpoint:
             r = self.avt.write(pkt.sid, fabric, pkt.address, pkt.data)
             self._respond(pkt, fabric, r is not False)
             if isinstance(r, Interrupt):
-                self._interrupt(r)
+                self._interrupt(r, now)
         elif pkt.ttype == TType.BARRIER:
             self._respond(pkt, fabric, True)
         else:
             self.counters["diag_rx"] += 1  # DIAG/STATUS: no response
 
-    def _interrupt(self, irq: Interrupt) -> None:
+    def _interrupt(self, irq: Interrupt, now: float) -> None:
         """Host code (PacketWay's ring) may take the interrupt; otherwise a 16-byte doorbell
         names a block just written here: check it against memory."""
-        if self.on_interrupt is not None and self.on_interrupt(irq):
+        if self.on_interrupt is not None and self.on_interrupt(irq, now):
             self.avt.queue.pop()
             return
         desc = parse_doorbell(irq.data)
@@ -110,9 +118,14 @@ class Endpoint:
 
     def tick(self, now: float) -> None:
         self.bte.tick(now)
+        if self.on_tick is not None:
+            self.on_tick(now)
 
     def next_deadline(self) -> float:
         return self.bte.next_deadline()
+
+    def timer_moved(self, before: float) -> bool:
+        return self.bte.timer_moved(before)
 
     def paths_status(self, now: float) -> dict:
         return {f"{p:#07x}": {Fabric(f).name: self.bte.paths[p, f].status(now) for f in (Fabric.X, Fabric.Y)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from typing import Callable
 
 from .constants import HARD_DOWN_TIMEOUTS, PROBE_ACKS_UP, PROBE_INTERVAL_S
 
@@ -30,10 +31,22 @@ class Path:
         self.state = State.UP
         self.timeouts = 0  # consecutive
         self.probe_acks = 0
-        self.barrier_due: float | None = None  # when to send the next BARRIER (None: none wanted)
+        self.on_due: Callable[[float], None] | None = None  # told of every new BARRIER time (the BTE's timer)
+        self._due: float | None = None
         self.barrier_out = False
         self.since = now
         self.counters: Counter[str] = Counter()
+
+    @property
+    def barrier_due(self) -> float | None:
+        """When to send the next BARRIER (None: none wanted)."""
+        return self._due
+
+    @barrier_due.setter
+    def barrier_due(self, when: float | None) -> None:
+        self._due = when
+        if when is not None and self.on_due is not None:
+            self.on_due(when)
 
     @property
     def usable(self) -> bool:

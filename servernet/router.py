@@ -3,7 +3,8 @@ address (an end node's fabric socket or another router's); forwarding by the DID
 through a routing table, reading only the first 3 packet bytes to choose the port;
 a bad CRC is forwarded tagged TPB ("this packet bad"), not dropped.  One router
 serves one fabric: a datagram whose envelope names the other fabric is dropped, so
-X and Y never exchange packets."""
+X and Y never exchange packets.  snet-router runs the same decisions compiled
+(servernet/_snetfwd.c, over ``route_table``); :class:`RouterCore` is their oracle."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .constants import (ENVELOPE_BYTES, ENVELOPE_MAGIC, ENVELOPE_VERSION, FLAG_F
                         FLAGS_KNOWN, ID_BITS, ID_MAX, MAX_DATAGRAM, MAX_DATAGRAM_II, ROUTE_BYTES)
 
 Addr = tuple[str, int]
+NO_PORT = 0xFF  # a DID no route covers, in route_table
 _HEAD = (ENVELOPE_MAGIC >> 8, ENVELOPE_MAGIC & 0xFF, ENVELOPE_VERSION)
 
 
@@ -29,6 +31,17 @@ class Route:
     def matches(self, did: int) -> bool:
         shift = ID_BITS - self.bits
         return (did >> shift) == (self.did >> shift)
+
+
+def route_table(routes: list[Route]) -> bytes:
+    """One byte per 20-bit DID: the port it leaves by (longest prefix), NO_PORT for none;
+    what the compiled router (servernet/_snetfwd.c) looks up."""
+    table = bytearray([NO_PORT]) * (1 << ID_BITS)
+    for r in sorted(routes, key=lambda r: r.bits):  # longer prefixes overwrite shorter ones
+        size = 1 << (ID_BITS - r.bits)
+        start = r.did & ~(size - 1)
+        table[start:start + size] = bytes([r.port]) * size
+    return bytes(table)
 
 
 def parse_route(text: str) -> Route:

@@ -1,9 +1,11 @@
-"""snet-router: one ServerNet router process serving one fabric (X or Y) over UDP."""
+"""snet-router: one ServerNet router process serving one fabric (X or Y) over UDP;
+servernet.router.RouterCore is the oracle of its compiled forwarding loop."""
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,8 +23,9 @@ from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
 from daemons.runtime.schema import Schema
 
-from .constants import MAX_DATAGRAM_II, ROUTER_PORTS, RX_BURST, SOCKET_BUFFER_BYTES, Fabric
-from .router import Route, RouterCore, parse_route
+from ._snetfwd import Router
+from .constants import DROP_LOG_S, FORWARD_POLL_MS, ROUTER_PORTS, SOCKET_BUFFER_BYTES, Fabric
+from .router import Route, parse_route, route_table
 
 log = structlog.get_logger("snet-router")
 CONTROL_SCHEMA = Schema({"status": {}})
@@ -72,54 +75,56 @@ def parse(fabric: str, listen: str, ports, routes, enables, control: str | None,
 
 
 class Routerd:
+    """The forwarding loop is compiled (servernet/_snetfwd.c) and runs in a thread of its
+    own without the GIL; trio serves the control socket and logs the drops."""
+
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
-        self.core = RouterCore(cfg.fabric, cfg.ports, cfg.routes, cfg.enables)
-        self.drops = CounterLog(log)
+        self.routes = sorted(cfg.routes, key=lambda r: -r.bits)
         self.control_counters: Counter[str] = Counter()
+        self.drops = CounterLog(log)
         self.sock = socket.socket(socket.AF_INET6 if ":" in cfg.listen[0] else socket.AF_INET, socket.SOCK_DGRAM)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
         self.sock.bind(cfg.listen)
         self.sock.setblocking(False)
+        self.fwd = Router(self.sock.fileno(), cfg.fabric, cfg.ports, route_table(cfg.routes), cfg.enables)
+        self.stopping = threading.Event()
 
     async def _control(self, req: dict) -> dict:
         host, port = self.cfg.listen
         return {"ok": True, "fabric": Fabric(self.cfg.fabric).name, "listen": f"{host}:{port}",
                 "ports": {p: f"{a[0]}:{a[1]}" for p, a in self.cfg.ports.items()},
-                "routes": [f"{r.did:#07x}/{r.bits}={r.port}" for r in self.core.routes],
-                "counters": dict(self.core.counters), "control": dict(self.control_counters)}
+                "routes": [f"{r.did:#07x}/{r.bits}={r.port}" for r in self.routes],
+                "counters": self.fwd.counters(), "control": dict(self.control_counters)}
+
+    def _forward(self) -> None:
+        while not self.stopping.is_set():
+            self.fwd.forward(FORWARD_POLL_MS)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            if self.cfg.control:
-                os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
-                await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
-                                            counters=self.control_counters))
-            log.info("snet-router.started", fabric=Fabric(self.cfg.fabric).name, listen=self.cfg.listen,
-                     ports=len(self.cfg.ports), routes=len(self.cfg.routes))
-            sd_notify("READY=1")
-            task_status.started()
-            core, sock = self.core, self.sock
-            while True:
-                await trio.lowlevel.wait_readable(sock)
-                for _ in range(RX_BURST):
-                    try:
-                        data, src = sock.recvfrom(MAX_DATAGRAM_II + 1)
-                    except BlockingIOError:
-                        break
-                    except OSError:  # ICMP unreachable from an earlier send
-                        core.counters["rx_error"] += 1
-                        continue
-                    out = core.receive(src[:2], data)
-                    if out is not None:
-                        try:
-                            sock.sendto(out[1], out[0])
-                        except BlockingIOError:
-                            core.counters["drop_tx_full"] += 1
-                        except OSError:
-                            core.counters["tx_error"] += 1
-                self.drops.update("router", core.counters, trio.current_time())
+        thread = threading.Thread(target=self._forward, name="snet-forward", daemon=True)
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.cfg.control:
+                    os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
+                    await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
+                                                counters=self.control_counters))
+                thread.start()
+                log.info("snet-router.started", fabric=Fabric(self.cfg.fabric).name, listen=self.cfg.listen,
+                         ports=len(self.cfg.ports), routes=len(self.cfg.routes))
+                sd_notify("READY=1")
+                task_status.started()
+                while True:
+                    await trio.sleep(DROP_LOG_S)
+                    self.drops.update("router", self.fwd.counters(), trio.current_time())
+                    if not thread.is_alive():  # it never ends on its own: stop, so that systemd restarts us
+                        raise RuntimeError("snet-router: the forwarding thread ended")
+        finally:
+            self.stopping.set()
+            if thread.is_alive():
+                thread.join()  # at most FORWARD_POLL_MS: the socket outlives the loop using its fd
+            self.sock.close()
 
 
 @click.command(context_settings=CTX)

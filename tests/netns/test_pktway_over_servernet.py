@@ -122,6 +122,8 @@ def test_gsn_host_and_servernet_host_exchange_messages(net):
             assert a.recv(10).pt == PT.ERR
         half = request(ctl, {"cmd": "routes"})["halves"][1]["counters"]
         assert half["snet_rx_messages"] >= 2 and half["snet_tx_messages"] >= 2
+        # the host returned the slots of the messages it took by credit WRITEs (spec 1.8)
+        assert half.get("snet_credit_rx", 0) >= 1 and half.get("snet_slots_returned", 0) >= 2
         assert half.get("snet_tx_X", 0) + half.get("snet_tx_Y", 0) > 0
         for f in ("x", "y"):
             assert not any(k.startswith("drop") for k in request(str(fa.tmp / f"router-{f}.sock"),

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemons.wire.errors import DecodeError
-from servernet.codec import Packet, crc_ok, decode, did_of, envelope, open_envelope
+from servernet.codec import Packet, crc_ok, decode, did_of, encode_datagram, envelope, open_envelope
 from servernet.constants import MAX_DATAGRAM, MAX_DATAGRAM_II, TType
 
 A, B = 0xABCDE, 0x12345
@@ -128,6 +128,13 @@ def test_round_trip(p):
     assert len(raw) == p.size and crc_ok(raw) and did_of(raw) == p.did
     assert decode(raw, p.ii) == p
     assert open_envelope(envelope(raw, p.path, ii=p.ii)).packet == raw
+
+
+@given(packets())
+def test_the_nodes_unchecked_encoder_builds_the_same_datagram(p):
+    """encode_datagram (the BTE's and AVT's per-packet path) == envelope(Packet.encode())."""
+    assert encode_datagram(p.did, p.sid, p.ttype, p.rsp, p.tid, p.path, p.ack, p.address, p.data, p.length,
+                           p.ii) == envelope(p.encode(), p.path, ii=p.ii)
 
 
 @given(packets(), st.data())

@@ -347,3 +347,58 @@ def test_hostile_datagrams_never_raise(datagrams):
         b.receive(fabric, d, 0.0)
         b.receive(fabric, envelope(d, fabric), 0.0)
     b.tick(1.0)
+
+
+@st.composite
+def node_datagrams(draw):
+    """(fabric socket, datagram) a node may get: built requests and responses to it (any
+    fabric, mode, TPB; mostly on their own fabric's socket), the same with a byte changed,
+    one too long, and noise."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.integers(0, 1)), draw(st.binary(max_size=120))
+    ttype = draw(st.sampled_from([TType.READ, TType.WRITE, TType.BARRIER]))
+    rsp, ii, fabric = draw(st.booleans()), draw(st.integers(0, 3)) == 0, draw(st.integers(0, 1))
+    n = draw(st.sampled_from([0, 8, 64, 64]))
+    data = draw(st.binary(min_size=n, max_size=n)) if (ttype == TType.WRITE and not rsp) or (
+        ttype == TType.READ and rsp) else b""
+    pkt = Packet(B, draw(st.sampled_from([A, C])), ttype, rsp, draw(st.integers(0, 15)), draw(st.integers(0, 1)),
+                 rsp and draw(st.booleans()), None if rsp else draw(st.sampled_from([BUF, RO, BELL, 0x900000])),
+                 data, n if ttype == TType.READ and not rsp else 0, ii)
+    raw = bytearray(envelope(pkt.encode(), fabric, tpb=draw(st.integers(0, 5)) == 0, ii=ii))
+    if draw(st.integers(0, 2)) == 0:
+        raw[draw(st.integers(0, len(raw) - 1))] ^= draw(st.integers(1, 255))
+    if draw(st.integers(0, 3)) == 0:
+        raw += draw(st.binary(min_size=1, max_size=40))
+    return (fabric if draw(st.integers(0, 4)) else 1 - fabric), bytes(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(node_datagrams(), max_size=6))
+def test_the_usual_envelope_shortcut_decides_as_the_full_check(inputs):
+    """receive() skips opening an envelope that is exactly the usual one; a node without
+    the shortcut must count, answer and queue the same."""
+    fast, full = node(B, [A]), node(B, [A])
+    full.heads = (None, None)
+    fast.bte.write(A, BUF, b"x" * 8, 0.0)
+    full.bte.write(A, BUF, b"x" * 8, 0.0)
+    for fabric, d in inputs:
+        fast.receive(fabric, d, 0.0)
+        full.receive(fabric, d, 0.0)
+    assert fast.counters == full.counters and fast.out == full.out and fast.avt.counters == full.avt.counters
+    assert fast.bte.counters == full.bte.counters
+
+
+def test_the_driver_hears_of_every_earlier_deadline():
+    """timer_moved: a new transaction, a re-sent one's quarantine and a BARRIER brought
+    forward each tell the driver that its timer must wake sooner."""
+    a = node(A, [B])
+    assert not a.timer_moved(float("inf"))
+    a.bte.write(B, BUF, b"x", 0.0)
+    assert a.timer_moved(1.0) and not a.timer_moved(1.0)  # asked once, then forgotten
+    a.bte.write(B, BUF, b"y", 0.0)
+    assert not a.timer_moved(RESPONSE_TIMEOUT_S / 2)  # the new deadline is not before the timer's wake-up
+    path = a.bte.paths[B, X]
+    path.state, path.barrier_due = State.HARD_DOWN, 5.0
+    a.timer_moved(0.0)
+    path.heard(1.0)  # the peer's request on that fabric: probe now
+    assert a.timer_moved(2.0) and a.next_deadline() <= 1.0

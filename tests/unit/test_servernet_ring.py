@@ -1,6 +1,7 @@
 """PacketWay's ServerNet binding on virtual time: messages go into a slot of the peer's
 receive ring in <= 64-byte WRITEs and the 16-byte descriptor rings the doorbell after
-them; routes (the 8 L2RH bytes), a full ring, and hostile descriptors."""
+them; slots come back by the receiver's credit WRITE (spec §1.8), a sender out of credit
+stalls and resumes on it; routes (the 8 L2RH bytes) and hostile descriptors."""
 
 import struct
 import zlib
@@ -9,12 +10,13 @@ import pytest
 
 from servernet.avt import Avt, Window
 from servernet.codec import Packet, decode, did_of, envelope, open_envelope
-from servernet.constants import RING_BASE, RING_SLOTS, TType
+from servernet.constants import CREDIT_OFFSET, PW_BACKLOG, RING_BASE, RING_SLOTS, TType
 from servernet.endpoint import Endpoint
 from servernet.ring import RingLink, parse_route, ring_windows, route
 
 A, B, C = 0x04001, 0x08001, 0x0c001
 BELL = RING_BASE + RING_SLOTS * 4096
+CREDIT = BELL + CREDIT_OFFSET
 
 
 def ring_node(me, peer, got):
@@ -25,7 +27,8 @@ def ring_node(me, peer, got):
     return ep, RingLink(ep, lambda src, msg, back: got.append((src, msg, back)))
 
 
-def pump(eps, log, now=0.0):
+def pump(eps, log, now=0.0, lose=lambda p: False):
+    """Deliver every datagram until none is left; ``lose`` picks requests that vanish."""
     moved = True
     while moved:
         moved = False
@@ -33,8 +36,11 @@ def pump(eps, log, now=0.0):
             out, ep.out[:] = list(ep.out), []
             for fabric, d in out:
                 moved = True
-                log.append(decode(open_envelope(d).packet))
-                eps[did_of(open_envelope(d).packet)].receive(fabric, d, now)
+                pkt = decode(open_envelope(d).packet)
+                if lose(pkt):
+                    continue
+                log.append(pkt)
+                eps[pkt.did].receive(fabric, d, now)
 
 
 def test_message_goes_into_a_slot_then_the_doorbell():
@@ -44,7 +50,7 @@ def test_message_goes_into_a_slot_then_the_doorbell():
     assert la.send(route(B), msg, 0.0)
     pump({A: ea, B: eb}, log)
     assert got_b == [(A, msg, route(A))]
-    writes = [p for p in log if p.ttype == TType.WRITE and not p.rsp]
+    writes = [p for p in log if p.ttype == TType.WRITE and not p.rsp and p.sid == A]
     assert [len(p.data) for p in writes] == [64, 64, 64, 8, 16] and writes[-1].address == BELL
     slot, length, seq, crc = struct.unpack(">IIII", writes[-1].data)
     assert (slot, length, crc) == (0, 200, zlib.crc32(msg)) and writes[0].address == RING_BASE
@@ -52,15 +58,58 @@ def test_message_goes_into_a_slot_then_the_doorbell():
     assert not eb.avt.queue  # the ring took its interrupt off the queue
 
 
-def test_busy_slots_and_a_full_ring():
+def credit_writes(log):
+    return [p for p in log if p.ttype == TType.WRITE and not p.rsp and p.address == CREDIT]
+
+
+def test_slots_come_back_by_the_receivers_credit_write():
     got, log = [], []
     (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
-    for i in range(RING_SLOTS):
-        assert la.send(route(B), bytes([i]) * 8, 0.0)
-    assert not la.send(route(B), b"x" * 8, 0.0) and la.counters["tx_drop_ring_full"] == 1
+    assert la.send(route(B), b"one.....", 0.0)
     pump({A: ea, B: eb}, log)
-    assert [m for _, m, _ in got] == [bytes([i]) * 8 for i in range(RING_SLOTS)]
-    assert la.send(route(B), b"again!!!", 0.0)  # slots free once their doorbells were ACKed
+    (credit,) = credit_writes(log)
+    assert credit.sid == B and credit.did == A and len(credit.data) == 64  # one ServerNet I data field
+    taken = struct.unpack(">16I", credit.data)
+    assert taken[0] == struct.unpack(">IIII", [p for p in log if p.address == BELL][0].data)[2]  # slot 0's seq
+    assert la.counters["credit_rx"] == 1 and la.counters["slots_returned"] == 1 and lb.counters["credit_tx"] == 1
+    assert not la.busy[B] and not ea.avt.queue  # the credit was taken off the sender's interrupt queue
+
+
+def test_out_of_credit_the_sender_stalls_and_resumes_on_the_credit_write():
+    got, log = [], []
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    msgs = [bytes([i]) * 8 for i in range(RING_SLOTS + 3)]
+    assert all(la.send(route(B), m, 0.0) for m in msgs)  # 16 go, 3 wait for credit
+    assert la.counters["tx_stalled_no_credit"] == 3 and len(la.backlog[B]) == 3
+    pump({A: ea, B: eb}, log, lose=lambda p: p.address == CREDIT)  # every doorbell ACKed, no credit arrives
+    assert [m for _, m, _ in got] == msgs[:RING_SLOTS]
+    assert len(la.busy[B]) == RING_SLOTS and len(la.backlog[B]) == 3  # an ACK is not a credit: still stalled
+    assert la.counters["tx_messages"] == RING_SLOTS and not la.counters["slots_returned"]
+    eb.tick(0.06)  # the lost credit WRITE times out and goes again; the one after it carries the whole table
+    pump({A: ea, B: eb}, log, 0.06)
+    assert [m for _, m, _ in got] == msgs and la.counters["tx_resumed"] == 3
+    assert not la.busy[B] and not la.backlog[B] and la.counters["slots_returned"] == len(msgs)
+    for _ in range(RING_SLOTS + PW_BACKLOG):
+        assert la.send(route(B), b"x" * 8, 0.0)
+    assert not la.send(route(B), b"x" * 8, 0.0) and la.counters["tx_drop_backlog_full"] == 1
+
+
+def test_a_stale_or_hostile_credit_frees_nothing_newer():
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, [])
+    la.send(route(B), b"message!", 0.0)
+    (seq,) = la.busy[B].values()
+    for data in (struct.pack(">16I", *([seq - 1] + [0] * 15)), b"short"):
+        ea.receive(0, envelope(Packet(A, B, TType.WRITE, False, 2, 0, False, CREDIT, data).encode(), 0), 0.0)
+    assert la.busy[B] == {0: seq} and la.counters["credit_drop_bad_length"] == 1 and not ea.avt.queue
+
+
+def test_one_credit_write_in_flight_per_sender():
+    got, log = [], []
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    for i in range(8):
+        la.send(route(B), bytes([i]) * 8, 0.0)
+    pump({A: ea, B: eb}, log)
+    assert len(got) == 8 and 1 <= len(credit_writes(log)) < 8 and not la.busy[B]
 
 
 def test_two_senders_never_share_a_slot():
@@ -108,3 +157,34 @@ def test_ring_windows_are_checked():
         ring_windows([Window("pktway-ring", 0x400, 16, "w")])
     with pytest.raises(ValueError):  # a ring shared by every sender
         ring_windows([Window("pktway-ring", 0x400, 16, "w"), Window("pktway-bell", 0x410, 1, "w", interrupt=True)])
+
+
+def test_a_slot_no_credit_returns_is_taken_back():
+    """A receiver that restarted forgets what it took: CREDIT_WAIT_S after the doorbell's
+    ACK the sender takes the slot back (counted) and a stalled message goes."""
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, [])
+    for i in range(RING_SLOTS + 1):
+        la.send(route(B), bytes([i]) * 8, 0.0)
+    pump({A: ea, B: eb}, [], lose=lambda p: p.address == CREDIT)
+    ea.tick(1.0)
+    assert len(la.busy[B]) == RING_SLOTS and not la.counters["slots_reclaimed_no_credit"]
+    ea.tick(2.0)
+    assert la.counters["slots_reclaimed_no_credit"] == RING_SLOTS and la.counters["tx_resumed"] == 1
+    assert len(la.busy[B]) == 1 and not la.backlog[B]
+
+
+def test_a_credit_owed_to_an_unreachable_sender_goes_when_it_is_back():
+    from servernet.paths import State
+
+    got, log = [], []
+    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    la.send(route(B), b"message!", 0.0)
+    for f in (0, 1):
+        eb.bte.paths[A, f].state = State.HARD_DOWN  # B cannot reach A: its credit fails at once
+    pump({A: ea, B: eb}, log)
+    assert got and lb.counters["credit_failed_no_path"] == 1 and la.busy[B] and lb.credit_owed[A]
+    for f in (0, 1):
+        eb.bte.paths[A, f].state = State.UP
+    eb.tick(0.01)
+    pump({A: ea, B: eb}, log, 0.01)
+    assert not la.busy[B] and lb.counters["credit_tx"] == 1 and not lb.credit_owed[A]

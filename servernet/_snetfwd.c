@@ -1,0 +1,664 @@
+/* snet-router's per-packet path, compiled (issue 14): servernet.router.RouterCore is
+ * the Python oracle with the same decisions and counters; tests/unit/
+ * test_snetfwd_differential.py holds the two to the same outputs.
+ *
+ * Router(fd, fabric, ports, table, enables):
+ *   ports    dict port -> (host, port) UDP address (IPv4 or IPv6 literal)
+ *   table    1 << 20 bytes: the output port of every DID, 0xFF for none (longest
+ *            prefix already resolved by servernet.router.route_table)
+ *   enables  dict in-port -> iterable of the out-ports it may use (absent: all)
+ * receive(src, datagram) -> ((host, port), datagram) | None   one datagram, as RouterCore
+ * forward(timeout_ms) -> int   wait up to timeout_ms for the socket, then recvmmsg /
+ *            decide / sendmmsg until it is drained (at most RX_ROUNDS batches), all
+ *            without the GIL; the number of datagrams received
+ * counters() -> dict   the non-zero counters, named as RouterCore names them
+ *
+ * FabricSocket(fd, router): an end node's socket on one fabric (servernet.driver):
+ * recv(max) by recvmmsg, keeping only its router's datagrams (the others counted),
+ * send(datagrams) to the router by sendmmsg.
+ *
+ * Each datagram: the sender's address picks the input port; runt, envelope, fabric and
+ * size checks; the DID from the first 3 packet bytes picks the output port; the
+ * deadlock mask; the CRC-32 checked and a bad packet forwarded tagged TPB.
+ */
+#define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE
+#include <Python.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* servernet/constants.py (tests/unit/test_snetfwd_differential.py checks the exported ones) */
+#define ENVELOPE_BYTES 4
+#define MIN_PACKET 12 /* header + CRC */
+#define CRC_BYTES 4
+#define MAGIC_HI 0x53
+#define MAGIC_LO 0x4E
+#define VERSION 1
+#define FLAG_FABRIC 0x01
+#define FLAG_TPB 0x02
+#define FLAG_II 0x04
+#define FLAGS_KNOWN 0x07
+#define MAX_DATAGRAM 84
+#define MAX_DATAGRAM_II 532
+#define ID_BITS 20
+#define MAX_PORTS 12
+#define NO_PORT 0xFF
+#define BATCH 64    /* datagrams per recvmmsg/sendmmsg (project choice) */
+#define RX_ROUNDS 4 /* batches per forward() call: 256 datagrams, the Python RX_BURST */
+#define BUF_BYTES (MAX_DATAGRAM_II + 1)
+
+#define COUNTERS(X)                                                                                      \
+    X(UNKNOWN_SENDER, "drop_unknown_sender") X(RUNT, "drop_runt") X(BAD_ENVELOPE, "drop_bad_envelope") \
+    X(WRONG_FABRIC, "drop_wrong_fabric") X(OVERSIZE, "drop_oversize") X(NO_ROUTE, "drop_no_route")     \
+    X(PORT_DISABLED, "drop_port_disabled") X(TAGGED, "tagged_bad_crc") X(RX_ERROR, "rx_error")         \
+    X(TX_FULL, "drop_tx_full") X(TX_ERROR, "tx_error")
+
+#define AS_ENUM(id, name) C_##id,
+#define AS_NAME(id, name) name,
+enum { COUNTERS(AS_ENUM) N_NAMED };
+static const char *counter_names[N_NAMED] = {COUNTERS(AS_NAME)};
+#define C_RX(p) (N_NAMED + 2 * (p))
+#define C_TX(p) (N_NAMED + 2 * (p) + 1)
+#define N_COUNTERS (N_NAMED + 2 * MAX_PORTS)
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+/* CRC-32/IEEE 802.3, as zlib.crc32 */
+static uint32_t crc32_ieee(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--)
+        c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+typedef struct {
+    struct sockaddr_storage sa;
+    socklen_t len;
+} Addr;
+
+typedef struct {
+    PyObject_HEAD
+    int fd;
+    int fabric;
+    int busy; /* forward() is running (its buffers are in use) */
+    int nports;
+    int number[MAX_PORTS];       /* port number of each slot */
+    Addr addr[MAX_PORTS];        /* its UDP address */
+    PyObject *pyaddr[MAX_PORTS]; /* the (host, port) tuple receive() returns */
+    uint16_t enable[MAX_PORTS];  /* out-port numbers allowed, as a bit mask (all ones: no mask) */
+    int slot_of[MAX_PORTS];      /* port number -> slot, -1 when not cabled */
+    unsigned char *table;        /* 1 << 20 entries */
+    uint64_t counters[N_COUNTERS];
+    struct mmsghdr rx[BATCH], tx[BATCH];
+    struct iovec rx_iov[BATCH], tx_iov[BATCH];
+    struct sockaddr_storage from[BATCH];
+    unsigned char buf[BATCH][BUF_BYTES];
+} Router;
+
+/* (host, port) -> sockaddr; 0, or -1 with a Python error */
+static int parse_addr(PyObject *tuple, Addr *out)
+{
+    const char *host;
+    int port;
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 2) {
+        PyErr_SetString(PyExc_ValueError, "an address is a (host, port) tuple");
+        return -1;
+    }
+    host = PyUnicode_AsUTF8(PyTuple_GET_ITEM(tuple, 0));
+    if (host == NULL)
+        return -1;
+    port = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 1));
+    if (port == -1 && PyErr_Occurred())
+        return -1;
+    if (port < 0 || port > 65535) {
+        PyErr_SetString(PyExc_ValueError, "a UDP port is 0..65535");
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&out->sa;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&out->sa;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        out->len = sizeof *v4;
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        out->len = sizeof *v6;
+    } else {
+        PyErr_Format(PyExc_ValueError, "%s is not an IPv4 or IPv6 address", host);
+        return -1;
+    }
+    return 0;
+}
+
+/* the sender's address is this one (address and port; IPv6 flow and scope ignored) */
+static int addr_is(const Addr *want, const struct sockaddr_storage *sa)
+{
+    const struct sockaddr_storage *p = &want->sa;
+    if (p->ss_family != sa->ss_family)
+        return 0;
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)sa, *b = (const void *)p;
+        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)p;
+        return a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
+    }
+    return 0;
+}
+
+/* the slot whose address sent this, or -1 */
+static int slot_from(const Router *r, const struct sockaddr_storage *sa)
+{
+    for (int i = 0; i < r->nports; i++)
+        if (addr_is(&r->addr[i], sa))
+            return i;
+    return -1;
+}
+
+/* One datagram from input slot `in` (-1: unknown sender): the output slot, or -1 (counted).
+ * May set the TPB flag in buf[3]. */
+static int route_one(const Router *r, int in, unsigned char *buf, size_t n, uint64_t *c)
+{
+    if (in < 0) {
+        c[C_UNKNOWN_SENDER]++;
+        return -1;
+    }
+    if (n < ENVELOPE_BYTES + MIN_PACKET) {
+        c[C_RUNT]++;
+        return -1;
+    }
+    unsigned flags = buf[3];
+    if (buf[0] != MAGIC_HI || buf[1] != MAGIC_LO || buf[2] != VERSION || (flags & ~FLAGS_KNOWN)) {
+        c[C_BAD_ENVELOPE]++;
+        return -1;
+    }
+    if ((int)(flags & FLAG_FABRIC) != r->fabric) {
+        c[C_WRONG_FABRIC]++;
+        return -1;
+    }
+    if (n > ((flags & FLAG_II) ? MAX_DATAGRAM_II : MAX_DATAGRAM)) {
+        c[C_OVERSIZE]++;
+        return -1;
+    }
+    /* the first 3 packet bytes choose the port */
+    uint32_t did = ((uint32_t)buf[4] << 12) | ((uint32_t)buf[5] << 4) | (buf[6] >> 4);
+    unsigned port = r->table[did];
+    if (port == NO_PORT || port >= MAX_PORTS || r->slot_of[port] < 0) {
+        c[C_NO_ROUTE]++;
+        return -1;
+    }
+    if (!(r->enable[in] >> port & 1)) {
+        c[C_PORT_DISABLED]++;
+        return -1;
+    }
+    if (!(flags & FLAG_TPB)) {
+        const unsigned char *t = buf + n - CRC_BYTES;
+        uint32_t want = (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 | (uint32_t)t[2] << 8 | t[3];
+        if (crc32_ieee(buf + ENVELOPE_BYTES, n - ENVELOPE_BYTES - CRC_BYTES) != want) {
+            c[C_TAGGED]++;
+            buf[3] = (unsigned char)(flags | FLAG_TPB);
+        }
+    }
+    int out = r->slot_of[port];
+    c[C_RX(r->number[in])]++;
+    c[C_TX(port)]++;
+    return out;
+}
+
+static void Router_release(Router *self)
+{
+    for (int i = 0; i < MAX_PORTS; i++)
+        Py_CLEAR(self->pyaddr[i]);
+    PyMem_Free(self->table);
+    self->table = NULL;
+    self->nports = 0;
+}
+
+static int Router_init(Router *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "fabric", "ports", "table", "enables", NULL};
+    int fd, fabric;
+    PyObject *ports, *enables;
+    Py_buffer table;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiO!y*O!", kwlist, &fd, &fabric, &PyDict_Type, &ports, &table,
+                                     &PyDict_Type, &enables))
+        return -1;
+    if (self->busy) {
+        PyBuffer_Release(&table);
+        PyErr_SetString(PyExc_RuntimeError, "forward() is running");
+        return -1;
+    }
+    Router_release(self);
+    int ok = -1;
+    if (table.len != (Py_ssize_t)1 << ID_BITS) {
+        PyErr_SetString(PyExc_ValueError, "the routing table holds one byte per 20-bit DID");
+        goto out;
+    }
+    if (fabric != 0 && fabric != 1) {
+        PyErr_SetString(PyExc_ValueError, "fabric is 0 (X) or 1 (Y)");
+        goto out;
+    }
+    if (PyDict_Size(ports) > MAX_PORTS) {
+        PyErr_SetString(PyExc_ValueError, "a router has at most 12 ports");
+        goto out;
+    }
+    self->table = PyMem_Malloc(table.len);
+    if (self->table == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    memcpy(self->table, table.buf, table.len);
+    self->fd = fd;
+    self->fabric = fabric;
+    for (int i = 0; i < MAX_PORTS; i++)
+        self->slot_of[i] = -1;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(ports, &pos, &key, &value)) {
+        long p = PyLong_AsLong(key);
+        if (p == -1 && PyErr_Occurred())
+            goto out;
+        if (p < 0 || p >= MAX_PORTS) {
+            PyErr_SetString(PyExc_ValueError, "ports are numbered 0..11");
+            goto out;
+        }
+        int i = self->nports;
+        if (parse_addr(value, &self->addr[i]) < 0)
+            goto out;
+        self->number[i] = (int)p;
+        self->slot_of[p] = i;
+        self->enable[i] = 0xFFFF;
+        Py_INCREF(value);
+        self->pyaddr[i] = value;
+        self->nports++;
+    }
+    pos = 0;
+    while (PyDict_Next(enables, &pos, &key, &value)) {
+        long p = PyLong_AsLong(key);
+        if (p == -1 && PyErr_Occurred())
+            goto out;
+        if (p < 0 || p >= MAX_PORTS || self->slot_of[p] < 0) {
+            PyErr_SetString(PyExc_ValueError, "an enable mask names a port that is not cabled");
+            goto out;
+        }
+        PyObject *it = PyObject_GetIter(value), *item;
+        if (it == NULL)
+            goto out;
+        uint16_t mask = 0;
+        while ((item = PyIter_Next(it)) != NULL) {
+            long o = PyLong_AsLong(item);
+            Py_DECREF(item);
+            if (o < 0 || o >= MAX_PORTS) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "ports are numbered 0..11");
+                Py_DECREF(it);
+                goto out;
+            }
+            mask |= (uint16_t)(1u << o);
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred())
+            goto out;
+        self->enable[self->slot_of[p]] = mask;
+    }
+    memset(self->counters, 0, sizeof self->counters);
+    ok = 0;
+out:
+    PyBuffer_Release(&table);
+    if (ok < 0)
+        Router_release(self);
+    return ok;
+}
+
+static void Router_dealloc(Router *self)
+{
+    Router_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Router_receive(Router *self, PyObject *args)
+{
+    PyObject *src;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "Oy*", &src, &data))
+        return NULL;
+    if (self->table == NULL || self->busy) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_RuntimeError, "the router is not set up, or forward() is running");
+        return NULL;
+    }
+    Addr from;
+    if (parse_addr(src, &from) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    PyObject *copy = PyBytes_FromStringAndSize(data.buf, data.len);
+    PyBuffer_Release(&data);
+    if (copy == NULL)
+        return NULL;
+    int out = route_one(self, slot_from(self, &from.sa), (unsigned char *)PyBytes_AS_STRING(copy),
+                        (size_t)PyBytes_GET_SIZE(copy), self->counters);
+    if (out < 0) {
+        Py_DECREF(copy);
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(ON)", self->pyaddr[out], copy);
+}
+
+static PyObject *Router_forward(Router *self, PyObject *args)
+{
+    int timeout_ms;
+    if (!PyArg_ParseTuple(args, "i", &timeout_ms))
+        return NULL;
+    if (self->table == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the router is not set up, or forward() is running");
+        return NULL;
+    }
+    self->busy = 1;
+    uint64_t c[N_COUNTERS] = {0};
+    long total = 0;
+    Py_BEGIN_ALLOW_THREADS
+    struct pollfd pfd = {.fd = self->fd, .events = POLLIN};
+    if (poll(&pfd, 1, timeout_ms) > 0) {
+        for (int round = 0; round < RX_ROUNDS; round++) {
+            for (int i = 0; i < BATCH; i++) {
+                self->rx_iov[i].iov_base = self->buf[i];
+                self->rx_iov[i].iov_len = BUF_BYTES;
+                memset(&self->rx[i].msg_hdr, 0, sizeof self->rx[i].msg_hdr);
+                self->rx[i].msg_hdr.msg_iov = &self->rx_iov[i];
+                self->rx[i].msg_hdr.msg_iovlen = 1;
+                self->rx[i].msg_hdr.msg_name = &self->from[i];
+                self->rx[i].msg_hdr.msg_namelen = sizeof self->from[i];
+            }
+            int got = recvmmsg(self->fd, self->rx, BATCH, MSG_DONTWAIT, NULL);
+            if (got < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    break;
+                if (errno != EINTR)
+                    c[C_RX_ERROR]++; /* e.g. an ICMP error of an earlier send */
+                continue;
+            }
+            total += got;
+            int nout = 0;
+            for (int i = 0; i < got; i++) {
+                size_t n = self->rx[i].msg_len;
+                int out = route_one(self, slot_from(self, &self->from[i]), self->buf[i], n, c);
+                if (out < 0)
+                    continue;
+                self->tx_iov[nout].iov_base = self->buf[i];
+                self->tx_iov[nout].iov_len = n;
+                memset(&self->tx[nout].msg_hdr, 0, sizeof self->tx[nout].msg_hdr);
+                self->tx[nout].msg_hdr.msg_iov = &self->tx_iov[nout];
+                self->tx[nout].msg_hdr.msg_iovlen = 1;
+                self->tx[nout].msg_hdr.msg_name = &self->addr[out].sa;
+                self->tx[nout].msg_hdr.msg_namelen = self->addr[out].len;
+                nout++;
+            }
+            for (int off = 0; off < nout;) {
+                int sent = sendmmsg(self->fd, self->tx + off, (unsigned)(nout - off), MSG_DONTWAIT);
+                if (sent > 0) {
+                    off += sent;
+                    continue;
+                }
+                if (sent < 0 && errno == EINTR)
+                    continue;
+                if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                    c[C_TX_FULL]++;
+                else
+                    c[C_TX_ERROR]++;
+                off++; /* that datagram is lost; the rest still go */
+            }
+            if (got < BATCH)
+                break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < N_COUNTERS; i++)
+        self->counters[i] += c[i];
+    self->busy = 0;
+    return PyLong_FromLong(total);
+}
+
+static PyObject *Router_counters(Router *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < N_COUNTERS; i++) {
+        if (!self->counters[i])
+            continue;
+        PyObject *name = i < N_NAMED ? PyUnicode_FromString(counter_names[i])
+                                     : PyUnicode_FromFormat("port%d_%s", (i - N_NAMED) / 2,
+                                                            (i - N_NAMED) % 2 ? "tx" : "rx");
+        PyObject *v = PyLong_FromUnsignedLongLong(self->counters[i]);
+        if (name == NULL || v == NULL || PyDict_SetItem(d, name, v) < 0) {
+            Py_XDECREF(name);
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(name);
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+static PyMethodDef Router_methods[] = {
+    {"receive", (PyCFunction)Router_receive, METH_VARARGS,
+     "receive(src, datagram) -> ((host, port), datagram) or None: one datagram, as RouterCore.receive."},
+    {"forward", (PyCFunction)Router_forward, METH_VARARGS,
+     "forward(timeout_ms) -> int: wait for the socket, forward what it holds (GIL released)."},
+    {"counters", (PyCFunction)Router_counters, METH_NOARGS, "The non-zero counters by name."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RouterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "servernet._snetfwd.Router",
+    .tp_basicsize = sizeof(Router),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A ServerNet router's forwarding loop over one UDP socket (RouterCore is its oracle).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Router_init,
+    .tp_dealloc = (destructor)Router_dealloc,
+    .tp_methods = Router_methods,
+};
+
+/* --- an end node's fabric socket: batched receive and send (servernet.driver) ----------------- */
+
+#define NODE_BATCH 64 /* datagrams per recvmmsg/sendmmsg of a node (project choice) */
+
+typedef struct {
+    PyObject_HEAD
+    int fd;
+    Addr peer; /* the fabric's router: the only sender accepted, where everything goes */
+    struct mmsghdr msg[NODE_BATCH];
+    struct iovec iov[NODE_BATCH];
+    struct sockaddr_storage from[NODE_BATCH];
+    unsigned char buf[NODE_BATCH][BUF_BYTES];
+} FabricSocket;
+
+static int FabricSocket_init(FabricSocket *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "router", NULL};
+    PyObject *router;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO", kwlist, &self->fd, &router))
+        return -1;
+    return parse_addr(router, &self->peer);
+}
+
+static void FabricSocket_dealloc(FabricSocket *self)
+{
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* recv(max) -> (datagrams from the router, datagrams from anyone else, receive errors);
+ * at most max (<= 64) datagrams, never blocking */
+static PyObject *FabricSocket_recv(FabricSocket *self, PyObject *args)
+{
+    int max;
+    if (!PyArg_ParseTuple(args, "i", &max))
+        return NULL;
+    if (max < 1 || max > NODE_BATCH) {
+        PyErr_SetString(PyExc_ValueError, "recv takes 1..64 datagrams at a time");
+        return NULL;
+    }
+    for (int i = 0; i < max; i++) {
+        self->iov[i].iov_base = self->buf[i];
+        self->iov[i].iov_len = BUF_BYTES;
+        memset(&self->msg[i].msg_hdr, 0, sizeof self->msg[i].msg_hdr);
+        self->msg[i].msg_hdr.msg_iov = &self->iov[i];
+        self->msg[i].msg_hdr.msg_iovlen = 1;
+        self->msg[i].msg_hdr.msg_name = &self->from[i];
+        self->msg[i].msg_hdr.msg_namelen = sizeof self->from[i];
+    }
+    int got, errors = 0;
+    for (;;) {
+        got = recvmmsg(self->fd, self->msg, (unsigned)max, MSG_DONTWAIT, NULL);
+        if (got >= 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EBADF || ++errors >= max)
+            break;
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    int foreign = 0;
+    for (int i = 0; i < got; i++) {
+        if (!addr_is(&self->peer, &self->from[i])) {
+            foreign++;
+            continue;
+        }
+        PyObject *b = PyBytes_FromStringAndSize((const char *)self->buf[i], self->msg[i].msg_len);
+        if (b == NULL || PyList_Append(list, b) < 0) {
+            Py_XDECREF(b);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(b);
+    }
+    return Py_BuildValue("(Nii)", list, foreign, errors);
+}
+
+/* send(datagrams) -> (dropped because the socket buffer was full, other send errors) */
+static PyObject *FabricSocket_send(FabricSocket *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "send takes a list of datagrams");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int full = 0, errors = 0;
+    for (Py_ssize_t base = 0; base < n; base += NODE_BATCH) {
+        int k = (int)(n - base < NODE_BATCH ? n - base : NODE_BATCH);
+        for (int i = 0; i < k; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, base + i);
+            if (!PyBytes_Check(item)) {
+                Py_DECREF(seq);
+                PyErr_SetString(PyExc_TypeError, "a datagram is bytes");
+                return NULL;
+            }
+            self->iov[i].iov_base = PyBytes_AS_STRING(item);
+            self->iov[i].iov_len = (size_t)PyBytes_GET_SIZE(item);
+            memset(&self->msg[i].msg_hdr, 0, sizeof self->msg[i].msg_hdr);
+            self->msg[i].msg_hdr.msg_iov = &self->iov[i];
+            self->msg[i].msg_hdr.msg_iovlen = 1;
+            self->msg[i].msg_hdr.msg_name = &self->peer.sa;
+            self->msg[i].msg_hdr.msg_namelen = self->peer.len;
+        }
+        for (int off = 0; off < k;) {
+            int sent = sendmmsg(self->fd, self->msg + off, (unsigned)(k - off), MSG_DONTWAIT);
+            if (sent > 0) {
+                off += sent;
+                continue;
+            }
+            if (sent < 0 && errno == EINTR)
+                continue;
+            if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                full++;
+            else
+                errors++; /* e.g. an ICMP error while the router is gone */
+            off++;
+        }
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(ii)", full, errors);
+}
+
+static PyMethodDef FabricSocket_methods[] = {
+    {"recv", (PyCFunction)FabricSocket_recv, METH_VARARGS,
+     "recv(max) -> (datagrams from the router, count from other senders, receive errors); never blocks."},
+    {"send", (PyCFunction)FabricSocket_send, METH_O,
+     "send(datagrams) -> (dropped: socket buffer full, other errors): all to the router, by sendmmsg."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FabricSocketType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "servernet._snetfwd.FabricSocket",
+    .tp_basicsize = sizeof(FabricSocket),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An end node's socket on one fabric: batched receive from and send to its router.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FabricSocket_init,
+    .tp_dealloc = (destructor)FabricSocket_dealloc,
+    .tp_methods = FabricSocket_methods,
+};
+
+static PyObject *mod_crc32(PyObject *m, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b))
+        return NULL;
+    uint32_t c = crc32_ieee(b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef module_methods[] = {
+    {"crc32", mod_crc32, METH_VARARGS, "crc32(data) -> int: the router's CRC-32 (zlib.crc32's)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "servernet._snetfwd",
+    "snet-router's forwarding loop compiled (servernet.router.RouterCore is its oracle).", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__snetfwd(void)
+{
+    crc_init();
+    if (PyType_Ready(&RouterType) < 0 || PyType_Ready(&FabricSocketType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&RouterType);
+    Py_INCREF(&FabricSocketType);
+    if (PyModule_AddObject(m, "Router", (PyObject *)&RouterType) < 0 ||
+        PyModule_AddObject(m, "FabricSocket", (PyObject *)&FabricSocketType) < 0 ||
+        PyModule_AddIntConstant(m, "BATCH", BATCH) < 0 || PyModule_AddIntConstant(m, "MAX_PORTS", MAX_PORTS) < 0 ||
+        PyModule_AddIntConstant(m, "NODE_BATCH", NODE_BATCH) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_DATAGRAM_II", MAX_DATAGRAM_II) < 0 ||
+        PyModule_AddIntConstant(m, "FLAGS_KNOWN", FLAGS_KNOWN) < 0) {
+        Py_DECREF(&RouterType);
+        Py_DECREF(&FabricSocketType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
