@@ -21,7 +21,7 @@ from ._ibfast import Port, Switch
 from .portcore import PortCore
 from .switchcore import SwitchCore
 
-__all__ = ["PortFast", "SwitchFast", "Port", "Switch"]
+__all__ = ["PortFast", "SettledCore", "SwitchFast", "Port", "Switch"]
 
 
 def _errname(prefix: str, code: int) -> str:
@@ -131,3 +131,26 @@ class SwitchFast:
             else:
                 socks.setdefault(int(where[4:]), Counter())[_errname("recv_", what)] += n
         return core, socks
+
+
+class SettledCore:
+    """A core for ib.runner whose timers first take in the C path's sends (reaping reads them)."""
+
+    def __init__(self, fast: PortFast) -> None:
+        self.fast = fast
+        self.core = fast.core
+
+    @property
+    def timers_changed(self) -> bool:
+        return self.core.timers_changed
+
+    @timers_changed.setter
+    def timers_changed(self, value: bool) -> None:
+        self.core.timers_changed = value
+
+    def timer(self) -> float:
+        return self.core.timer()
+
+    def handle_timer(self, now: float) -> None:
+        self.fast.settle()
+        self.core.handle_timer(now)

@@ -15,7 +15,8 @@ from daemons.runtime.notify import sd_notify
 
 from .config import SwitchConfig
 from .control import SWITCH_SCHEMA
-from .constants import DROPLOG_PERIOD_S
+from .constants import DROPLOG_PERIOD_S, PUMP_BUDGET
+from .fastpath import Switch, SwitchFast
 from .runner import Runner
 from .switchcore import SwitchCore
 from .udp import Udp
@@ -29,6 +30,7 @@ class SwitchDaemon:
         self.core = SwitchCore(cfg.guid, [p.number for p in cfg.ports])
         self.cables = {p.number: Udp(p.local, p.peer) for p in cfg.ports}
         self.mgmt = Udp(cfg.mgmt_local or ("0.0.0.0", 0), cfg.sm)
+        self.fast = SwitchFast(self.core, Switch([(n, u.sock.fileno(), *u.peer) for n, u in self.cables.items()]))
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
@@ -41,10 +43,12 @@ class SwitchDaemon:
                 self.mgmt.send(item[1])
 
     async def _cable(self, number: int, udp: Udp) -> None:
+        """The compiled pump forwards unicast by the LFT; what it hands back (hellos,
+        multicast, unrouted) goes to the core, sent before the pump goes on."""
         while True:
             await udp.wait_readable()
             now = trio.current_time()
-            for data, _ in udp.drain():
+            while (data := self.fast.switch.pump(number, PUMP_BUDGET)) is not None:
                 for out, d in self.core.on_cable(number, data, now):
                     self.cables[out].send(d)
             if self.core.timer() <= now:  # e.g. a new neighbour to report
@@ -55,18 +59,28 @@ class SwitchDaemon:
             await self.mgmt.wait_readable()
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data)
+            self.fast.sync()
             self.runner.poke()
 
+    def counters(self) -> tuple[Counter, dict[int, Counter]]:
+        """(switch core, per cable socket) counters: the Python path's and the compiled one's together."""
+        core, socks = self.fast.counters()
+        core.update(self.core.counters)
+        for n, u in self.cables.items():
+            socks.setdefault(n, Counter()).update(u.counters)
+        return core, socks
+
     async def _control(self, req: dict) -> dict:
-        return {"ok": True, **self.core.status(),
-                "sockets": {str(n): dict(u.counters) for n, u in self.cables.items()} | {"sm": dict(self.mgmt.counters)},
+        core, socks = self.counters()
+        return {"ok": True, **self.core.status(), "counters": dict(core),
+                "sockets": {str(n): dict(c) for n, c in socks.items()} | {"sm": dict(self.mgmt.counters)},
                 "control": dict(self.control_counters)}
 
     async def _drops(self) -> None:
         """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
         while True:
             await trio.sleep(DROPLOG_PERIOD_S)
-            self.droplog.update("switch", self.core.counters, trio.current_time())
+            self.droplog.update("switch", self.counters()[0], trio.current_time())
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
