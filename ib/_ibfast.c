@@ -23,6 +23,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <time.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -265,6 +269,118 @@ static void batch_flush(Batch *b, int fd, struct sockaddr_storage *peer, socklen
     b->n = 0;
 }
 
+/* A frame or datagram the pump thread hands to Python; its source waits (paused) until
+ * Python has run it through the core and resumes the source, so the order holds. */
+typedef struct {
+    uint8_t *data;
+    size_t len;
+    int full, paused;
+} Slot;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_t thread;
+    int running, wake_fd, note_fd;
+    double clock_offset; /* trio's clock minus CLOCK_MONOTONIC */
+} Thread;
+
+static double thread_now(Thread *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return t->clock_offset + (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Park a copy in the slot, pause the source and tell Python (lock held). */
+static void slot_fill(Thread *t, Slot *sl, const uint8_t *d, size_t n)
+{
+    sl->data = malloc(n ? n : 1);
+    if (sl->data)
+        memcpy(sl->data, d, n);
+    sl->len = sl->data ? n : 0;
+    sl->full = sl->paused = 1;
+    uint64_t one = 1;
+    if (write(t->note_fd, &one, sizeof one) < 0) { /* an eventfd only refuses at 2^64 - 2 */
+    }
+}
+
+static void drain_fd(int fd)
+{
+    uint64_t v;
+    if (read(fd, &v, sizeof v) < 0) {
+    }
+}
+
+static int thread_start(Thread *t, void *(*fn)(void *), void *arg, double offset)
+{
+    if (t->running) {
+        PyErr_SetString(PyExc_RuntimeError, "already started");
+        return -1;
+    }
+    t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    t->note_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (t->wake_fd < 0 || t->note_fd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    t->clock_offset = offset;
+    t->running = 1;
+    int e = pthread_create(&t->thread, NULL, fn, arg);
+    if (e) {
+        t->running = 0;
+        errno = e;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+static void thread_wake(Thread *t)
+{
+    uint64_t one = 1;
+    if (t->running && write(t->wake_fd, &one, sizeof one) < 0) {
+    }
+}
+
+static void thread_stop(Thread *t)
+{
+    if (!t->running)
+        return;
+    uint64_t one = 1;
+    pthread_mutex_lock(&t->lock);
+    t->running = 0;
+    pthread_mutex_unlock(&t->lock);
+    if (write(t->wake_fd, &one, sizeof one) < 0) {
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(t->thread, NULL);
+    Py_END_ALLOW_THREADS
+    close(t->wake_fd);
+    close(t->note_fd);
+    t->wake_fd = t->note_fd = -1;
+}
+
+/* take_slow -> [(source, bytes)] of the filled slots (lock held by the caller) */
+static PyObject *slots_take(Slot *slots, int n, int (*source_of)(void *, int), void *ctx)
+{
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < n; i++) {
+        if (!slots[i].full)
+            continue;
+        PyObject *t = Py_BuildValue("(iy#)", source_of(ctx, i), (const char *)slots[i].data, (Py_ssize_t)slots[i].len);
+        if (!t || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(t);
+        free(slots[i].data);
+        slots[i].data = NULL;
+        slots[i].full = 0;
+    }
+    return out;
+}
+
 /* ================================================================== Port (ipoibd) */
 typedef struct {
     int tap_fd, up;
@@ -304,7 +420,12 @@ typedef struct {
     uint8_t *rxframe; /* FRAME_MAX: one frame to write */
     uint64_t foreign;
     Errnos send_err, recv_err;
+    Thread th;
+    Slot pend[MAX_IFACES + 1]; /* per TAP, then the cable */
+    long budget;                /* frames / datagrams the thread takes from one source per turn */
 } Port;
+
+#define CABLE_SLOT MAX_IFACES
 
 static size_t neigh_hash(int iface, const uint8_t *mac)
 {
@@ -330,6 +451,10 @@ static Neigh *neigh_find(Port *p, int iface, const uint8_t *mac)
 
 static void Port_dealloc(Port *p)
 {
+    thread_stop(&p->th);
+    pthread_mutex_destroy(&p->th.lock);
+    for (int i = 0; i <= MAX_IFACES; i++)
+        free(p->pend[i].data);
     PyMem_Free(p->neighs);
     PyMem_Free(p->ring.buf);
     PyMem_Free(p->txbuf);
@@ -345,8 +470,16 @@ static int Port_init(Port *p, PyObject *args, PyObject *kw)
     int port;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "isi", kwlist, &p->sock_fd, &host, &port))
         return -1;
+    if (p->th.running) {
+        PyErr_SetString(PyExc_RuntimeError, "the pump thread runs");
+        return -1;
+    }
     if (parse_addr(host, port, &p->peer, &p->peer_len) < 0)
         return -1;
+    if (!p->txbuf) { /* first init */
+        pthread_mutex_init(&p->th.lock, NULL);
+        p->th.wake_fd = p->th.note_fd = -1;
+    }
     if (!p->ring.buf && ring_alloc(&p->ring) < 0)
         return -1;
     if (!p->txbuf)
@@ -377,6 +510,10 @@ static PyObject *Port_configure(Port *p, PyObject *args)
     }
     Iface tmp[MAX_IFACES];
     Py_ssize_t n = PyList_GET_SIZE(ifaces);
+    if (n < p->nifaces) {
+        PyErr_SetString(PyExc_ValueError, "interfaces cannot be removed");
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         Iface *f = &tmp[i];
         int up;
@@ -388,6 +525,7 @@ static PyObject *Port_configure(Port *p, PyObject *args)
         f->pkey = pkey & 0xFFFF;
         f->qkey = qkey;
     }
+    pthread_mutex_lock(&p->th.lock);
     for (Py_ssize_t i = 0; i < n; i++) { /* counters survive a reconfiguration */
         Iface *f = &p->ifaces[i];
         f->tap_fd = tmp[i].tap_fd;
@@ -401,6 +539,8 @@ static PyObject *Port_configure(Port *p, PyObject *args)
     p->lid = lid & 0xFFFF;
     p->registered = registered;
     memcpy(p->mac, mac, 6);
+    pthread_mutex_unlock(&p->th.lock);
+    thread_wake(&p->th); /* the descriptors to poll may have changed */
     Py_RETURN_NONE;
 }
 
@@ -450,16 +590,21 @@ static PyObject *Port_set_neighbours(Port *p, PyObject *arg)
         e->dlid = dlid & 0xFFFF;
         e->dqpn = dqpn & 0xFFFFFF;
         e->sl = sl & 0xF;
-        Neigh *old = neigh_find(p, iface, (const uint8_t *)mac); /* keep an unreported use */
+    }
+    pthread_mutex_lock(&p->th.lock);
+    for (size_t j = 0; j < slots; j++) { /* keep an unreported use */
+        Neigh *e = &t[j], *old = e->live ? neigh_find(p, e->iface, e->mac) : NULL;
         if (old && old->used) {
             e->used = 1;
             e->seq = old->seq;
             e->last = old->last;
         }
     }
-    PyMem_Free(p->neighs);
+    Neigh *gone = p->neighs;
     p->neighs = t;
     p->slots = slots;
+    pthread_mutex_unlock(&p->th.lock);
+    PyMem_Free(gone);
     Py_RETURN_NONE;
 }
 
@@ -470,7 +615,17 @@ static int seq_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+static PyObject *take_used_locked(Port *p);
+
 static PyObject *Port_take_used(Port *p, PyObject *Py_UNUSED(ignored))
+{
+    pthread_mutex_lock(&p->th.lock);
+    PyObject *r = take_used_locked(p);
+    pthread_mutex_unlock(&p->th.lock);
+    return r;
+}
+
+static PyObject *take_used_locked(Port *p)
 {
     size_t k = 0;
     for (size_t i = 0; i < p->slots; i++)
@@ -624,11 +779,12 @@ static PyObject *Port_tx(Port *p, PyObject *const *args, Py_ssize_t nargs)
     double now = PyFloat_AsDouble(args[2]);
     if (ifi < 0 || (now == -1.0 && PyErr_Occurred()) || PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE) < 0)
         return NULL;
+    pthread_mutex_lock(&p->th.lock);
     size_t k = (size_t)b.len <= FRAME_MAX ? port_tx(p, ifi, b.buf, (size_t)b.len, p->txbuf, now) : 0;
+    PyObject *r = k ? PyBytes_FromStringAndSize((const char *)p->txbuf, (Py_ssize_t)k) : (Py_INCREF(Py_None), Py_None);
+    pthread_mutex_unlock(&p->th.lock);
     PyBuffer_Release(&b);
-    if (!k)
-        Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize((const char *)p->txbuf, (Py_ssize_t)k);
+    return r;
 }
 
 /* rx(datagram) -> (iface, frame), or None (the Python path's); no I/O */
@@ -638,11 +794,73 @@ static PyObject *Port_rx(Port *p, PyObject *arg)
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
         return NULL;
     int ifi = -1;
+    pthread_mutex_lock(&p->th.lock);
     size_t k = port_rx(p, b.buf, (size_t)b.len, p->rxframe, &ifi);
+    PyObject *r = k ? Py_BuildValue("(iy#)", ifi, (const char *)p->rxframe, (Py_ssize_t)k) : (Py_INCREF(Py_None), Py_None);
+    pthread_mutex_unlock(&p->th.lock);
     PyBuffer_Release(&b);
-    if (!k)
-        Py_RETURN_NONE;
-    return Py_BuildValue("(iy#)", ifi, (const char *)p->rxframe, (Py_ssize_t)k);
+    return r;
+}
+
+/* The TAP of interface ifi read until drained or `budget` frames; returns 1 with *slow /
+ * *slen set at the first frame the core must see (after the batch before it went out). */
+static int tap_pump_c(Port *p, int ifi, double now, long budget, const uint8_t **slow, size_t *slen)
+{
+    Iface *ifc = &p->ifaces[ifi];
+    int got = 0;
+    for (long k = 0; k < budget; k++) {
+        ssize_t r = read(ifc->tap_fd, p->frame, FRAME_MAX);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                count_errno(&ifc->tap_read, errno);
+            break;
+        }
+        uint8_t *out = p->txbuf + (size_t)p->tx.n * MAX_PKT_BYTES;
+        size_t len = port_tx(p, ifi, p->frame, (size_t)r, out, now);
+        if (!len) {
+            *slow = p->frame;
+            *slen = (size_t)r;
+            got = 1;
+            break;
+        }
+        p->tx.iov[p->tx.n].iov_base = out;
+        p->tx.iov[p->tx.n].iov_len = len;
+        if (++p->tx.n == BATCH)
+            batch_flush(&p->tx, p->sock_fd, &p->peer, p->peer_len, &p->send_err);
+    }
+    batch_flush(&p->tx, p->sock_fd, &p->peer, p->peer_len, &p->send_err);
+    return got;
+}
+
+/* The cable read until drained or `budget` datagrams; 1 with *slow at the first datagram
+ * from the peer the core must see (the rest stays in the ring for the next call). */
+static int cable_pump_c(Port *p, long budget, const uint8_t **slow, size_t *slen)
+{
+    Ring *r = &p->ring;
+    for (long k = 0; k < budget; k++) {
+        if (r->next >= r->n && !ring_fill(r, p->sock_fd, &p->recv_err))
+            break;
+        int i = r->next++;
+        if (!same_peer(&r->src[i], &p->peer)) {
+            p->foreign++;
+            continue;
+        }
+        const uint8_t *d = r->iov[i].iov_base;
+        size_t n = r->msgs[i].msg_len;
+        int ifi = -1;
+        size_t len = port_rx(p, d, n, p->rxframe, &ifi);
+        if (!len) {
+            *slow = d;
+            *slen = n;
+            return 1;
+        }
+        Iface *ifc = &p->ifaces[ifi];
+        if (write(ifc->tap_fd, p->rxframe, len) < 0)
+            count_errno(&ifc->tap_write, errno == EWOULDBLOCK ? EAGAIN : errno);
+    }
+    return 0;
 }
 
 /* tap_pump(iface, now, budget) -> the first frame the Python core must see (after what was
@@ -658,33 +876,14 @@ static PyObject *Port_tap_pump(Port *p, PyObject *const *args, Py_ssize_t nargs)
     long budget = PyLong_AsLong(args[2]);
     if (ifi < 0 || PyErr_Occurred())
         return NULL;
-    Iface *ifc = &p->ifaces[ifi];
-    PyObject *slow = NULL;
-    for (long k = 0; k < budget; k++) {
-        ssize_t r = read(ifc->tap_fd, p->frame, FRAME_MAX);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                count_errno(&ifc->tap_read, errno);
-            break;
-        }
-        uint8_t *out = p->txbuf + (size_t)p->tx.n * MAX_PKT_BYTES;
-        size_t len = port_tx(p, ifi, p->frame, (size_t)r, out, now);
-        if (!len) {
-            slow = PyBytes_FromStringAndSize((const char *)p->frame, r);
-            break;
-        }
-        p->tx.iov[p->tx.n].iov_base = out;
-        p->tx.iov[p->tx.n].iov_len = len;
-        if (++p->tx.n == BATCH)
-            batch_flush(&p->tx, p->sock_fd, &p->peer, p->peer_len, &p->send_err);
-    }
-    batch_flush(&p->tx, p->sock_fd, &p->peer, p->peer_len, &p->send_err);
-    if (slow)
-        return slow;
-    if (PyErr_Occurred())
+    if (p->th.running) {
+        PyErr_SetString(PyExc_RuntimeError, "the pump thread runs");
         return NULL;
+    }
+    const uint8_t *slow;
+    size_t slen;
+    if (tap_pump_c(p, ifi, now, budget, &slow, &slen))
+        return PyBytes_FromStringAndSize((const char *)slow, (Py_ssize_t)slen);
     Py_RETURN_NONE;
 }
 
@@ -694,25 +893,127 @@ static PyObject *Port_cable_pump(Port *p, PyObject *arg)
     long budget = PyLong_AsLong(arg);
     if (budget == -1 && PyErr_Occurred())
         return NULL;
-    Ring *r = &p->ring;
-    for (long k = 0; k < budget; k++) {
-        if (r->next >= r->n && !ring_fill(r, p->sock_fd, &p->recv_err))
-            break;
-        int i = r->next++;
-        if (!same_peer(&r->src[i], &p->peer)) {
-            p->foreign++;
-            continue;
-        }
-        const uint8_t *d = r->iov[i].iov_base;
-        size_t n = r->msgs[i].msg_len;
-        int ifi = -1;
-        size_t len = port_rx(p, d, n, p->rxframe, &ifi);
-        if (!len)
-            return PyBytes_FromStringAndSize((const char *)d, (Py_ssize_t)n);
-        Iface *ifc = &p->ifaces[ifi];
-        if (write(ifc->tap_fd, p->rxframe, len) < 0)
-            count_errno(&ifc->tap_write, errno == EWOULDBLOCK ? EAGAIN : errno);
+    if (!p->ring.buf) {
+        PyErr_SetString(PyExc_RuntimeError, "not initialised");
+        return NULL;
     }
+    if (p->th.running) {
+        PyErr_SetString(PyExc_RuntimeError, "the pump thread runs");
+        return NULL;
+    }
+    const uint8_t *slow;
+    size_t slen;
+    if (cable_pump_c(p, budget, &slow, &slen))
+        return PyBytes_FromStringAndSize((const char *)slow, (Py_ssize_t)slen);
+    Py_RETURN_NONE;
+}
+
+/* The pump thread: poll every TAP and the cable not waiting on Python, run their pumps
+ * (GIL not held, the lock held while a pump runs); what the core must see goes to a slot. */
+static void *port_thread(void *arg)
+{
+    Port *p = arg;
+    struct pollfd fds[MAX_IFACES + 2];
+    int src[MAX_IFACES + 2];
+    pthread_mutex_lock(&p->th.lock);
+    while (p->th.running) {
+        int n = 0, ring_left = !p->pend[CABLE_SLOT].paused && p->ring.next < p->ring.n;
+        for (int i = 0; i < p->nifaces; i++)
+            if (!p->pend[i].paused && p->ifaces[i].tap_fd >= 0) {
+                fds[n] = (struct pollfd){.fd = p->ifaces[i].tap_fd, .events = POLLIN};
+                src[n++] = i;
+            }
+        if (!p->pend[CABLE_SLOT].paused) {
+            fds[n] = (struct pollfd){.fd = p->sock_fd, .events = POLLIN};
+            src[n++] = CABLE_SLOT;
+        }
+        fds[n] = (struct pollfd){.fd = p->th.wake_fd, .events = POLLIN};
+        src[n++] = -1;
+        pthread_mutex_unlock(&p->th.lock);
+        int r = poll(fds, (nfds_t)n, ring_left ? 0 : -1);
+        pthread_mutex_lock(&p->th.lock);
+        if (r < 0 || !p->th.running)
+            continue;
+        double now = thread_now(&p->th);
+        for (int k = 0; k < n; k++) {
+            int s = src[k];
+            if (s < 0) {
+                if (fds[k].revents)
+                    drain_fd(p->th.wake_fd);
+                continue;
+            }
+            if (!(fds[k].revents || (s == CABLE_SLOT && ring_left)) || p->pend[s].paused)
+                continue;
+            if (fds[k].revents & POLLNVAL) { /* closed under us: stop polling it until resumed */
+                p->pend[s].paused = 1;
+                continue;
+            }
+            const uint8_t *slow;
+            size_t slen;
+            int got = s == CABLE_SLOT ? cable_pump_c(p, p->budget, &slow, &slen)
+                                      : (s < p->nifaces && tap_pump_c(p, s, now, p->budget, &slow, &slen));
+            if (got)
+                slot_fill(&p->th, &p->pend[s], slow, slen);
+        }
+    }
+    pthread_mutex_unlock(&p->th.lock);
+    return NULL;
+}
+
+/* start(clock_offset, budget) -> the descriptor that turns readable when take_slow() has something */
+static PyObject *Port_start(Port *p, PyObject *args)
+{
+    double offset;
+    long budget;
+    if (!PyArg_ParseTuple(args, "dl", &offset, &budget))
+        return NULL;
+    if (budget < 1) {
+        PyErr_SetString(PyExc_ValueError, "budget >= 1");
+        return NULL;
+    }
+    p->budget = budget;
+    if (!p->ring.buf) {
+        PyErr_SetString(PyExc_RuntimeError, "not initialised");
+        return NULL;
+    }
+    if (thread_start(&p->th, port_thread, p, offset) < 0)
+        return NULL;
+    return PyLong_FromLong(p->th.note_fd);
+}
+
+static PyObject *Port_stop(Port *p, PyObject *Py_UNUSED(ignored))
+{
+    thread_stop(&p->th);
+    Py_RETURN_NONE;
+}
+
+static int port_source(void *ctx, int i) { return i == CABLE_SLOT ? -1 : i; }
+
+/* take_slow() -> [(iface index, or -1 for the cable, bytes)]; each source stays paused until resume() */
+static PyObject *Port_take_slow(Port *p, PyObject *Py_UNUSED(ignored))
+{
+    if (p->th.running)
+        drain_fd(p->th.note_fd);
+    pthread_mutex_lock(&p->th.lock);
+    PyObject *r = slots_take(p->pend, MAX_IFACES + 1, port_source, p);
+    pthread_mutex_unlock(&p->th.lock);
+    return r;
+}
+
+static PyObject *Port_resume(Port *p, PyObject *arg)
+{
+    long s = PyLong_AsLong(arg);
+    if (s == -1 && PyErr_Occurred())
+        return NULL;
+    s = s < 0 ? CABLE_SLOT : s;
+    if (s > CABLE_SLOT) {
+        PyErr_SetString(PyExc_IndexError, "no such source");
+        return NULL;
+    }
+    pthread_mutex_lock(&p->th.lock);
+    p->pend[s].paused = 0;
+    pthread_mutex_unlock(&p->th.lock);
+    thread_wake(&p->th);
     Py_RETURN_NONE;
 }
 
@@ -725,6 +1026,7 @@ static PyObject *Port_counters(Port *p, PyObject *Py_UNUSED(ignored))
     if (!d)
         return NULL;
     char w[32];
+    pthread_mutex_lock(&p->th.lock);
     for (int i = 0; i < p->nifaces; i++) {
         Iface *f = &p->ifaces[i];
         snprintf(w, sizeof w, "iface%d", i);
@@ -740,8 +1042,10 @@ static PyObject *Port_counters(Port *p, PyObject *Py_UNUSED(ignored))
     if (count_into(d, "cable", "drop_foreign_source", p->foreign) < 0 || errnos_into(d, "send", &p->send_err) < 0
         || errnos_into(d, "recv", &p->recv_err) < 0)
         goto fail;
+    pthread_mutex_unlock(&p->th.lock);
     return d;
 fail:
+    pthread_mutex_unlock(&p->th.lock);
     Py_DECREF(d);
     return NULL;
 }
@@ -759,6 +1063,12 @@ static PyMethodDef Port_methods[] = {
      "tap_pump(iface, now, budget) -> a frame for the Python core, or None"},
     {"cable_pump", (PyCFunction)Port_cable_pump, METH_O, "cable_pump(budget) -> a datagram for the Python core, or None"},
     {"counters", (PyCFunction)Port_counters, METH_NOARGS, "counters() -> {(where, name or errno): n}"},
+    {"start", (PyCFunction)Port_start, METH_VARARGS,
+     "start(clock_offset, budget) -> fd: the pump thread runs; fd turns readable when take_slow() has something"},
+    {"stop", (PyCFunction)Port_stop, METH_NOARGS, "stop(): the pump thread ends"},
+    {"take_slow", (PyCFunction)Port_take_slow, METH_NOARGS,
+     "take_slow() -> [(iface or -1 for the cable, bytes)] for the Python core; each source waits for resume()"},
+    {"resume", (PyCFunction)Port_resume, METH_O, "resume(source): the thread reads that source again"},
     {NULL},
 };
 
@@ -779,6 +1089,7 @@ typedef struct {
     struct sockaddr_storage peer;
     socklen_t peer_len;
     Batch out;
+    Ring ring;
     uint64_t forwarded, foreign;
     Errnos send_err, recv_err;
 } SwPort;
@@ -789,13 +1100,18 @@ typedef struct {
     SwPort ports[MAX_PORTS];
     int8_t by_number[MAX_PORTS]; /* port number -> index, -1 */
     int8_t lft[LID_MCAST_MIN];   /* unicast DLID -> port number, -1 */
-    Ring ring;
-    int ring_port;               /* the port whose datagrams the ring holds */
+    Thread th;
+    Slot pend[MAX_PORTS];        /* by index */
 } Switch;
 
 static void Switch_dealloc(Switch *s)
 {
-    PyMem_Free(s->ring.buf);
+    thread_stop(&s->th);
+    pthread_mutex_destroy(&s->th.lock);
+    for (int i = 0; i < MAX_PORTS; i++) {
+        PyMem_Free(s->ports[i].ring.buf);
+        free(s->pend[i].data);
+    }
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -805,18 +1121,21 @@ static int Switch_init(Switch *s, PyObject *args, PyObject *kw)
     PyObject *ports;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &ports))
         return -1;
+    if (s->nports) {
+        PyErr_SetString(PyExc_RuntimeError, "already initialised");
+        return -1;
+    }
     if (PyList_GET_SIZE(ports) > MAX_PORTS) {
         PyErr_SetString(PyExc_ValueError, "at most 64 ports");
         return -1;
     }
     memset(s->by_number, -1, sizeof s->by_number);
     memset(s->lft, -1, sizeof s->lft);
-    s->nports = 0;
-    s->ring_port = -1;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ports); i++) {
         SwPort *sp = &s->ports[i];
         const char *host;
         int hport;
+        PyMem_Free(sp->ring.buf);
         memset(sp, 0, sizeof *sp);
         if (!PyArg_ParseTuple(PyList_GET_ITEM(ports, i), "iisi", &sp->number, &sp->fd, &host, &hport))
             return -1;
@@ -826,12 +1145,11 @@ static int Switch_init(Switch *s, PyObject *args, PyObject *kw)
         }
         if (parse_addr(host, hport, &sp->peer, &sp->peer_len) < 0)
             return -1;
+        if (ring_alloc(&sp->ring) < 0)
+            return -1;
         s->by_number[sp->number] = (int8_t)i;
-        s->nports++;
     }
-    if (!s->ring.buf && ring_alloc(&s->ring) < 0)
-        return -1;
-    s->ring.n = s->ring.next = 0;
+    s->nports = (int)PyList_GET_SIZE(ports);
     return 0;
 }
 
@@ -853,7 +1171,9 @@ static PyObject *Switch_set_lft(Switch *s, PyObject *arg)
         if (lid >= 0 && lid < LID_MCAST_MIN && port >= 0 && port < MAX_PORTS && s->by_number[port] >= 0)
             t[lid] = (int8_t)port;
     }
+    pthread_mutex_lock(&s->th.lock);
     memcpy(s->lft, t, sizeof t);
+    pthread_mutex_unlock(&s->th.lock);
     Py_RETURN_NONE;
 }
 
@@ -885,36 +1205,25 @@ static PyObject *Switch_route(Switch *s, PyObject *args)
     Py_buffer b;
     if (!PyArg_ParseTuple(args, "iy*", &in, &b))
         return NULL;
+    pthread_mutex_lock(&s->th.lock);
     int out = sw_route(s, in, b.buf, (size_t)b.len);
+    if (out >= 0)
+        s->ports[s->by_number[out]].forwarded++;
+    pthread_mutex_unlock(&s->th.lock);
     PyBuffer_Release(&b);
     if (out < 0)
         Py_RETURN_NONE;
-    s->ports[s->by_number[out]].forwarded++;
     return PyLong_FromLong(out);
 }
 
-/* pump(port, budget) -> the first datagram from port's peer the Python core must see (after
- * the batched forwards went out), or None: drained, or `budget` receive batches taken.  One
- * receive ring serves every port, so after a datagram comes back the same port is pumped
- * again before any other (RuntimeError otherwise). */
-static PyObject *Switch_pump(Switch *s, PyObject *args)
+/* Port index i's datagrams forwarded until drained or `budget` receive batches taken; 1 with
+ * *slow / *slen at the first one the core must see (after the forwards before it went out;
+ * the rest stays in the port's ring for the next call). */
+static int sw_pump_c(Switch *s, int idx, long budget, const uint8_t **slow, size_t *slen)
 {
-    int number;
-    long budget;
-    if (!PyArg_ParseTuple(args, "il", &number, &budget))
-        return NULL;
-    if (number < 0 || number >= MAX_PORTS || s->by_number[number] < 0) {
-        PyErr_SetString(PyExc_IndexError, "no such port");
-        return NULL;
-    }
-    SwPort *in = &s->ports[s->by_number[number]];
-    Ring *r = &s->ring;
-    if (r->next < r->n && s->ring_port != number) {
-        PyErr_SetString(PyExc_RuntimeError, "pump the port that returned a datagram again first");
-        return NULL;
-    }
-    s->ring_port = number;
-    PyObject *slow = NULL;
+    SwPort *in = &s->ports[idx];
+    Ring *r = &in->ring;
+    int got = 0;
     for (long k = 0;;) {
         if (r->next >= r->n) {
             sw_flush(s); /* the ring's buffers are about to be reused */
@@ -928,9 +1237,11 @@ static PyObject *Switch_pump(Switch *s, PyObject *args)
         }
         const uint8_t *d = r->iov[i].iov_base;
         size_t n = r->msgs[i].msg_len;
-        int out = sw_route(s, number, d, n);
+        int out = sw_route(s, in->number, d, n);
         if (out < 0) {
-            slow = PyBytes_FromStringAndSize((const char *)d, (Py_ssize_t)n);
+            *slow = d;
+            *slen = n;
+            got = 1;
             break;
         }
         SwPort *o = &s->ports[s->by_number[out]];
@@ -941,7 +1252,124 @@ static PyObject *Switch_pump(Switch *s, PyObject *args)
             batch_flush(&o->out, o->fd, &o->peer, o->peer_len, &o->send_err);
     }
     sw_flush(s);
-    return slow ? slow : (Py_INCREF(Py_None), Py_None);
+    return got;
+}
+
+static int sw_port_arg(Switch *s, long number)
+{
+    if (number < 0 || number >= MAX_PORTS || s->by_number[number] < 0) {
+        PyErr_SetString(PyExc_IndexError, "no such port");
+        return -1;
+    }
+    return s->by_number[number];
+}
+
+/* pump(port, budget) -> the first datagram from port's peer the Python core must see, or None */
+static PyObject *Switch_pump(Switch *s, PyObject *args)
+{
+    int number;
+    long budget;
+    if (!PyArg_ParseTuple(args, "il", &number, &budget))
+        return NULL;
+    int idx = sw_port_arg(s, number);
+    if (idx < 0)
+        return NULL;
+    if (s->th.running) {
+        PyErr_SetString(PyExc_RuntimeError, "the pump thread runs");
+        return NULL;
+    }
+    const uint8_t *slow;
+    size_t slen;
+    if (sw_pump_c(s, idx, budget, &slow, &slen))
+        return PyBytes_FromStringAndSize((const char *)slow, (Py_ssize_t)slen);
+    Py_RETURN_NONE;
+}
+
+static void *switch_thread(void *arg)
+{
+    Switch *s = arg;
+    struct pollfd fds[MAX_PORTS + 1];
+    int src[MAX_PORTS + 1], left[MAX_PORTS];
+    pthread_mutex_lock(&s->th.lock);
+    while (s->th.running) {
+        int n = 0, any_left = 0;
+        for (int i = 0; i < s->nports; i++) {
+            left[i] = !s->pend[i].paused && s->ports[i].ring.next < s->ports[i].ring.n;
+            any_left |= left[i];
+            if (!s->pend[i].paused) {
+                fds[n] = (struct pollfd){.fd = s->ports[i].fd, .events = POLLIN};
+                src[n++] = i;
+            }
+        }
+        fds[n] = (struct pollfd){.fd = s->th.wake_fd, .events = POLLIN};
+        src[n++] = -1;
+        pthread_mutex_unlock(&s->th.lock);
+        int r = poll(fds, (nfds_t)n, any_left ? 0 : -1);
+        pthread_mutex_lock(&s->th.lock);
+        if (r < 0 || !s->th.running)
+            continue;
+        for (int k = 0; k < n; k++) {
+            int i = src[k];
+            if (i < 0) {
+                if (fds[k].revents)
+                    drain_fd(s->th.wake_fd);
+                continue;
+            }
+            if (!(fds[k].revents || left[i]) || s->pend[i].paused)
+                continue;
+            if (fds[k].revents & POLLNVAL) {
+                s->pend[i].paused = 1;
+                continue;
+            }
+            const uint8_t *slow;
+            size_t slen;
+            if (sw_pump_c(s, i, 1, &slow, &slen)) /* one receive batch per port per turn */
+                slot_fill(&s->th, &s->pend[i], slow, slen);
+        }
+    }
+    pthread_mutex_unlock(&s->th.lock);
+    return NULL;
+}
+
+static PyObject *Switch_start(Switch *s, PyObject *Py_UNUSED(ignored))
+{
+    if (thread_start(&s->th, switch_thread, s, 0.0) < 0)
+        return NULL;
+    return PyLong_FromLong(s->th.note_fd);
+}
+
+static PyObject *Switch_stop(Switch *s, PyObject *Py_UNUSED(ignored))
+{
+    thread_stop(&s->th);
+    Py_RETURN_NONE;
+}
+
+static int sw_source(void *ctx, int i) { return ((Switch *)ctx)->ports[i].number; }
+
+/* take_slow() -> [(port number, bytes)]; each port stays paused until resume(port) */
+static PyObject *Switch_take_slow(Switch *s, PyObject *Py_UNUSED(ignored))
+{
+    if (s->th.running)
+        drain_fd(s->th.note_fd);
+    pthread_mutex_lock(&s->th.lock);
+    PyObject *r = slots_take(s->pend, s->nports, sw_source, s);
+    pthread_mutex_unlock(&s->th.lock);
+    return r;
+}
+
+static PyObject *Switch_resume(Switch *s, PyObject *arg)
+{
+    long number = PyLong_AsLong(arg);
+    if (number == -1 && PyErr_Occurred())
+        return NULL;
+    int idx = sw_port_arg(s, number);
+    if (idx < 0)
+        return NULL;
+    pthread_mutex_lock(&s->th.lock);
+    s->pend[idx].paused = 0;
+    pthread_mutex_unlock(&s->th.lock);
+    thread_wake(&s->th);
+    Py_RETURN_NONE;
 }
 
 /* counters() -> {("switch", "ucast_forwarded"): n, ("port<N>", "drop_foreign_source"): n,
@@ -953,6 +1381,7 @@ static PyObject *Switch_counters(Switch *s, PyObject *Py_UNUSED(ignored))
         return NULL;
     uint64_t fwd = 0;
     char w[32];
+    pthread_mutex_lock(&s->th.lock);
     for (int i = 0; i < s->nports; i++) {
         SwPort *sp = &s->ports[i];
         fwd += sp->forwarded;
@@ -968,8 +1397,10 @@ static PyObject *Switch_counters(Switch *s, PyObject *Py_UNUSED(ignored))
     }
     if (count_into(d, "switch", "ucast_forwarded", fwd) < 0)
         goto fail;
+    pthread_mutex_unlock(&s->th.lock);
     return d;
 fail:
+    pthread_mutex_unlock(&s->th.lock);
     Py_DECREF(d);
     return NULL;
 }
@@ -979,6 +1410,12 @@ static PyMethodDef Switch_methods[] = {
     {"route", (PyCFunction)Switch_route, METH_VARARGS, "route(in_port, datagram) -> out port or None"},
     {"pump", (PyCFunction)Switch_pump, METH_VARARGS, "pump(port, budget) -> a datagram for the Python core, or None"},
     {"counters", (PyCFunction)Switch_counters, METH_NOARGS, "counters() -> {(where, name or errno): n}"},
+    {"start", (PyCFunction)Switch_start, METH_NOARGS,
+     "start() -> fd: the pump thread runs; fd turns readable when take_slow() has something"},
+    {"stop", (PyCFunction)Switch_stop, METH_NOARGS, "stop(): the pump thread ends"},
+    {"take_slow", (PyCFunction)Switch_take_slow, METH_NOARGS,
+     "take_slow() -> [(port, bytes)] for the Python core; each port waits for resume(port)"},
+    {"resume", (PyCFunction)Switch_resume, METH_O, "resume(port): the thread reads that port again"},
     {NULL},
 };
 

@@ -4,6 +4,7 @@ control socket."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from functools import partial
 
@@ -61,16 +62,26 @@ class IpoibDaemon:
         if self.fast is not None:
             self.fast.sync()
 
-    async def _cable(self) -> None:
-        """The compiled pump carries the steady state; what it hands back goes to the core
-        (its output flushed before the pump goes on, so the order holds)."""
-        while True:
-            await self.cable.wait_readable()
-            now = trio.current_time()
-            while (data := self.fast.port.cable_pump(PUMP_BUDGET)) is not None:
-                self.fast.settle()
-                self.core.on_cable(data, now)
-                self.runner.poke()
+    async def _pumped(self) -> None:
+        """ib/_ibfast.c's thread carries the steady state (TAPs <-> cable, no GIL); each frame
+        or datagram it hands back goes through the core, whose output is flushed before that
+        source is read again, so the order holds."""
+        port = self.fast.port
+        fd = port.start(trio.current_time() - time.perf_counter(), PUMP_BUDGET)  # trio's clock offset
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fd)
+                for src, data in port.take_slow():
+                    now = trio.current_time()
+                    self.fast.settle()
+                    if src < 0:
+                        self.core.on_cable(data, now)
+                    else:
+                        self.core.on_tap(self.core.ifaces[src].name, data, now)
+                    self.runner.poke()
+                    port.resume(src)
+        finally:
+            port.stop()
 
     async def _mgmt(self) -> None:
         while True:
@@ -80,15 +91,6 @@ class IpoibDaemon:
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data, now)
             self.runner.poke()
-
-    async def _tap(self, k: int, name: str, tap: Tap) -> None:
-        while True:
-            await tap.wait_readable()
-            now = trio.current_time()
-            while (frame := self.fast.port.tap_pump(k, now, PUMP_BUDGET)) is not None:
-                self.fast.settle()
-                self.core.on_tap(name, frame, now)
-                self.runner.poke()
 
     async def _kernel_groups(self) -> None:
         while True:
@@ -163,10 +165,8 @@ class IpoibDaemon:
                 sock = self.cfg.runtime_dir / f"{self.cfg.interface}.ctl"
                 await n.start(partial(serve_control, str(sock), self._control, IPOIB_SCHEMA,
                                   counters=self.control_counters))
-                n.start_soon(self._cable)
+                n.start_soon(self._pumped)
                 n.start_soon(self._mgmt)
-                for k, (name, tap) in enumerate(self.taps.items()):
-                    n.start_soon(self._tap, k, name, tap)
                 n.start_soon(self._kernel_groups)
                 n.start_soon(self.runner.run)
                 n.start_soon(self._drops)

@@ -15,7 +15,7 @@ from daemons.runtime.notify import sd_notify
 
 from .config import SwitchConfig
 from .control import SWITCH_SCHEMA
-from .constants import DROPLOG_PERIOD_S, PUMP_BUDGET
+from .constants import DROPLOG_PERIOD_S
 from .fastpath import Switch, SwitchFast
 from .runner import Runner
 from .switchcore import SwitchCore
@@ -42,17 +42,24 @@ class SwitchDaemon:
             else:
                 self.mgmt.send(item[1])
 
-    async def _cable(self, number: int, udp: Udp) -> None:
-        """The compiled pump forwards unicast by the LFT; what it hands back (hellos,
-        multicast, unrouted) goes to the core, sent before the pump goes on."""
-        while True:
-            await udp.wait_readable()
-            now = trio.current_time()
-            while (data := self.fast.switch.pump(number, PUMP_BUDGET)) is not None:
-                for out, d in self.core.on_cable(number, data, now):
-                    self.cables[out].send(d)
-            if self.core.timer() <= now:  # e.g. a new neighbour to report
-                self.runner.poke()
+    async def _pumped(self) -> None:
+        """ib/_ibfast.c's thread forwards unicast by the LFT (no GIL); what it hands back
+        (hellos, multicast, unrouted) goes through the core and out before that port is
+        read again."""
+        sw = self.fast.switch
+        fd = sw.start()
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fd)
+                now = trio.current_time()
+                for number, data in sw.take_slow():
+                    for out, d in self.core.on_cable(number, data, now):
+                        self.cables[out].send(d)
+                    sw.resume(number)
+                if self.core.timer() <= now:  # e.g. a new neighbour to report
+                    self.runner.poke()
+        finally:
+            sw.stop()
 
     async def _mgmt(self) -> None:
         while True:
@@ -88,8 +95,7 @@ class SwitchDaemon:
         async with trio.open_nursery() as n:
             await n.start(partial(serve_control, str(self.cfg.runtime_dir / "control.sock"), self._control, SWITCH_SCHEMA,
                                   counters=self.control_counters))
-            for number, udp in self.cables.items():
-                n.start_soon(self._cable, number, udp)
+            n.start_soon(self._pumped)
             n.start_soon(self._mgmt)
             n.start_soon(self.runner.run)
             n.start_soon(self._drops)

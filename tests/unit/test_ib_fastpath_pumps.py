@@ -5,7 +5,9 @@ see (after sending what it batched), foreign sources and socket errors are count
 
 from __future__ import annotations
 
+import select
 import socket
+import time
 
 import pytest
 
@@ -119,8 +121,7 @@ def test_switch_pump_forwards_by_lft_and_hands_back_the_rest():
     for d in (to5, to5, to6, unrouted, to5):
         h1.sendto(d, s1.getsockname())
     assert sw.pump(1, 64) == to6  # a hairpin (6 is behind port 1): the core counts it
-    with pytest.raises(RuntimeError):
-        sw.pump(2, 64)  # port 1's datagrams are still in the ring
+    assert sw.pump(2, 64) is None  # each port has its own ring: port 1's rest waits
     assert recv_all(h2) == [to5, to5]
     assert sw.pump(1, 64) == unrouted
     assert sw.pump(1, 64) is None
@@ -143,3 +144,64 @@ def test_bad_arguments_are_clear_errors():
         p.tx(0, b"", 0.0)
     with pytest.raises(ValueError):
         _ibfast.Switch([(64, -1, "127.0.0.1", 9)])
+
+
+def wait_slow(fd: int, take, n: int) -> list:
+    got = []
+    for _ in range(200):
+        select.select([fd], [], [], 0.05)
+        got += take()
+        if len(got) >= n:
+            return got
+    raise AssertionError(f"only {got} handed back")
+
+
+def test_the_port_thread_carries_frames_and_pauses_a_source_until_resumed(port):
+    p, cable, peer, kernel = port
+    remac = addr.remac(QPN, 3)
+    arp = b"\xff" * 6 + MAC + b"\x08\x06" + bytes(28)
+    fd = p.start(0.0, 64)
+    try:
+        for f in (ip(remac, b"a"), arp, ip(remac, b"b")):
+            kernel.send(f)
+        assert wait_slow(fd, p.take_slow, 1) == [(0, arp)]
+        select.select([peer], [], [], 2)
+        time.sleep(0.05)
+        assert [packet.decode(g).payload[-1:] for g in recv_all(peer)] == [b"a"]  # b waits behind the ARP
+        p.resume(0)
+        select.select([peer], [], [], 2)
+        assert [packet.decode(g).payload[-1:] for g in recv_all(peer)] == [b"b"]
+        with pytest.raises(RuntimeError):
+            p.tap_pump(0, 0.0, 1)  # the thread owns the descriptors
+        junk = b"\x00" * 40
+        peer.sendto(junk, cable.getsockname())
+        assert wait_slow(fd, p.take_slow, 1) == [(-1, junk)]
+        p.resume(-1)
+    finally:
+        p.stop()
+    assert p.counters()[("iface0", "tx_frames")] == 2
+
+
+def test_the_switch_thread_forwards_and_hands_back_the_rest():
+    s1, s2, h1, h2 = udp(), udp(), udp(), udp()
+    sw = _ibfast.Switch([(1, s1.fileno(), *h1.getsockname()), (2, s2.fileno(), *h2.getsockname())])
+    sw.set_lft({5: 2})
+    to5 = packet.UdPacket(slid=6, dlid=5, pkey=PKEY, dqpn=QPN, sqpn=QPN, qkey=QKEY, payload=b"x").encode()
+    hello = b"\x00\x00\xff\xff" + bytes(30)
+    fd = sw.start()
+    try:
+        for d in (to5, hello, to5):
+            h1.sendto(d, s1.getsockname())
+        assert wait_slow(fd, sw.take_slow, 1) == [(1, hello)]
+        sw.resume(1)
+        got = []
+        for _ in range(100):
+            select.select([h2], [], [], 0.05)
+            got += recv_all(h2)
+            if len(got) == 2:
+                break
+        assert got == [to5, to5]
+    finally:
+        sw.stop()
+    for s in (s1, s2, h1, h2):
+        s.close()
