@@ -191,18 +191,49 @@ static int same_peer(const struct sockaddr_storage *a, const struct sockaddr_sto
     return 0;
 }
 
-/* A receive ring: one recvmmsg fills it, the pump consumes it in order across calls. */
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#define GSO_SEGMENTS 64     /* the kernel's UDP_MAX_SEGMENTS */
+#define GSO_BYTES 65000     /* below the largest UDP payload over IPv4 or IPv6 */
+#define SEGS (BATCH * GSO_SEGMENTS)
+
+/* Ask the kernel to coalesce a run of datagrams from one source into one receive (UDP GRO). */
+static void enable_gro(int fd)
+{
+    int one = 1;
+    if (fd >= 0)
+        (void)setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
+}
+
+/* A receive ring: one recvmmsg fills it, GRO-coalesced receives are cut back into their
+ * datagrams, and the pump consumes those in order across calls. */
 typedef struct {
-    uint8_t *buf; /* BATCH * DGRAM_MAX */
+    uint8_t *buf; /* BATCH * (DGRAM_MAX + 1) */
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
     struct sockaddr_storage src[BATCH];
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl[BATCH];
+    const uint8_t *seg[SEGS];
+    uint32_t seglen[SEGS];
+    uint8_t segmsg[SEGS];
     int n, next;
 } Ring;
 
+#define RING_SLOT (DGRAM_MAX + 1)
+
 static int ring_alloc(Ring *r)
 {
-    r->buf = PyMem_Malloc((size_t)BATCH * DGRAM_MAX);
+    r->buf = PyMem_Malloc((size_t)BATCH * RING_SLOT);
     r->n = r->next = 0;
     if (!r->buf) {
         PyErr_NoMemory();
@@ -211,59 +242,134 @@ static int ring_alloc(Ring *r)
     return 0;
 }
 
-/* Refill an empty ring; 0 when nothing is waiting (or a receive error was counted). */
+static int gro_size(struct msghdr *h)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int v;
+            memcpy(&v, CMSG_DATA(c), sizeof v);
+            return v;
+        }
+    return 0;
+}
+
+/* Refill an empty ring: how many datagrams it now holds (0 when every receive was cut short,
+ * counted as EMSGSIZE), -1 when nothing is waiting (or a receive error was counted). */
 static int ring_fill(Ring *r, int fd, Errnos *err)
 {
     for (int i = 0; i < BATCH; i++) {
-        r->iov[i].iov_base = r->buf + (size_t)i * DGRAM_MAX;
-        r->iov[i].iov_len = DGRAM_MAX;
+        r->iov[i].iov_base = r->buf + (size_t)i * RING_SLOT;
+        r->iov[i].iov_len = RING_SLOT;
         memset(&r->msgs[i].msg_hdr, 0, sizeof r->msgs[i].msg_hdr);
         r->msgs[i].msg_hdr.msg_iov = &r->iov[i];
         r->msgs[i].msg_hdr.msg_iovlen = 1;
         r->msgs[i].msg_hdr.msg_name = &r->src[i];
         r->msgs[i].msg_hdr.msg_namelen = sizeof r->src[i];
+        r->msgs[i].msg_hdr.msg_control = r->ctl[i].buf;
+        r->msgs[i].msg_hdr.msg_controllen = sizeof r->ctl[i].buf;
     }
-    r->next = 0;
+    r->next = r->n = 0;
     int n = recvmmsg(fd, r->msgs, BATCH, MSG_DONTWAIT, NULL);
     if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             count_errno(err, errno);
-        r->n = 0;
-        return 0;
+        return -1;
     }
-    r->n = n;
-    return n;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = r->msgs[i].msg_len;
+        const uint8_t *d = r->iov[i].iov_base;
+        if (len > DGRAM_MAX || r->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) { /* larger than any datagram */
+            count_errno(err, EMSGSIZE);
+            continue;
+        }
+        size_t step = (size_t)gro_size(&r->msgs[i].msg_hdr);
+        if (!step || step >= len)
+            step = len ? len : 1;
+        for (size_t off = 0; (off < len || (!len && !off)) && k < SEGS; off += step) {
+            r->seg[k] = d + off;
+            r->seglen[k] = (uint32_t)(len - off < step ? len - off : step);
+            r->segmsg[k++] = (uint8_t)i;
+            if (!len)
+                break;
+        }
+    }
+    r->n = k;
+    return k;
 }
 
-/* A send batch: iovecs (into our buffers or a ring) to one destination. */
+/* A send batch: iovecs (into our buffers or a ring) to one destination, sent as GSO runs
+ * (consecutive datagrams of one size, the last may be shorter) by sendmmsg. */
 typedef struct {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
-    int n;
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl[BATCH];
+    int segs[BATCH]; /* datagrams in each message */
+    int n, no_gso;
 } Batch;
 
-/* sendmmsg everything batched; a datagram the socket refuses is counted and skipped
- * (ib/udp.py Udp.send: EAGAIN is drop_send_buffer_full, others by errno). */
+/* The messages for iov[from..n): returns how many. */
+static int batch_runs(Batch *b, int from, struct sockaddr_storage *peer, socklen_t plen)
+{
+    int m = 0;
+    for (int i = from; i < b->n; m++) {
+        size_t size = b->iov[i].iov_len, total = size;
+        int j = i + 1;
+        while (!b->no_gso && j < b->n && j - i < GSO_SEGMENTS && b->iov[j].iov_len <= size
+               && total + b->iov[j].iov_len <= GSO_BYTES) {
+            total += b->iov[j].iov_len;
+            if (b->iov[j++].iov_len < size)
+                break; /* a shorter one ends the run */
+        }
+        struct msghdr *h = &b->msgs[m].msg_hdr;
+        memset(h, 0, sizeof *h);
+        h->msg_iov = &b->iov[i];
+        h->msg_iovlen = (size_t)(j - i);
+        h->msg_name = peer;
+        h->msg_namelen = plen;
+        if (j - i > 1) {
+            h->msg_control = b->ctl[m].buf;
+            h->msg_controllen = sizeof b->ctl[m].buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(h);
+            c->cmsg_level = SOL_UDP;
+            c->cmsg_type = UDP_SEGMENT;
+            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t seg = (uint16_t)size;
+            memcpy(CMSG_DATA(c), &seg, sizeof seg);
+        }
+        b->segs[m] = j - i;
+        i = j;
+    }
+    return m;
+}
+
+/* Send everything batched; a datagram the socket refuses is counted and skipped (ib/udp.py
+ * Udp.send: EAGAIN is drop_send_buffer_full, others by errno).  A socket that refuses GSO
+ * gets one datagram per message from then on. */
 static void batch_flush(Batch *b, int fd, struct sockaddr_storage *peer, socklen_t plen, Errnos *err)
 {
-    for (int i = 0; i < b->n; i++) {
-        memset(&b->msgs[i].msg_hdr, 0, sizeof b->msgs[i].msg_hdr);
-        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
-        b->msgs[i].msg_hdr.msg_iovlen = 1;
-        b->msgs[i].msg_hdr.msg_name = peer;
-        b->msgs[i].msg_hdr.msg_namelen = plen;
-    }
-    int i = 0;
-    while (i < b->n) {
-        int k = sendmmsg(fd, b->msgs + i, b->n - i, MSG_DONTWAIT);
-        if (k < 0) {
-            count_errno(err, errno == EWOULDBLOCK ? EAGAIN : errno);
-            i++;
-        } else if (k == 0) {
-            count_errno(err, EIO);
-            i++;
-        } else {
-            i += k;
+    int done = 0;
+    while (done < b->n) {
+        int m = batch_runs(b, done, peer, plen), i = 0;
+        while (i < m) {
+            int k = sendmmsg(fd, b->msgs + i, (unsigned)(m - i), MSG_DONTWAIT);
+            if (k > 0) {
+                for (int q = i; q < i + k; q++)
+                    done += b->segs[q];
+                i += k;
+                continue;
+            }
+            int e = k < 0 ? (errno == EWOULDBLOCK ? EAGAIN : errno) : EIO;
+            if (b->segs[i] > 1 && !b->no_gso && (e == EIO || e == EINVAL || e == EOPNOTSUPP || e == ENOPROTOOPT)) {
+                b->no_gso = 1;
+                break; /* the rest again, one datagram per message */
+            }
+            for (int q = 0; q < b->segs[i]; q++)
+                count_errno(err, e);
+            done += b->segs[i++];
         }
     }
     b->n = 0;
@@ -476,6 +582,7 @@ static int Port_init(Port *p, PyObject *args, PyObject *kw)
     }
     if (parse_addr(host, port, &p->peer, &p->peer_len) < 0)
         return -1;
+    enable_gro(p->sock_fd);
     if (!p->txbuf) { /* first init */
         pthread_mutex_init(&p->th.lock, NULL);
         p->th.wake_fd = p->th.note_fd = -1;
@@ -840,15 +947,19 @@ static int cable_pump_c(Port *p, long budget, const uint8_t **slow, size_t *slen
 {
     Ring *r = &p->ring;
     for (long k = 0; k < budget; k++) {
-        if (r->next >= r->n && !ring_fill(r, p->sock_fd, &p->recv_err))
-            break;
+        if (r->next >= r->n) {
+            if (ring_fill(r, p->sock_fd, &p->recv_err) < 0)
+                break;
+            if (!r->n)
+                continue;
+        }
         int i = r->next++;
-        if (!same_peer(&r->src[i], &p->peer)) {
+        if (!same_peer(&r->src[r->segmsg[i]], &p->peer)) {
             p->foreign++;
             continue;
         }
-        const uint8_t *d = r->iov[i].iov_base;
-        size_t n = r->msgs[i].msg_len;
+        const uint8_t *d = r->seg[i];
+        size_t n = r->seglen[i];
         int ifi = -1;
         size_t len = port_rx(p, d, n, p->rxframe, &ifi);
         if (!len) {
@@ -1147,6 +1258,7 @@ static int Switch_init(Switch *s, PyObject *args, PyObject *kw)
             return -1;
         if (ring_alloc(&sp->ring) < 0)
             return -1;
+        enable_gro(sp->fd);
         s->by_number[sp->number] = (int8_t)i;
     }
     s->nports = (int)PyList_GET_SIZE(ports);
@@ -1227,16 +1339,18 @@ static int sw_pump_c(Switch *s, int idx, long budget, const uint8_t **slow, size
     for (long k = 0;;) {
         if (r->next >= r->n) {
             sw_flush(s); /* the ring's buffers are about to be reused */
-            if (k++ >= budget || !ring_fill(r, in->fd, &in->recv_err))
+            if (k++ >= budget || ring_fill(r, in->fd, &in->recv_err) < 0)
                 break;
+            if (!r->n)
+                continue;
         }
         int i = r->next++;
-        if (!same_peer(&r->src[i], &in->peer)) {
+        if (!same_peer(&r->src[r->segmsg[i]], &in->peer)) {
             in->foreign++;
             continue;
         }
-        const uint8_t *d = r->iov[i].iov_base;
-        size_t n = r->msgs[i].msg_len;
+        const uint8_t *d = r->seg[i];
+        size_t n = r->seglen[i];
         int out = sw_route(s, in->number, d, n);
         if (out < 0) {
             *slow = d;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
 import time
 
 import pytest
@@ -203,5 +204,50 @@ def test_the_switch_thread_forwards_and_hands_back_the_rest():
         assert got == [to5, to5]
     finally:
         sw.stop()
+    for s in (s1, s2, h1, h2):
+        s.close()
+
+
+def gso_send(s: socket.socket, dgrams: list[bytes], to) -> None:
+    """One sendmsg of equal-size datagrams with UDP_SEGMENT (the kernel may hand them to the
+    receiver coalesced, with UDP_GRO on)."""
+    s.sendmsg([b"".join(dgrams)], [(socket.SOL_UDP, 103, struct.pack("H", len(dgrams[0])))], 0, to)
+
+
+def test_runs_of_equal_datagrams_go_out_and_come_in_whole(port):
+    p, cable, peer, kernel = port
+    remac = addr.remac(QPN, 3)
+    frames = [ip(remac, bytes([k]) * 1000) for k in range(40)] + [ip(remac, b"short")]
+    for f in frames:
+        kernel.send(f)
+    assert p.tap_pump(0, 1.0, 64) is None
+    time.sleep(0.05)
+    assert recv_all(peer) == [p.tx(0, f, 1.0) for f in frames]  # each its own datagram, in order
+    src = udp()
+    pkts = [packet.UdPacket(slid=3, dlid=LID, pkey=PKEY, dqpn=QPN, sqpn=QPN, qkey=QKEY,
+                            payload=b"\x08\x00\x00\x00" + b"\x45" + bytes([k]) * 99).encode() for k in range(5)]
+    gso_send(peer, pkts, cable.getsockname())
+    gso_send(src, pkts, cable.getsockname())  # foreign: all five counted
+    time.sleep(0.05)
+    assert p.cable_pump(64) is None
+    got = recv_all(kernel)
+    assert got == [MAC + addr.remac(QPN, 3) + b"\x08\x00" + b"\x45" + bytes([k]) * 99 for k in range(5)]
+    assert p.counters()[("cable", "drop_foreign_source")] == 5
+    src.close()
+
+
+def test_the_switch_forwards_a_coalesced_run_datagram_by_datagram():
+    s1, s2, h1, h2 = udp(), udp(), udp(), udp()
+    sw = _ibfast.Switch([(1, s1.fileno(), *h1.getsockname()), (2, s2.fileno(), *h2.getsockname())])
+    sw.set_lft({5: 2})
+    pkts = [packet.UdPacket(slid=6, dlid=5, pkey=PKEY, dqpn=QPN, sqpn=QPN, qkey=QKEY, payload=bytes([k]) * 64).encode()
+            for k in range(6)]
+    pkts[3] = packet.UdPacket(slid=6, dlid=9, pkey=PKEY, dqpn=QPN, sqpn=QPN, qkey=QKEY, payload=b"\x03" * 64).encode()
+    gso_send(h1, pkts, s1.getsockname())
+    time.sleep(0.05)
+    assert sw.pump(1, 64) == pkts[3]  # unrouted, in the middle of the run: handed back there
+    assert recv_all(h2) == pkts[:3]
+    assert sw.pump(1, 64) is None
+    assert recv_all(h2) == pkts[4:]
     for s in (s1, s2, h1, h2):
         s.close()
