@@ -13,7 +13,7 @@ import time
 import pytest
 
 from ib import _ibfast, addr, packet
-from ib.fastpath import PortFast, SwitchFast
+from ib.fastpath import SwitchFast
 from ib.switchcore import SwitchCore
 
 MAC = b"\x00\x02\xc9\x00\x00\x01"
