@@ -246,3 +246,26 @@ def test_each_kind_of_frame_and_datagram_alone():
         apply(pure, ("ip", 1, 2, b"after"))  # and the steady state still agrees after each
         apply(fast, ("ip", 1, 2, b"after"))
         assert snapshot(pure) == snapshot(fast), op
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.dictionaries(st.integers(0, 8) | st.integers(0, 0xFFFF), st.integers(0, 5), max_size=12),
+       st.lists(st.tuples(st.integers(1, 3), st.integers(0, 8) | st.integers(0xBFFE, 0xFFFF), st.binary(max_size=40)),
+                max_size=20),
+       st.lists(st.tuples(st.integers(1, 3), st.binary(max_size=12)), max_size=5))
+def test_switch_forwarding_is_the_switch_core_s(lft, packets, junk):
+    """ib-switch: C first for unicast by DLID, the core for the rest, against the core alone:
+    the same (out port, bytes) for every datagram and the same counters."""
+    from ib.fastpath import SwitchFast
+    from ib.switchcore import SwitchCore
+
+    pure, core = SwitchCore(0x1001, [1, 2, 3]), SwitchCore(0x1001, [1, 2, 3])
+    for c in (pure, core):
+        c.lft = {lid: p for lid, p in lft.items() if p in c.ports}
+    fast = SwitchFast(core, _ibfast.Switch([(n, -1, "127.0.0.1", 9) for n in (1, 2, 3)]))
+    fast.sync()
+    datagrams = [(port, packet.UdPacket(slid=1, dlid=dlid, pkey=0xFFFF, dqpn=QPN_BASE, sqpn=QPN_BASE, qkey=1,
+                                        payload=body).encode()) for port, dlid, body in packets] + junk
+    for port, d in datagrams:
+        assert fast.on_cable(port, d, 0.0) == pure.on_cable(port, d, 0.0), (port, d)
+    assert +(core.counters + fast.counters()[0]) == +pure.counters
