@@ -348,7 +348,8 @@ static int batch_runs(Batch *b, int from, struct sockaddr_storage *peer, socklen
 
 /* Send everything batched; a datagram the socket refuses is counted and skipped (ib/udp.py
  * Udp.send: EAGAIN is drop_send_buffer_full, others by errno).  A socket that refuses GSO
- * gets one datagram per message from then on. */
+ * (EMSGSIZE: segments above the route MTU, which plain datagrams may still cross as
+ * fragments) gets one datagram per message from then on. */
 static void batch_flush(Batch *b, int fd, struct sockaddr_storage *peer, socklen_t plen, Errnos *err)
 {
     int done = 0;
@@ -363,7 +364,7 @@ static void batch_flush(Batch *b, int fd, struct sockaddr_storage *peer, socklen
                 continue;
             }
             int e = k < 0 ? (errno == EWOULDBLOCK ? EAGAIN : errno) : EIO;
-            if (b->segs[i] > 1 && !b->no_gso && (e == EIO || e == EINVAL || e == EOPNOTSUPP || e == ENOPROTOOPT)) {
+            if (b->segs[i] > 1 && !b->no_gso && (e == EIO || e == EINVAL || e == EMSGSIZE || e == EOPNOTSUPP || e == ENOPROTOOPT)) {
                 b->no_gso = 1;
                 break; /* the rest again, one datagram per message */
             }
