@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <stdint.h>
@@ -432,7 +433,11 @@ static int thread_start(Thread *t, void *(*fn)(void *), void *arg, double offset
     }
     t->clock_offset = offset;
     t->running = 1;
+    sigset_t all, old; /* the thread takes no signals: they stay the interpreter's */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int e = pthread_create(&t->thread, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e) {
         t->running = 0;
         errno = e;
