@@ -771,14 +771,15 @@ static PyObject *take_used_locked(Port *p)
     return out;
 }
 
-/* IPv4, or IPv6 that ib/nd.py leaves unchanged (not ICMPv6): no rewrite needed. */
+/* IPv4, or IPv6 that is surely neither Neighbor Discovery (ib/nd.py rewrites it) nor a
+ * kernel probe (ib/portcore.py _is_probe): ICMPv6 types 133-137 go to the core. */
 static inline int plain_ip(unsigned etype, const uint8_t *body, size_t blen)
 {
     if (etype == ETH_P_IP)
         return 1;
-    if (etype == ETH_P_IPV6)
-        return !(blen >= 40 && body[0] >> 4 == 6 && body[6] == ICMPV6);
-    return 0;
+    if (etype != ETH_P_IPV6)
+        return 0;
+    return !(blen > 40 && body[6] == ICMPV6 && body[40] >= 133 && body[40] <= 137); /* nd.py ND_TYPES */
 }
 
 /* One TAP frame of interface ifi -> the UD packet in out (its length), or 0: the Python core decides. */

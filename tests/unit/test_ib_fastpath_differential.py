@@ -120,7 +120,8 @@ BODY = st.binary(max_size=80)
 OPS = st.one_of(
     st.tuples(st.just("ip"), HOSTS, HOSTS, BODY),
     st.tuples(st.just("ip_big"), HOSTS, HOSTS, st.integers(1900, 2100)),
-    st.tuples(st.just("ip6"), HOSTS, HOSTS, st.sampled_from([17, 58, 6]), BODY),
+    st.tuples(st.sampled_from(["ip6", "ip6_v4hdr"]), HOSTS, HOSTS, st.sampled_from([17, 58, 6]),
+              st.one_of(BODY, st.builds(lambda t, b: bytes([t]) + b, st.integers(128, 140), BODY))),
     st.tuples(st.just("arp"), HOSTS, HOSTS),
     st.tuples(st.just("probe"), HOSTS, HOSTS),
     st.tuples(st.just("junk_tap"), HOSTS, st.binary(max_size=60)),
@@ -137,7 +138,7 @@ OPS = st.one_of(
 
 def apply(net: Net, op: tuple) -> None:
     kind = op[0]
-    if kind in ("ip", "ip_big", "ip6", "probe"):
+    if kind in ("ip", "ip_big", "ip6", "ip6_v4hdr", "probe"):
         a, b = op[1], op[2]
         dst = addr.remac(QPN_BASE, net.hosts[b].core.lid)
         if kind == "ip":
@@ -146,6 +147,9 @@ def apply(net: Net, op: tuple) -> None:
             frame = ip_frame(net.mac(a), dst, f"10.0.0.{a}", f"10.0.0.{b}", bytes(op[3] - 20))
         elif kind == "ip6":
             frame = ipv6_frame(net.mac(a), dst, op[3], op[4])
+        elif kind == "ip6_v4hdr":  # an IPv6 Type whose header is not version 6
+            frame = ipv6_frame(net.mac(a), dst, op[3], op[4])
+            frame = frame[:14] + b"\x40" + frame[15:]
         else:
             frame = arp_request(net.mac(a), f"10.0.0.{a}", f"10.0.0.{b}")
             frame = dst + frame[6:]
@@ -230,7 +234,8 @@ def test_c_icrc_is_the_python_icrc():
 CASES = [("cable", 2, 1, b"abcdefgh", how, 13) for how in
          ("ok", "flip", "cut", "grow", "pkey", "limited", "qkey", "dqpn", "dlid", "lnh", "etype")] + [
     ("ip", 1, 2, b"hello"), ("ip_big", 1, 2, 2030), ("ip_big", 1, 2, 2060), ("ip6", 1, 2, 17, b"u"),
-    ("ip6", 1, 2, 58, b"\x80\x00\x00\x00"), ("probe", 1, 2), ("junk_tap", 1, b"\x00" * 13),
+    ("ip6", 1, 2, 58, b"\x80\x00\x00\x00"), ("ip6", 1, 2, 58, b"\x87" + bytes(23)), ("ip6", 1, 2, 58, b"\x87"),
+    ("ip6_v4hdr", 1, 2, 58, b"\x87" + bytes(23)), ("probe", 1, 2), ("junk_tap", 1, b"\x00" * 13),
     ("unknown_mac", 1, b"\x02\x00\x00\x48\x00\x09", b"z"), ("bcast_ip", 1, b"b"), ("junk_cable", 1, b"\x00" * 40)]
 
 
