@@ -479,7 +479,9 @@ static PyObject *slots_take(Slot *slots, int n, int (*source_of)(void *, int), v
     for (int i = 0; out && i < n; i++) {
         if (!slots[i].full)
             continue;
-        PyObject *t = Py_BuildValue("(iy#)", source_of(ctx, i), (const char *)slots[i].data, (Py_ssize_t)slots[i].len);
+        /* a copy that found no memory comes up empty: the core counts it as a runt */
+        PyObject *t = Py_BuildValue("(iy#)", source_of(ctx, i), slots[i].data ? (const char *)slots[i].data : "",
+                                    (Py_ssize_t)slots[i].len);
         if (!t || PyList_Append(out, t) < 0) {
             Py_XDECREF(t);
             Py_CLEAR(out);
