@@ -5,8 +5,10 @@ its oracle and own every decision.
 into the C table after every call into the core (``sync``), and the sends the C path made
 are reported back before the next one (``settle``: the REMAC cache's LRU order and the
 shadow entries' last use, so reaping and eviction see what they would have seen).  The C
-pumps stop at the first frame or datagram they do not carry and hand it over, so the core
-sees the sequence it would have seen.  ``SwitchFast`` mirrors the switch core's LFT.
+pump thread stops reading a source at the first frame or datagram it does not carry and
+hands it over (``take_slow``); the source is read again once the core has handled it
+(``resume``), so the core sees each source's sequence as it would have.  ``SwitchFast``
+mirrors the switch core's LFT.
 
 ``PortFast.on_tap`` / ``on_cable`` are the same path without sockets (the pumps'
 per-packet functions), for the differential tests and the fuzz target.
