@@ -112,3 +112,46 @@ def ib_switch(data: bytes) -> None:
             for port, _out in sw.on_cable(1 + d.below(3), _ud(d), 0.0):
                 assert port in (1, 2, 3)
     sw.status()
+
+
+@target("ib.fastpath", seeds=[b"", b"\x04" * 80, b"\x00\x01" * 120])
+def ib_fastpath(data: bytes) -> None:
+    """ib/_ibfast.c's per-packet functions on built-then-mutated UD packets and TAP frames:
+    whatever it carries must be what the Python codec and the port core's rules give."""
+    from ib import _ibfast, addr, packet
+    from ib.partitions import may_talk
+
+    d = Draw(data)
+    lid, mac, qpn, pkey, qkey, mtu = 2 + d.below(3), d.take(6).ljust(6, b"\x02"), 0x48, d.choice([0xFFFF, 0x7FFF]), \
+        0xB1B, d.choice([2044, 100])
+    port = _ibfast.Port(-1, "127.0.0.1", 9)
+    port.configure(lid, d.bool(), mac, [(-1, d.bool(), qpn, pkey, qkey, mtu)])
+    dst = addr.remac(qpn, 3)
+    port.set_neighbours([(0, dst, 3, qpn, d.below(16))])
+    for _ in range(1 + d.below(6)):
+        if d.bool():
+            p = packet.UdPacket(slid=d.int(2), dlid=d.choice([lid, d.int(2)]), pkey=d.choice([pkey, d.int(2)]),
+                                dqpn=d.choice([qpn, d.int(3)]), sqpn=d.int(3), qkey=d.choice([qkey, d.int(4)]),
+                                payload=d.choice([b"\x08\x00\x00\x00", b"\x86\xdd\x00\x00", d.take(4)])
+                                + d.take(d.below(120)))
+            raw = p.encode()
+            if d.bool():
+                raw = mutate_bytes(d, raw, offsets=[0, 1, 2, 4, 5, 9, 10, 20])
+            r = port.rx(raw)
+            if r is not None:  # carried: a packet the core would deliver, rewritten as eIPoIB does
+                q = packet.decode(raw)
+                assert q.grh is None and q.dlid == lid and q.dqpn == qpn and may_talk(q.pkey, pkey)
+                assert q.qkey == qkey and 4 <= len(q.payload) <= mtu + 4
+                assert r == (0, mac + addr.remac(q.sqpn, q.slid) + q.payload[:2] + q.payload[4:])
+        else:
+            to = d.choice([dst, d.take(6).ljust(6, b"\0")])
+            frame = to + mac + d.choice([b"\x08\x00", b"\x86\xdd", d.take(2)]) + d.take(d.below(140))
+            if d.bool():
+                frame = mutate_bytes(d, frame, offsets=[0, 12, 13, 14, 20])
+            pkt = port.tx(0, frame, 1.0)
+            if pkt is not None:  # carried: the UD packet the port core would send
+                q = packet.decode(pkt)
+                assert frame[:6] == dst and q.dlid == 3 and q.slid == lid and q.dqpn == qpn and q.sqpn == qpn
+                assert q.pkey == pkey and q.qkey == qkey and q.payload == frame[12:14] + b"\0\0" + frame[14:]
+    port.counters()
+    port.take_used()

@@ -99,3 +99,4 @@ QPN_PACKETWAY = 0x0000A0  # the UD QP of a PacketWay port
 QKEY_PACKETWAY = 0x00005057  # "PW"; below 0x80000000 (not a controlled key)
 L2RH_IB_BYTES = 5  # DLID u16 + QPN u24; the P_Key is the port's partition
 REGISTER_WAIT_S = 10.0  # a blocking PacketWay node waits this long for the SM
+PUMP_BUDGET = 64  # frames or datagrams the compiled pump thread takes from one TAP or cable per turn; project choice

@@ -22,16 +22,20 @@ class RemacCache:
         self.size = size
         self.by_mac: OrderedDict[bytes, bytes] = OrderedDict()
         self.by_hw: dict[bytes, bytes] = {}
+        self.version = 0  # moves whenever a MAC's address changes or is forgotten (ib.fastpath mirrors them)
 
     def learn(self, mac: bytes, hw: bytes) -> None:
         old = self.by_mac.pop(mac, None)
         if old is not None:
             self.by_hw.pop(old, None)
+        if old != hw:
+            self.version += 1
         self.by_mac[mac] = hw
         self.by_hw[hw] = mac
         while len(self.by_mac) > self.size:
             m, h = self.by_mac.popitem(last=False)
             self.by_hw.pop(h, None)
+            self.version += 1
 
     def hw(self, mac: bytes) -> bytes | None:
         h = self.by_mac.get(mac)

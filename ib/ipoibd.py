@@ -4,6 +4,7 @@ control socket."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from functools import partial
 
@@ -21,7 +22,8 @@ from . import kgroups
 from .config import IpoibConfig
 from .control import IPOIB_SCHEMA
 from .portcore import PortCore
-from .constants import DROPLOG_PERIOD_S, KERNEL_GROUPS_POLL_S
+from .constants import DROPLOG_PERIOD_S, KERNEL_GROUPS_POLL_S, PUMP_BUDGET
+from .fastpath import Port, PortFast, SettledCore
 from .runner import Runner
 from .udp import Udp
 
@@ -36,6 +38,7 @@ class IpoibDaemon:
         self.cable = Udp(cfg.local, cfg.peer)
         self.mgmt = Udp((cfg.local[0], 0), cfg.sm)
         self.taps: dict[str, Tap] = {}
+        self.fast: PortFast | None = None  # the compiled steady state, once the TAPs are open
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
@@ -56,29 +59,37 @@ class IpoibDaemon:
                     tap.configure(mtu=mtu)
                 tap.set_carrier(up)
                 log.info("carrier", interface=name, up=up, mtu=mtu)
+        if self.fast is not None:
+            self.fast.sync()
 
-    async def _cable(self) -> None:
-        while True:
-            await self.cable.wait_readable()
-            now = trio.current_time()
-            for data, _ in self.cable.drain():
-                self.core.on_cable(data, now)
-            self.runner.poke()
+    async def _pumped(self) -> None:
+        """ib/_ibfast.c's thread carries the steady state (TAPs <-> cable, no GIL); each frame
+        or datagram it hands back goes through the core, whose output is flushed before that
+        source is read again, so the order holds."""
+        port = self.fast.port
+        fd = port.start(trio.current_time() - time.perf_counter(), PUMP_BUDGET)  # trio's clock offset
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fd)
+                for src, data in port.take_slow():
+                    now = trio.current_time()
+                    self.fast.settle()
+                    if src < 0:
+                        self.core.on_cable(data, now)
+                    else:
+                        self.core.on_tap(self.core.ifaces[src].name, data, now)
+                    self.runner.poke()
+                    port.resume(src)
+        finally:
+            port.stop()
 
     async def _mgmt(self) -> None:
         while True:
             await self.mgmt.wait_readable()
             now = trio.current_time()
+            self.fast.settle()
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data, now)
-            self.runner.poke()
-
-    async def _tap(self, name: str, tap: Tap) -> None:
-        while True:
-            await tap.wait_readable()
-            now = trio.current_time()
-            for frame in tap.drain():
-                self.core.on_tap(name, frame, now)
             self.runner.poke()
 
     async def _kernel_groups(self) -> None:
@@ -90,11 +101,23 @@ class IpoibDaemon:
             self.runner.poke()
             await trio.sleep(KERNEL_GROUPS_POLL_S)
 
+    def counters(self) -> tuple[Counter, dict[str, Counter], Counter]:
+        """(port, per TAP, cable socket) counters: the Python path's and the compiled one's together."""
+        port, taps, cable = self.fast.counters()
+        port.update(self.core.counters)
+        for name, tap in self.taps.items():
+            taps[name].update(tap.counters)
+        cable.update(self.cable.counters)
+        return port, taps, cable
+
     async def _control(self, req: dict) -> dict:
         cmd = req["cmd"]
+        self.fast.settle()  # the REMAC cache and shadow entries as the core would hold them
         if cmd == "status":
-            return {"ok": True, **self.core.status(), "taps": {n: dict(t.counters) for n, t in self.taps.items()},
-                    "sockets": {"cable": dict(self.cable.counters), "sm": dict(self.mgmt.counters)},
+            port, taps, cable = self.counters()
+            return {"ok": True, **self.core.status(), "counters": dict(port),
+                    "taps": {n: dict(c) for n, c in taps.items()},
+                    "sockets": {"cable": dict(cable), "sm": dict(self.mgmt.counters)},
                     "control": dict(self.control_counters)}
         if cmd == "neighbours":
             return {"ok": True, "neighbours": self.core.neighbours()}
@@ -124,7 +147,7 @@ class IpoibDaemon:
         """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
         while True:
             await trio.sleep(DROPLOG_PERIOD_S)
-            self.droplog.update("port", self.core.counters, trio.current_time())
+            self.droplog.update("port", self.counters()[0], trio.current_time())
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
@@ -132,16 +155,18 @@ class IpoibDaemon:
             tap = self.taps[ifc.name] = Tap(ifc.name)
             tap.configure(mac=self.core.mac)
             tap.set_carrier(False)  # up only after the broadcast join
+        self.fast = PortFast(self.core, Port(self.cable.sock.fileno(), *self.cfg.peer),
+                             [self.taps[i.name].fd for i in self.core.ifaces])
+        self.fast.sync()
+        self.runner = Runner(SettledCore(self.fast), self.flush)
         log.info("port.start", guid=f"{self.cfg.guid:#x}", interfaces=list(self.taps))
         try:
             async with trio.open_nursery() as n:
                 sock = self.cfg.runtime_dir / f"{self.cfg.interface}.ctl"
                 await n.start(partial(serve_control, str(sock), self._control, IPOIB_SCHEMA,
                                   counters=self.control_counters))
-                n.start_soon(self._cable)
+                n.start_soon(self._pumped)
                 n.start_soon(self._mgmt)
-                for name, tap in self.taps.items():
-                    n.start_soon(self._tap, name, tap)
                 n.start_soon(self._kernel_groups)
                 n.start_soon(self.runner.run)
                 n.start_soon(self._drops)

@@ -21,7 +21,7 @@ from .constants import (CLIENT_KEEPALIVE_S, IB_MTU_2048, IB_MTU_BYTES, IPOIB_HEA
 from .eipoib import Translator
 from .mgmt import PEER_CA, Kind, Status
 from .partitions import may_talk
-from .shadow import ShadowArp
+from .shadow import ShadowArp, State
 
 
 
@@ -449,6 +449,40 @@ class PortCore:
 
     def events(self) -> list:
         return []
+
+    # --- the compiled steady state (ib.fastpath mirrors these into ib/_ibfast.c) -------------------------
+    def fast_config(self) -> tuple:
+        """(LID, registered, [(carrier, QPN, P_Key, Q_Key, MTU)] per interface): what the
+        compiled path checks a frame against."""
+        return (self.lid, self.info is not None,
+                [(i.carrier and i.tr is not None, i.qpn, i.pkey, i.qkey, i.mtu) for i in self.ifaces])
+
+    def fast_key(self) -> tuple:
+        """Moves whenever ``fast_neighbours()`` may have changed."""
+        return tuple((id(i.tr), i.tr.remacs.version if i.tr else -1, i.shadow.version) for i in self.ifaces)
+
+    def fast_neighbours(self) -> list[tuple[int, bytes, int, int, int]]:
+        """[(interface index, MAC, DLID, destination QPN, SL)]: every MAC whose frames
+        ``on_tap`` sends at once (its address RESOLVED, the path stored)."""
+        out = []
+        for k, ifc in enumerate(self.ifaces):
+            if ifc.tr is None:
+                continue
+            for mac, hw in ifc.tr.remacs.by_mac.items():
+                n = ifc.shadow.neighs.get(hw)
+                if n is not None and n.state is State.RESOLVED and n.path is not None:
+                    out.append((k, mac, n.path.dlid, n.hw.qpn, n.path.sl))
+        return out
+
+    def fast_used(self, used: list[tuple[int, bytes, float]]) -> None:
+        """The compiled path sent to these MACs (oldest use first): the REMAC cache's
+        LRU order and the shadow entries' last use, as ``on_tap`` would have left them."""
+        for k, mac, last in used:
+            ifc = self.ifaces[k]
+            hw = ifc.tr.remacs.hw(mac) if ifc.tr is not None else None
+            n = ifc.shadow.neighs.get(hw) if hw is not None else None
+            if n is not None:
+                n.used = last
 
     # --- operators -------------------------------------------------------------------------------------------
     def status(self) -> dict:

@@ -43,6 +43,7 @@ class ShadowArp:
         self.counters: Counter[str] = Counter() if counters is None else counters
         self._queries: list[bytes] = []  # GIDs to ask the SA about
         self._asking: set[bytes] = set()
+        self.version = 0  # moves whenever an entry enters or leaves RESOLVED (ib.fastpath mirrors those)
 
     def _entry(self, key: bytes, now: float) -> Neigh | None:
         n = self.neighs.get(key)
@@ -74,6 +75,7 @@ class ShadowArp:
             return [(n.path, n.hw, payload)]
         if n.state is State.STALE:
             n.state = State.PENDING
+            self.version += 1
             self._ask(n.hw.gid)
         if len(n.queue) >= NEIGH_QUEUE_MAX:
             self.counters["drop_neigh_queue_full"] += 1
@@ -89,6 +91,7 @@ class ShadowArp:
     def resolved(self, gid: bytes, path: PathRecord, now: float) -> list[Send]:
         """The PathRecord for ``gid`` arrived: every entry with it is RESOLVED, queues flushed in order."""
         self._asking.discard(gid)
+        self.version += 1
         out: list[Send] = []
         for n in self.neighs.values():
             if n.hw.gid == gid:
@@ -101,6 +104,7 @@ class ShadowArp:
     def failed(self, gid: bytes) -> int:
         """The query for ``gid`` failed: delete its entries and drop their frames; returns how many."""
         self._asking.discard(gid)
+        self.version += 1
         dropped = 0
         for key, n in list(self.neighs.items()):
             if n.hw.gid == gid:
@@ -117,6 +121,7 @@ class ShadowArp:
         n = self.neighs.get(hw)
         if n is not None and n.state is State.RESOLVED:
             n.state = State.STALE
+            self.version += 1
             self.counters["neigh_refreshed"] += 1
 
     def invalidate(self) -> None:
@@ -124,12 +129,14 @@ class ShadowArp:
         for n in self.neighs.values():
             if n.state is State.RESOLVED:
                 n.state = State.STALE
+        self.version += 1
         self.counters["paths_requery"] += 1
 
     def reap(self, now: float) -> None:
         for key, n in list(self.neighs.items()):
             if now - n.used >= NEIGH_IDLE_S and n.state is not State.PENDING:
                 del self.neighs[key]
+                self.version += 1
                 self.counters["neigh_reaped"] += 1
 
     def next_reap(self) -> float:

@@ -16,6 +16,7 @@ from daemons.runtime.notify import sd_notify
 from .config import SwitchConfig
 from .control import SWITCH_SCHEMA
 from .constants import DROPLOG_PERIOD_S
+from .fastpath import Switch, SwitchFast
 from .runner import Runner
 from .switchcore import SwitchCore
 from .udp import Udp
@@ -29,6 +30,7 @@ class SwitchDaemon:
         self.core = SwitchCore(cfg.guid, [p.number for p in cfg.ports])
         self.cables = {p.number: Udp(p.local, p.peer) for p in cfg.ports}
         self.mgmt = Udp(cfg.mgmt_local or ("0.0.0.0", 0), cfg.sm)
+        self.fast = SwitchFast(self.core, Switch([(n, u.sock.fileno(), *u.peer) for n, u in self.cables.items()]))
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
@@ -40,33 +42,52 @@ class SwitchDaemon:
             else:
                 self.mgmt.send(item[1])
 
-    async def _cable(self, number: int, udp: Udp) -> None:
-        while True:
-            await udp.wait_readable()
-            now = trio.current_time()
-            for data, _ in udp.drain():
-                for out, d in self.core.on_cable(number, data, now):
-                    self.cables[out].send(d)
-            if self.core.timer() <= now:  # e.g. a new neighbour to report
-                self.runner.poke()
+    async def _pumped(self) -> None:
+        """ib/_ibfast.c's thread forwards unicast by the LFT (no GIL); what it hands back
+        (hellos, multicast, unrouted) goes through the core and out before that port is
+        read again."""
+        sw = self.fast.switch
+        fd = sw.start()
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fd)
+                now = trio.current_time()
+                for number, data in sw.take_slow():
+                    for out, d in self.core.on_cable(number, data, now):
+                        self.cables[out].send(d)
+                    sw.resume(number)
+                if self.core.timer() <= now:  # e.g. a new neighbour to report
+                    self.runner.poke()
+        finally:
+            sw.stop()
 
     async def _mgmt(self) -> None:
         while True:
             await self.mgmt.wait_readable()
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data)
+            self.fast.sync()
             self.runner.poke()
 
+    def counters(self) -> tuple[Counter, dict[int, Counter]]:
+        """(switch core, per cable socket) counters: the Python path's and the compiled one's together."""
+        core, socks = self.fast.counters()
+        core.update(self.core.counters)
+        for n, u in self.cables.items():
+            socks.setdefault(n, Counter()).update(u.counters)
+        return core, socks
+
     async def _control(self, req: dict) -> dict:
-        return {"ok": True, **self.core.status(),
-                "sockets": {str(n): dict(u.counters) for n, u in self.cables.items()} | {"sm": dict(self.mgmt.counters)},
+        core, socks = self.counters()
+        return {"ok": True, **self.core.status(), "counters": dict(core),
+                "sockets": {str(n): dict(c) for n, c in socks.items()} | {"sm": dict(self.mgmt.counters)},
                 "control": dict(self.control_counters)}
 
     async def _drops(self) -> None:
         """New drop reasons logged, then at most every 10 s per reason (off the data path)."""
         while True:
             await trio.sleep(DROPLOG_PERIOD_S)
-            self.droplog.update("switch", self.core.counters, trio.current_time())
+            self.droplog.update("switch", self.counters()[0], trio.current_time())
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.cfg.runtime_dir.mkdir(parents=True, exist_ok=True)
@@ -74,8 +95,7 @@ class SwitchDaemon:
         async with trio.open_nursery() as n:
             await n.start(partial(serve_control, str(self.cfg.runtime_dir / "control.sock"), self._control, SWITCH_SCHEMA,
                                   counters=self.control_counters))
-            for number, udp in self.cables.items():
-                n.start_soon(self._cable, number, udp)
+            n.start_soon(self._pumped)
             n.start_soon(self._mgmt)
             n.start_soon(self.runner.run)
             n.start_soon(self._drops)
