@@ -190,7 +190,7 @@ RTX_TIMEOUT_S = 0.020  # spec default 20 ms: the first retransmission
 RTX_LIMIT = 8  # consecutive timeouts without progress -> link reset
 # PROJECT CHOICE: each consecutive timeout without progress doubles the next one
 # (as TCP's RTO backs off), up to RTX_TIMEOUT_MAX_S; progress resets it to
-# RTX_TIMEOUT_S.  A lost datagram is still resent after 20 ms, but a peer that is
+# the current RTO.  A lost datagram is resent after one RTO (or at once on SACK evidence), but a peer that is
 # alive and merely late to acknowledge (a userspace process off the CPU on a
 # loaded host) gets 20+40+...+640+3x1000 ms = 4.26 s before the link is reset,
 # instead of 9 x 20 ms = 180 ms, far shorter than the bound for a peer that
@@ -198,6 +198,22 @@ RTX_LIMIT = 8  # consecutive timeouts without progress -> link reset
 # (go-back-N, up to SEQ_WINDOW_MPS) 50 times a second to a peer that was
 # already behind.
 RTX_TIMEOUT_MAX_S = 1.0
+# PROJECT CHOICE: loss recovery (README "Loss recovery on the cable").  RTX_TIMEOUT_S
+# is the first RTO only: from the first round-trip sample on, the RTO is
+# SRTT + 4 x RTTVAR (RFC 6298 weights, Karn: no sample from a retransmitted
+# datagram), clamped to [RTX_TIMEOUT_MIN_S, RTX_TIMEOUT_MAX_S].  The floor stays
+# above the peer's ACK_DELAY_S plus a scheduling hiccup of a loaded host.
+RTX_TIMEOUT_MIN_S = 0.005
+RTT_ALPHA = 0.125  # SRTT gain
+RTT_BETA = 0.25  # RTTVAR gain
+# The receiver keeps out-of-order datagrams (at most the window's micropackets) and
+# reports them in a SACK NULL: the NULL's 32 data bytes hold SACK_RANGES pairs of
+# big-endian u32 (start, end) offsets from the shim's ack, lowest first, (0, 0)
+# unused.  A datagram is lost, and resent at once, when SACK_DUPTHRESH datagrams
+# sent after it have been selectively acknowledged (reordering shorter than that
+# resends nothing).
+SACK_RANGES = 4
+SACK_DUPTHRESH = 3
 RESET_INTERVAL_S = 0.010  # RESET repeated every 10 ms until answered
 KEEPALIVE_S = 0.100  # NULL when idle this long (emulation choice)
 # Nothing heard this long -> link down (emulation choice).  Was 1 s: under load
