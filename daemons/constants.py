@@ -188,15 +188,14 @@ VC_BUFFER_MPS = (512, 16384, 4096, 16384)
 ACK_DELAY_S = 0.001  # spec default 1 ms
 RTX_TIMEOUT_S = 0.020  # spec default 20 ms: the first retransmission
 RTX_LIMIT = 8  # consecutive timeouts without progress -> link reset
-# PROJECT CHOICE: each consecutive timeout without progress doubles the next one
-# (as TCP's RTO backs off), up to RTX_TIMEOUT_MAX_S; progress resets it to
-# the current RTO.  A lost datagram is resent after one RTO (or at once on SACK evidence), but a peer that is
-# alive and merely late to acknowledge (a userspace process off the CPU on a
-# loaded host) gets 20+40+...+640+3x1000 ms = 4.26 s before the link is reset,
-# instead of 9 x 20 ms = 180 ms, far shorter than the bound for a peer that
-# says nothing at all (DEAD_INTERVAL_S).  A fixed 20 ms also resent the whole window
-# (go-back-N, up to SEQ_WINDOW_MPS) 50 times a second to a peer that was
-# already behind.
+# PROJECT CHOICE: the first timeout comes after the adaptive RTO (below); each
+# further one without progress waits RTX_TIMEOUT_S doubled per timeout (as TCP's
+# RTO backs off), up to RTX_TIMEOUT_MAX_S.  A peer that is alive and merely late to
+# acknowledge (a userspace process off the CPU on a loaded host) gets about
+# RTO+40+...+640+3x1000 ms = 4.2 s before the link is reset, instead of 9 x 20 ms =
+# 180 ms, far shorter than the bound for a peer that says nothing at all
+# (DEAD_INTERVAL_S).  A timeout resends only what the peer holds neither in order
+# nor out of order.
 RTX_TIMEOUT_MAX_S = 1.0
 # PROJECT CHOICE: loss recovery (README "Loss recovery on the cable").  RTX_TIMEOUT_S
 # is the first RTO only: from the first round-trip sample on, the RTO is
