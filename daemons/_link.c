@@ -61,7 +61,7 @@ enum { ST_RESETTING = 0, ST_UP = 1 };
     X(DROPPED_ON_RESET, "dropped_on_reset_mps") X(OUT_OF_WINDOW, "out_of_window")                      \
     X(OOO_FULL, "ooo_buffer_full") X(OOO_DELIVERED, "ooo_delivered_mps") X(BAD_SACK, "bad_sack")      \
     X(RX_SACK, "rx_sack") X(TX_SACK, "tx_sack") X(FAST_RTX, "fast_rtx_mps")                          \
-    X(TIMEOUT_RTX, "timeout_rtx_mps")
+    X(TIMEOUT_RTX, "timeout_rtx_mps") X(STALE_ACK, "stale_ack")
 
 #define AS_ENUM(id, name) C_##id,
 #define AS_NAME(id, name) name,
@@ -525,7 +525,7 @@ static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, 
 {
     if (ack == NO_ACK)
         ack = 0;
-    if (!(s->base <= ack && ack <= s->next_seq)) {
+    if (ack > s->next_seq) {
         s->counters[C_BAD_ACK]++;
         return 0;
     }
@@ -536,6 +536,10 @@ static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, 
                 s->counters[C_RSEQ_MISMATCH]++;
                 return 0;
             }
+    }
+    if (ack < s->base) { /* overtaken by a later ack: old news, the datagram is still good */
+        s->counters[C_STALE_ACK]++;
+        return 1;
     }
     if (ack > s->base) {
         s->base = ack;
@@ -599,6 +603,7 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
         s->sack_due = s->ooo_len > 0;
         return 0;
     }
+    int holes = s->ooo_len > 0;
     const uint16_t *b0 = !dgram && s->dp ? s->dp->b0 + start : NULL;
     if (accept_run(s, dgram, shim, mps + start * MP_BYTES, n - (Py_ssize_t)start, b0, now) < 0)
         return -1;
@@ -619,6 +624,8 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
         if (r < 0)
             return -1;
     }
+    if (holes) /* a hole filled (or some of it): the sender learns it at once */
+        want_ack(s, now, 1);
     s->sack_due = s->ooo_len > 0;
     return 0;
 }

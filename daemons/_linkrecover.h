@@ -117,32 +117,14 @@ static void rtt_sample(Core *s, double r)
     s->rto = rto;
 }
 
-/* A SACK NULL's data (the peer's cumulative ack taken already): mark the datagrams it
- * covers, and lost those SACK_DUPTHRESH later transmissions overtook. */
-static void sack_process(Core *s, uint64_t ack, const uint8_t *data)
+/* A datagram is lost (resent by the next datagrams()) when SACK_DUPTHRESH
+ * transmissions after it were selectively acked. */
+static void detect_losses(Core *s)
 {
-    uint64_t lo[SACK_RANGES], hi[SACK_RANGES];
-    int nr = 0;
-    for (int i = 0; i < SACK_RANGES; i++) {
-        uint32_t a = get_be32(data + 8 * i), b = get_be32(data + 8 * i + 4);
-        if (!a && !b)
-            continue;
-        if (!(a > 0 && a < b && ack + b <= s->next_seq)) {
-            s->counters[C_BAD_SACK]++;
-            return;
-        }
-        lo[nr] = ack + a, hi[nr] = ack + b, nr++;
-    }
-    if (!nr)
-        return;
-    s->counters[C_RX_SACK]++;
     uint64_t top[SACK_DUPTHRESH]; /* ascending: the latest transmissions selectively acked */
     int ntop = 0;
     for (Py_ssize_t i = s->ring_len - 1; i >= 0; i--) {
         Inflight *e = &s->ring[(s->ring_head + i) % s->ring_cap];
-        if (!e->sacked)
-            for (int k = 0; k < nr && !e->sacked; k++)
-                e->sacked = lo[k] <= e->seq && e->seq + (uint64_t)e->n <= hi[k];
         if (e->sacked) {
             uint64_t x = e->xmit;
             if (ntop < SACK_DUPTHRESH) {
@@ -160,6 +142,33 @@ static void sack_process(Core *s, uint64_t ack, const uint8_t *data)
             e->lost = 1;
         }
     }
+}
+
+/* A SACK NULL's data (the peer's cumulative ack taken already): mark the datagrams it
+ * covers, then look for losses. */
+static void sack_process(Core *s, uint64_t ack, const uint8_t *data)
+{
+    uint64_t lo[SACK_RANGES], hi[SACK_RANGES];
+    int nr = 0;
+    for (int i = 0; i < SACK_RANGES; i++) {
+        uint32_t a = get_be32(data + 8 * i), b = get_be32(data + 8 * i + 4);
+        if (!a && !b)
+            continue;
+        if (!(a > 0 && a < b && ack + b <= s->next_seq)) {
+            s->counters[C_BAD_SACK]++;
+            return;
+        }
+        lo[nr] = ack + a, hi[nr] = ack + b, nr++;
+    }
+    if (!nr)
+        return;
+    s->counters[C_RX_SACK]++;
+    for (Py_ssize_t i = 0; i < s->ring_len; i++) {
+        Inflight *e = &s->ring[(s->ring_head + i) % s->ring_cap];
+        for (int k = 0; k < nr && !e->sacked; k++)
+            e->sacked = lo[k] <= e->seq && e->seq + (uint64_t)e->n <= hi[k];
+    }
+    detect_losses(s);
 }
 
 /* Resend the ring's datagrams that are lost (fast) or not selectively acked (timeout),

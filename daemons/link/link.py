@@ -275,12 +275,15 @@ class Link:
     def _process_ack(self, ack: int, rseq_field: np.ndarray | None, now: float) -> bool:
         if ack == C.NO_ACK:
             ack = 0
-        if not self.base <= ack <= self.next_seq:
+        if ack > self.next_seq:
             self.counters["bad_ack"] += 1
             return False
         if rseq_field is not None and (rseq_field != _U64((ack - 1) & 0xFF)).any():
             self.counters["rseq_mismatch"] += 1
             return False
+        if ack < self.base:  # overtaken by a later ack: old news, the datagram is still good
+            self.counters["stale_ack"] += 1
+            return True
         if ack > self.base:
             self.base = ack
             sample = -1.0
@@ -305,8 +308,7 @@ class Link:
         self.rto = min(max(self.srtt + 4 * self.rttvar, self.timers.rtx_timeout_min), self.timers.rtx_timeout_max)
 
     def _process_sack(self, ack: int, data: bytes) -> None:
-        """Mark the datagrams a SACK NULL covers; mark lost those SACK_DUPTHRESH later
-        transmissions overtook (they are resent by the next ``datagrams``)."""
+        """Mark the datagrams a SACK NULL covers, then look for losses."""
         words = struct.unpack("!8I", data)
         ranges = [(ack + a, ack + b) for a, b in zip(words[::2], words[1::2]) if a or b]
         if not all(0 < lo - ack < hi - ack and hi <= self.next_seq for lo, hi in ranges):
@@ -315,11 +317,17 @@ class Link:
         if not ranges:
             return
         self.counters["rx_sack"] += 1
-        top: list[int] = []  # the SACK_DUPTHRESH latest transmissions selectively acked so far
-        for e in reversed(self.inflight):
+        for e in self.inflight:
             if not e.sacked:
                 end = e.seq + len(e.recs)
                 e.sacked = any(lo <= e.seq and end <= hi for lo, hi in ranges)
+        self._detect_losses()
+
+    def _detect_losses(self) -> None:
+        """A datagram is lost (resent by the next ``datagrams``) when SACK_DUPTHRESH
+        transmissions after it were selectively acked."""
+        top: list[int] = []  # the SACK_DUPTHRESH latest transmissions selectively acked so far
+        for e in reversed(self.inflight):
             if e.sacked:
                 top = sorted(top + [e.xmit])[-C.SACK_DUPTHRESH:]
             elif not e.lost and len(top) == C.SACK_DUPTHRESH and top[0] > e.xmit:
@@ -350,6 +358,7 @@ class Link:
             self._want_ack(now, soon=True)
             self.sack_due = bool(self.buffered)
             return
+        holes = bool(self.buffered)
         self._accept(recs[start:], now)
         while self.buffered:  # the hole is filled: what waited behind it, in sequence order
             seq = min(self.buffered)
@@ -362,6 +371,8 @@ class Link:
                 continue
             self.counters["ooo_delivered_mps"] += seq + len(part) - self.expected
             self._accept(part[self.expected - seq:], now)
+        if holes:  # a hole filled (or some of it): the sender learns it at once
+            self._want_ack(now, soon=True)
         self.sack_due = bool(self.buffered)
 
     def _buffer(self, seq: int, recs: np.ndarray, now: float) -> None:
