@@ -34,6 +34,7 @@
 #define SACK_DUPTHRESH 3
 #define RTT_ALPHA 0.125
 #define RTT_BETA 0.25
+#define OOO_MAX_MPS 38400 /* SEQ_WINDOW_MPS */
 
 enum { T_NULL = 0, T_DATA, T_HEADER, T_ADMIN, T_CREDIT, T_RESET, T_RESET_ACK, T_INIT, T_INIT_ACK, T_LAST = T_INIT_ACK };
 enum { ST_RESETTING = 0, ST_UP = 1 };
@@ -1377,6 +1378,12 @@ PyMODINIT_FUNC PyInit__link(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
+    if (PyModule_AddIntConstant(m, "OOO_MAX_MPS", OOO_MAX_MPS) < 0 ||
+        PyModule_AddIntConstant(m, "SACK_RANGES", SACK_RANGES) < 0 ||
+        PyModule_AddIntConstant(m, "SACK_DUPTHRESH", SACK_DUPTHRESH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);

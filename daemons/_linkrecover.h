@@ -25,7 +25,8 @@ static int ooo_add(Core *s, const uint8_t *shim, const uint8_t *mps, Py_ssize_t 
     want_ack(s, now, 1);
     s->sack_due = 1;
     uint64_t end = seq + (uint64_t)n;
-    if ((int64_t)(end - s->expected) > s->window) {
+    int64_t limit = s->window > OOO_MAX_MPS ? s->window : OOO_MAX_MPS; /* the peer's window may be larger */
+    if ((int64_t)(end - s->expected) > limit) {
         s->counters[C_OUT_OF_WINDOW]++;
         return 0;
     }
@@ -42,7 +43,7 @@ static int ooo_add(Core *s, const uint8_t *shim, const uint8_t *mps, Py_ssize_t 
     s->counters[C_OUT_OF_ORDER]++;
     int same = at < s->ooo_len && s->ooo[at].seq == seq; /* a shorter one from the same seq (re-cut) */
     int64_t old = same ? s->ooo[at].n : 0;
-    if (s->buffered_mps - old + n > s->window) {
+    if (s->buffered_mps - old + n > limit) {
         s->counters[C_OOO_FULL]++;
         return 0;
     }

@@ -225,6 +225,10 @@ KEEPALIVE_S = 0.100  # NULL when idle this long (emulation choice)
 DEAD_INTERVAL_S = 3.0
 # Wide sequence window, micropackets in flight unacknowledged.
 SEQ_WINDOW_MPS = sum(VC_BUFFER_MPS) + 1024
+# The out-of-order buffer holds datagrams up to this far ahead (and at most this many
+# micropackets), or the link's own window if larger: the peer's window is not ours
+# (each end sizes it to its own path's MTU, io/runner.py).
+OOO_MAX_MPS = SEQ_WINDOW_MPS
 VC_QUANTUM_MPS = 512  # round-robin quantum per VC per datagram
 
 # --- UDP cable shim (DESIGN §4; PROJECT CHOICE) --------------------------------

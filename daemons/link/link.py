@@ -380,7 +380,8 @@ class Link:
         self._want_ack(now, soon=True)
         self.sack_due = True
         end = seq + len(recs)
-        if end - self.expected > self.window:
+        limit = max(self.window, C.OOO_MAX_MPS)  # the sender's window may be larger than ours
+        if end - self.expected > limit:
             self.counters["out_of_window"] += 1
             return
         if any(s <= seq and end <= s + len(r) for s, r in self.buffered.items()):
@@ -388,7 +389,7 @@ class Link:
             return
         self.counters["out_of_order"] += 1
         old = len(self.buffered.get(seq, ()))  # a shorter one from the same seq (a re-cut datagram)
-        if self.buffered_mps - old + len(recs) > self.window:
+        if self.buffered_mps - old + len(recs) > limit:
             self.counters["ooo_buffer_full"] += 1
             return
         self.buffered[seq] = recs.copy()

@@ -215,3 +215,33 @@ def test_a_datagram_overtaken_by_a_later_ack_is_still_taken(impl):
     assert a.counters["stale_ack"] == len(x) and a.counters["bad_ack"] == 0
     got = b"".join(e.recs.tobytes() for e in a.events() if isinstance(e, Received))
     assert got == b"".join(d[C.SHIM_BYTES:] for d in x + y)
+
+
+def test_the_compiled_link_uses_the_recovery_constants():
+    from daemons import _link
+    assert (_link.OOO_MAX_MPS, _link.SACK_RANGES, _link.SACK_DUPTHRESH) == (
+        C.OOO_MAX_MPS, C.SACK_RANGES, C.SACK_DUPTHRESH)
+
+
+@each_impl
+def test_a_peer_with_a_larger_window_is_buffered_not_refused(impl):
+    """Each end sizes its window to its own path's MTU: what a peer with a larger window
+    sends ahead of a hole is kept (up to OOO_MAX_MPS), not dropped as out of window."""
+    recv = impl(9, 0.0, rng=random.Random(10), window=100)
+    send = impl(9, 0.0, rng=random.Random(11), window=5000, max_mps=100)
+    now = 0.0
+    for _ in range(5):
+        now += 0.001
+        for x, y in ((send, recv), (recv, send)):
+            for d in x.handle_timer(now) + x.datagrams(now):
+                y.receive(d, now)
+    assert send.up and recv.up
+    send.enqueue(1, Message(1, A, B, 0x88B5, bytes(20000)).records())
+    now += 0.001
+    out = [d for d in send.datagrams(now) if sequenced(d)]
+    assert len(out) > 3
+    for d in out[1:]:
+        recv.receive(d, now)
+    assert recv.counters["out_of_window"] == 0 and recv.counters["out_of_order"] == len(out) - 1
+    recv.receive(out[0], now)
+    assert recv.counters["rx_mps"] >= sum((len(d) - C.SHIM_BYTES) // C.MP_BYTES for d in out)
