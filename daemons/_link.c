@@ -987,7 +987,7 @@ static PyObject *Core_datagrams(Core *s, PyObject *arg)
         else if (isinf(s->credit_due))
             s->credit_due = now + s->t_ack;
         int credit_due = !isinf(s->credit_due) && (ack_due || now >= s->credit_due);
-        if (resend(s, out, 1) < 0) /* holes the SACKs revealed */
+        if (resend(s, out, RESEND_LOST) < 0) /* holes the SACKs revealed */
             goto err;
         for (;;) {
             PyObject *d = build_batch(s, now, credit_due && any_pending(s));
@@ -1058,7 +1058,9 @@ static PyObject *Core_handle_timer(Core *s, PyObject *arg)
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    if (resend(s, out, 0) < 0) { /* everything the peer holds neither in sequence nor out of order */
+    /* the first timeout resends the oldest datagram the peer lacks (a late ack, a loaded
+       host, costs one datagram); more resend all it holds neither in sequence nor out of order */
+    if (resend(s, out, s->rtx_count == 1 ? RESEND_HEAD : RESEND_UNSACKED) < 0) {
         Py_DECREF(out);
         return NULL;
     }

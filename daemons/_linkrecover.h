@@ -172,15 +172,21 @@ static void sack_process(Core *s, uint64_t ack, const uint8_t *data)
     detect_losses(s);
 }
 
-/* Resend the ring's datagrams that are lost (fast) or not selectively acked (timeout),
- * restamped with our current ack; appends them to out. */
-static int resend(Core *s, PyObject *out, int fast)
+enum { RESEND_LOST, RESEND_UNSACKED, RESEND_HEAD };
+
+/* Resend the ring's datagrams that are lost (RESEND_LOST), not selectively acked
+ * (RESEND_UNSACKED) or the first of those (RESEND_HEAD), restamped with our current
+ * ack; appends them to out. */
+static int resend(Core *s, PyObject *out, int which)
 {
+    int fast = which == RESEND_LOST, done = 0;
     const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
     for (Py_ssize_t i = 0; i < s->ring_len; i++) {
         Inflight *e = &s->ring[(s->ring_head + i) % s->ring_cap];
         if (fast ? !e->lost : e->sacked)
             continue;
+        if (which == RESEND_HEAD && done++)
+            break;
         Py_ssize_t len = PyBytes_GET_SIZE(e->dgram);
         PyObject *b = PyBytes_FromStringAndSize(PyBytes_AS_STRING(e->dgram), len);
         if (!b)

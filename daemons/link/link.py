@@ -614,8 +614,12 @@ class Link:
         # late or gone peer: they back off from rtx_timeout as before
         backoff = self.timers.rtx_timeout * (1 << min(self.rtx_count, 30))
         self.rtx_deadline = now + max(self.rto, min(backoff, self.timers.rtx_timeout_max))
-        # everything the peer holds neither in sequence nor out of order
-        out = self._resend(lambda e: not e.sacked, "timeout_rtx_mps")
+        # The first timeout resends the oldest datagram the peer lacks (a late ack, a
+        # loaded host, costs one datagram); more resend all it holds neither in
+        # sequence nor out of order
+        head = next((e for e in self.inflight if not e.sacked), None)
+        out = self._resend((lambda e: e is head) if self.rtx_count == 1 else (lambda e: not e.sacked),
+                           "timeout_rtx_mps")
         if out:
             self._acked_out()
             self.last_sent = now
