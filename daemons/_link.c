@@ -35,6 +35,7 @@
 #define RTT_ALPHA 0.125
 #define RTT_BETA 0.25
 #define OOO_MAX_MPS 38400 /* SEQ_WINDOW_MPS */
+#define OOO_MAX_DATAGRAMS 4096
 
 enum { T_NULL = 0, T_DATA, T_HEADER, T_ADMIN, T_CREDIT, T_RESET, T_RESET_ACK, T_INIT, T_INIT_ACK, T_LAST = T_INIT_ACK };
 enum { ST_RESETTING = 0, ST_UP = 1 };
@@ -608,9 +609,10 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     const uint16_t *b0 = !dgram && s->dp ? s->dp->b0 + start : NULL;
     if (accept_run(s, dgram, shim, mps + start * MP_BYTES, n - (Py_ssize_t)start, b0, now) < 0)
         return -1;
-    while (s->ooo_len && s->ooo[0].seq <= s->expected) { /* the hole is filled: what waited behind it */
-        OooEntry e = s->ooo[0];
-        memmove(s->ooo, s->ooo + 1, (--s->ooo_len) * sizeof(OooEntry));
+    Py_ssize_t done = 0; /* the hole is filled: what waited behind it, in sequence order */
+    for (; done < s->ooo_len && s->ooo[done].seq <= s->expected; done++) {
+        OooEntry e = s->ooo[done];
+        s->ooo[done].b = NULL;
         s->buffered_mps -= e.n;
         uint64_t skip = s->expected - e.seq;
         int r = 0;
@@ -622,9 +624,12 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
             r = accept_run(s, e.b, p, p + SHIM_BYTES + skip * MP_BYTES, e.n - (Py_ssize_t)skip, NULL, now);
         }
         Py_DECREF(e.b);
-        if (r < 0)
+        if (r < 0) {
+            ooo_drop_front(s, done + 1);
             return -1;
+        }
     }
+    ooo_drop_front(s, done);
     if (holes) /* a hole filled (or some of it): the sender learns it at once */
         want_ack(s, now, 1);
     s->sack_due = s->ooo_len > 0;
@@ -1381,6 +1386,7 @@ PyMODINIT_FUNC PyInit__link(void)
     if (!m)
         return NULL;
     if (PyModule_AddIntConstant(m, "OOO_MAX_MPS", OOO_MAX_MPS) < 0 ||
+        PyModule_AddIntConstant(m, "OOO_MAX_DATAGRAMS", OOO_MAX_DATAGRAMS) < 0 ||
         PyModule_AddIntConstant(m, "SACK_RANGES", SACK_RANGES) < 0 ||
         PyModule_AddIntConstant(m, "SACK_DUPTHRESH", SACK_DUPTHRESH) < 0) {
         Py_DECREF(m);

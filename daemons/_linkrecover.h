@@ -18,6 +18,13 @@ static void ooo_clear(Core *s)
     s->buffered_mps = 0;
 }
 
+/* Forget the first k entries (already taken, their references dropped). */
+static void ooo_drop_front(Core *s, Py_ssize_t k)
+{
+    memmove(s->ooo, s->ooo + k, (s->ooo_len - k) * sizeof(OooEntry));
+    s->ooo_len -= k;
+}
+
 /* A datagram (its first n micropackets passed the LCRC check) ahead of the next
  * expected one; its ack was taken already.  Kept as shim + micropackets. */
 static int ooo_add(Core *s, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n, uint64_t seq, double now)
@@ -43,7 +50,7 @@ static int ooo_add(Core *s, const uint8_t *shim, const uint8_t *mps, Py_ssize_t 
     s->counters[C_OUT_OF_ORDER]++;
     int same = at < s->ooo_len && s->ooo[at].seq == seq; /* a shorter one from the same seq (re-cut) */
     int64_t old = same ? s->ooo[at].n : 0;
-    if (s->buffered_mps - old + n > limit) {
+    if (s->buffered_mps - old + n > limit || (!same && s->ooo_len >= OOO_MAX_DATAGRAMS)) {
         s->counters[C_OOO_FULL]++;
         return 0;
     }

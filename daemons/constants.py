@@ -229,6 +229,10 @@ SEQ_WINDOW_MPS = sum(VC_BUFFER_MPS) + 1024
 # micropackets), or the link's own window if larger: the peer's window is not ours
 # (each end sizes it to its own path's MTU, io/runner.py).
 OOO_MAX_MPS = SEQ_WINDOW_MPS
+# ... and at most this many datagrams (a peer has at most io/runner.py's 128 in
+# flight; the bound keeps a hostile peer's 1-micropacket datagrams from costing a
+# scan of tens of thousands per arrival).
+OOO_MAX_DATAGRAMS = 4096
 VC_QUANTUM_MPS = 512  # round-robin quantum per VC per datagram
 
 # --- UDP cable shim (DESIGN §4; PROJECT CHOICE) --------------------------------

@@ -389,7 +389,7 @@ class Link:
             return
         self.counters["out_of_order"] += 1
         old = len(self.buffered.get(seq, ()))  # a shorter one from the same seq (a re-cut datagram)
-        if self.buffered_mps - old + len(recs) > limit:
+        if self.buffered_mps - old + len(recs) > limit or (not old and len(self.buffered) >= C.OOO_MAX_DATAGRAMS):
             self.counters["ooo_buffer_full"] += 1
             return
         self.buffered[seq] = recs.copy()

@@ -219,8 +219,8 @@ def test_a_datagram_overtaken_by_a_later_ack_is_still_taken(impl):
 
 def test_the_compiled_link_uses_the_recovery_constants():
     from daemons import _link
-    assert (_link.OOO_MAX_MPS, _link.SACK_RANGES, _link.SACK_DUPTHRESH) == (
-        C.OOO_MAX_MPS, C.SACK_RANGES, C.SACK_DUPTHRESH)
+    assert (_link.OOO_MAX_MPS, _link.OOO_MAX_DATAGRAMS, _link.SACK_RANGES, _link.SACK_DUPTHRESH) == (
+        C.OOO_MAX_MPS, C.OOO_MAX_DATAGRAMS, C.SACK_RANGES, C.SACK_DUPTHRESH)
 
 
 @each_impl
@@ -245,3 +245,29 @@ def test_a_peer_with_a_larger_window_is_buffered_not_refused(impl):
     assert recv.counters["out_of_window"] == 0 and recv.counters["out_of_order"] == len(out) - 1
     recv.receive(out[0], now)
     assert recv.counters["rx_mps"] >= sum((len(d) - C.SHIM_BYTES) // C.MP_BYTES for d in out)
+
+
+@each_impl
+def test_the_out_of_order_buffer_holds_at_most_ooo_max_datagrams(impl):
+    recv = impl(9, 0.0, rng=random.Random(10))
+    send = impl(9, 0.0, rng=random.Random(11), window=10000, max_mps=1)
+    now = 0.0
+    for _ in range(5):
+        now += 0.001
+        for x, y in ((send, recv), (recv, send)):
+            for d in x.handle_timer(now) + x.datagrams(now):
+                y.receive(d, now)
+    extra = 50
+    for _ in range(2):
+        send.enqueue(1, Message(1, A, B, 0x88B5, bytes(16 * (C.OOO_MAX_DATAGRAMS + extra))).records())
+    now += 0.001
+    out = [d for d in send.datagrams(now) if sequenced(d)]
+    assert len(out) > C.OOO_MAX_DATAGRAMS + extra
+    before = recv.counters["rx_mps"]
+    for d in out[1:]:
+        recv.receive(d, now)
+    assert recv.counters["out_of_order"] == len(out) - 1
+    assert recv.counters["ooo_buffer_full"] == len(out) - 1 - C.OOO_MAX_DATAGRAMS
+    recv.receive(out[0], now)
+    assert recv.counters["rx_mps"] - before == 1 + C.OOO_MAX_DATAGRAMS
+    assert recv.counters["ooo_delivered_mps"] == C.OOO_MAX_DATAGRAMS
