@@ -21,6 +21,8 @@ static void ooo_clear(Core *s)
 /* Forget the first k entries (already taken, their references dropped). */
 static void ooo_drop_front(Core *s, Py_ssize_t k)
 {
+    if (!k)
+        return; /* s->ooo may be NULL (never allocated) */
     memmove(s->ooo, s->ooo + k, (s->ooo_len - k) * sizeof(OooEntry));
     s->ooo_len -= k;
 }
