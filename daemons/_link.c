@@ -7,9 +7,10 @@
  * Python-facing conveniences (counters as a Counter, status(), the ledger view).
  *
  * Layout of a sequenced datagram (daemons/wire/shim.py): the 32-byte shim, then
- * n micropackets of 40 bytes.  The go-back-N ring holds the datagrams exactly as
- * sent; a retransmission copies one and restamps RSEQ (micropackets) and the
- * shim's ack, nothing else.
+ * n micropackets of 40 bytes.  The ring of datagrams in flight holds them exactly
+ * as sent; a retransmission copies one and restamps RSEQ (micropackets) and the
+ * shim's ack, nothing else.  Loss recovery (selective repeat: receive buffer,
+ * SACK, adaptive RTO) is in _linkrecover.h.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +29,13 @@
 #define VC_QUANTUM 512
 #define CR_MAX 63
 #define NO_ACK UINT64_MAX
+/* loss recovery, daemons/constants.py (PROJECT CHOICE) */
+#define SACK_RANGES 4
+#define SACK_DUPTHRESH 3
+#define RTT_ALPHA 0.125
+#define RTT_BETA 0.25
+#define OOO_MAX_MPS 38400 /* SEQ_WINDOW_MPS */
+#define OOO_MAX_DATAGRAMS 4096
 
 enum { T_NULL = 0, T_DATA, T_HEADER, T_ADMIN, T_CREDIT, T_RESET, T_RESET_ACK, T_INIT, T_INIT_ACK, T_LAST = T_INIT_ACK };
 enum { ST_RESETTING = 0, ST_UP = 1 };
@@ -52,7 +60,10 @@ enum { ST_RESETTING = 0, ST_UP = 1 };
     X(DOWN_PEER_RESET, "link_down_peer_reset") X(DOWN_SILENT, "link_down_silent")                    \
     X(DOWN_RTX_LIMIT, "link_down_rtx_limit") X(LINK_UP, "link_up") X(WINDOW_FULL, "window_full")     \
     X(TX_MPS, "tx_mps") X(TX_RESET, "tx_reset") X(RTX_MPS, "rtx_mps")                                \
-    X(DROPPED_ON_RESET, "dropped_on_reset_mps")
+    X(DROPPED_ON_RESET, "dropped_on_reset_mps") X(OUT_OF_WINDOW, "out_of_window")                      \
+    X(OOO_FULL, "ooo_buffer_full") X(OOO_DELIVERED, "ooo_delivered_mps") X(BAD_SACK, "bad_sack")      \
+    X(RX_SACK, "rx_sack") X(TX_SACK, "tx_sack") X(FAST_RTX, "fast_rtx_mps")                          \
+    X(TIMEOUT_RTX, "timeout_rtx_mps") X(STALE_ACK, "stale_ack")
 
 #define AS_ENUM(id, name) C_##id,
 #define AS_NAME(id, name) name,
@@ -79,7 +90,16 @@ typedef struct {
     uint64_t seq;
     Py_ssize_t n;
     PyObject *dgram; /* bytes: shim + n micropackets, as last sent */
+    uint64_t xmit;   /* number of its last (re)transmission */
+    double sent;     /* time of its first transmission; -1: retransmitted (no RTT sample) */
+    uint8_t sacked, lost;
 } Inflight;
+
+typedef struct {
+    uint64_t seq;
+    Py_ssize_t n;
+    PyObject *b; /* bytes: shim + n micropackets */
+} OooEntry;
 
 typedef struct {
     PyObject_HEAD
@@ -88,7 +108,7 @@ typedef struct {
     int max_mps;
     int64_t window;
     int64_t buffers[NUM_VCS];
-    double t_ack, t_rtx, t_reset, t_keepalive, t_dead, t_rtx_max;
+    double t_ack, t_rtx, t_reset, t_keepalive, t_dead, t_rtx_max, t_rtx_min;
     long rtx_limit;
     PyObject *rng;
     PyObject *events;      /* list */
@@ -100,6 +120,12 @@ typedef struct {
     uint64_t next_seq, base, expected;
     double rtx_deadline, ack_due, credit_due; /* INFINITY = not set */
     long rtx_count;
+    double srtt, rttvar, rto; /* srtt < 0: no sample yet */
+    uint64_t xmit_count;
+    OooEntry *ooo; /* out-of-order datagrams, sorted by seq */
+    Py_ssize_t ooo_len, ooo_cap;
+    int64_t buffered_mps;
+    int sack_due;
     int64_t unacked_rx;
     int64_t tx[NUM_VCS], used[NUM_VCS], pending[NUM_VCS], rxo[NUM_VCS];
     VcQueue q[NUM_VCS];
@@ -267,7 +293,7 @@ static void ring_clear(Core *s)
     s->ring_head = s->ring_len = 0;
 }
 
-static int ring_push(Core *s, uint64_t seq, Py_ssize_t n, PyObject *dgram)
+static int ring_push(Core *s, uint64_t seq, Py_ssize_t n, PyObject *dgram, double now)
 {
     if (s->ring_len == s->ring_cap) {
         Py_ssize_t cap = s->ring_cap ? 2 * s->ring_cap : 64;
@@ -283,10 +309,14 @@ static int ring_push(Core *s, uint64_t seq, Py_ssize_t n, PyObject *dgram)
     }
     Inflight *e = &s->ring[(s->ring_head + s->ring_len) % s->ring_cap];
     e->seq = seq, e->n = n, e->dgram = dgram;
+    e->xmit = s->xmit_count++, e->sent = now, e->sacked = e->lost = 0;
     Py_INCREF(dgram);
     s->ring_len++;
     return 0;
 }
+
+static inline void want_ack(Core *s, double now, int soon);
+#include "_linkrecover.h"
 
 /* --- state ------------------------------------------------------------------ */
 
@@ -296,6 +326,10 @@ static void clear_state(Core *s)
     ring_clear(s);
     s->rtx_deadline = s->ack_due = s->credit_due = INFINITY;
     s->rtx_count = 0;
+    s->xmit_count = 0;
+    s->srtt = -1.0, s->rttvar = 0.0, s->rto = s->t_rtx;
+    ooo_clear(s);
+    s->sack_due = 0;
     s->unacked_rx = 0;
     for (int v = 0; v < NUM_VCS; v++) {
         s->tx[v] = s->used[v] = s->pending[v] = s->rxo[v] = 0;
@@ -357,6 +391,10 @@ static PyObject *control_datagram(Core *s, int kind, uint32_t dst)
     write_shim(s, p, 0, dst, s->next_seq, s->expected);
     uint8_t *mp = p + SHIM_BYTES;
     memset(mp, 0, MP_DATA);
+    if (kind == T_NULL && s->ooo_len) {
+        sack_write(s, mp);
+        s->counters[C_TX_SACK]++;
+    }
     uint64_t ctrl = ((uint64_t)kind << 58) | ((uint64_t)((s->expected - 1) & 0xFF) << 40) |
                     ((uint64_t)((s->next_seq - 1) & 0xFF) << 32);
     store_be64(mp + MP_DATA, ctrl | lcrc_of(mp, ctrl));
@@ -459,12 +497,12 @@ static PyObject *build_batch(Core *s, double now, int force_credit)
     }
     write_shim(s, p, FLAG_SEQ, s->peer_nonce, seq, s->expected);
     s->next_seq += n;
-    if (ring_push(s, seq, n, b) < 0) {
+    if (ring_push(s, seq, n, b, now) < 0) {
         Py_DECREF(b);
         return NULL;
     }
     if (isinf(s->rtx_deadline))
-        s->rtx_deadline = now + s->t_rtx;
+        s->rtx_deadline = now + s->rto;
     s->counters[C_TX_MPS] += n;
     return b;
 }
@@ -489,7 +527,7 @@ static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, 
 {
     if (ack == NO_ACK)
         ack = 0;
-    if (!(s->base <= ack && ack <= s->next_seq)) {
+    if (ack > s->next_seq) {
         s->counters[C_BAD_ACK]++;
         return 0;
     }
@@ -501,20 +539,29 @@ static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, 
                 return 0;
             }
     }
+    if (ack < s->base) { /* overtaken by a later ack: old news, the datagram is still good */
+        s->counters[C_STALE_ACK]++;
+        return 1;
+    }
     if (ack > s->base) {
         s->base = ack;
+        double sample = -1.0;
         while (s->ring_len) {
             Inflight *e = &s->ring[s->ring_head];
             if (e->seq + (uint64_t)e->n > ack)
                 break;
+            if (e->sent >= 0)
+                sample = now - e->sent;
             Py_CLEAR(e->dgram);
             s->ring_head = (s->ring_head + 1) % s->ring_cap;
             s->ring_len--;
         }
         if (!s->ring_len)
             s->ring_head = 0;
+        if (sample >= 0)
+            rtt_sample(s, sample);
         s->rtx_count = 0;
-        s->rtx_deadline = s->ring_len ? now + s->t_rtx : INFINITY;
+        s->rtx_deadline = s->ring_len ? now + s->rto : INFINITY;
     }
     return 1;
 }
@@ -523,6 +570,9 @@ static PyObject *recs_array(PyObject *buf, Py_ssize_t count, Py_ssize_t offset)
 {
     return PyObject_CallFunction(np_frombuffer, "OOnn", buf, mp_dtype, count, offset);
 }
+
+static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
+                  const uint16_t *b0_run, double now);
 
 /* dgram: the object holding shim.. (numpy views of it go up), or NULL: copies go up. */
 static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
@@ -546,19 +596,52 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     if (!process_ack(s, ack, mps, n, now))
         return 0;
     s->last_heard = now;
-    if (seq > s->expected) {
-        s->counters[C_OUT_OF_ORDER]++;
-        want_ack(s, now, 1);
-        return 0;
-    }
+    if (seq > s->expected)
+        return ooo_add(s, shim, mps, n, seq, now);
     uint64_t start = s->expected - seq;
     if (start >= (uint64_t)n) {
         s->counters[C_DUPLICATE]++;
         want_ack(s, now, 1);
+        s->sack_due = s->ooo_len > 0;
         return 0;
     }
-    mps += start * MP_BYTES;
-    n -= (Py_ssize_t)start;
+    int holes = s->ooo_len > 0;
+    const uint16_t *b0 = !dgram && s->dp ? s->dp->b0 + start : NULL;
+    if (accept_run(s, dgram, shim, mps + start * MP_BYTES, n - (Py_ssize_t)start, b0, now) < 0)
+        return -1;
+    Py_ssize_t done = 0; /* the hole is filled: what waited behind it, in sequence order */
+    for (; done < s->ooo_len && s->ooo[done].seq <= s->expected; done++) {
+        OooEntry e = s->ooo[done];
+        s->ooo[done].b = NULL;
+        s->buffered_mps -= e.n;
+        uint64_t skip = s->expected - e.seq;
+        int r = 0;
+        if (skip >= (uint64_t)e.n) {
+            s->counters[C_DUPLICATE]++;
+        } else {
+            const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(e.b);
+            s->counters[C_OOO_DELIVERED] += e.n - skip;
+            r = accept_run(s, e.b, p, p + SHIM_BYTES + skip * MP_BYTES, e.n - (Py_ssize_t)skip, NULL, now);
+        }
+        Py_DECREF(e.b);
+        if (r < 0) {
+            ooo_drop_front(s, done + 1);
+            return -1;
+        }
+    }
+    ooo_drop_front(s, done);
+    if (holes) /* a hole filled (or some of it): the sender learns it at once */
+        want_ack(s, now, 1);
+    s->sack_due = s->ooo_len > 0;
+    return 0;
+}
+
+/* Take n in-sequence micropackets mps[0:n] (dgram/shim: the datagram holding them, see
+ * receive_sequenced; b0: their block CRCs from rx_pump, or NULL): credits granted to
+ * us, then each VC's. */
+static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
+                  const uint16_t *b0_run, double now)
+{
     s->expected += n;
     s->unacked_rx += n;
     s->counters[C_RX_MPS] += n;
@@ -589,8 +672,8 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
         int contiguous = last[vc] - first[vc] + 1 == k || acc == 1;
         if (s->dp && vc == DP_VC) { /* the data plane's VC: reassembled here, not in Python */
             /* b0 (per micropacket, from the LCRC check) is there when the datagram came
-               through rx_pump; start micropackets (duplicates) were skipped */
-            const uint16_t *b0 = dgram ? NULL : s->dp->b0 + start;
+               through rx_pump */
+            const uint16_t *b0 = b0_run;
             const uint8_t *run = mps + first[vc] * MP_BYTES;
             if (!contiguous) {
                 run = dp_gather(s->dp, mps, b0, first[vc], vc, acc);
@@ -684,8 +767,10 @@ static int receive_control(Core *s, const uint8_t *shim, const uint8_t *mps, con
                 s->counters[C_STALE_RESET_ACK]++;
             }
         } else if (kind == T_NULL) {
-            if (nonces_ok(s, shim) && process_ack(s, ack, NULL, 0, now))
+            if (nonces_ok(s, shim) && process_ack(s, ack, NULL, 0, now)) {
                 s->last_heard = now;
+                sack_process(s, ack == NO_ACK ? 0 : ack, mps + kept[i] * MP_BYTES);
+            }
         } else {
             s->counters[C_SEQ_IN_CONTROL]++;
         }
@@ -776,6 +861,8 @@ static void Core_dealloc(Core *s)
     }
     ring_clear(s);
     PyMem_Free(s->ring);
+    ooo_clear(s);
+    PyMem_Free(s->ooo);
     dp_free(s->dp);
     s->dp = NULL;
     Py_CLEAR(s->rng);
@@ -788,16 +875,16 @@ static int Core_init(Core *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"cable_id", "now", "buffers", "timers", "rng", "window", "max_mps", NULL};
     unsigned long cable;
-    double now, t[6];
+    double now, t[7];
     PyObject *buffers, *rng;
     long rtx_limit;
     long long window;
     int max_mps;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "kdO(dddddld)OLi:Core", kwlist, &cable, &now, &buffers, &t[0],
-                                     &t[1], &t[2], &t[3], &t[4], &rtx_limit, &t[5], &rng, &window, &max_mps))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "kdO(dddddldd)OLi:Core", kwlist, &cable, &now, &buffers, &t[0],
+                                     &t[1], &t[2], &t[3], &t[4], &rtx_limit, &t[5], &t[6], &rng, &window, &max_mps))
         return -1;
     /* timers tuple order: ack_delay, rtx_timeout, reset_interval, keepalive, dead_interval, rtx_limit,
-       rtx_timeout_max */
+       rtx_timeout_max, rtx_timeout_min */
     if (s->ready) {
         PyErr_SetString(PyExc_RuntimeError, "Core already initialised");
         return -1;
@@ -835,7 +922,7 @@ static int Core_init(Core *s, PyObject *args, PyObject *kw)
     s->max_mps = max_mps;
     s->window = window;
     s->t_ack = t[0], s->t_rtx = t[1], s->t_reset = t[2], s->t_keepalive = t[3], s->t_dead = t[4];
-    s->t_rtx_max = t[5];
+    s->t_rtx_max = t[5], s->t_rtx_min = t[6];
     s->rtx_limit = rtx_limit;
     Py_INCREF(rng);
     s->rng = rng;
@@ -905,6 +992,8 @@ static PyObject *Core_datagrams(Core *s, PyObject *arg)
         else if (isinf(s->credit_due))
             s->credit_due = now + s->t_ack;
         int credit_due = !isinf(s->credit_due) && (ack_due || now >= s->credit_due);
+        if (resend(s, out, RESEND_LOST) < 0) /* holes the SACKs revealed */
+            goto err;
         for (;;) {
             PyObject *d = build_batch(s, now, credit_due && any_pending(s));
             if (!d)
@@ -921,9 +1010,10 @@ static PyObject *Core_datagrams(Core *s, PyObject *arg)
         }
         if (!any_pending(s))
             s->credit_due = INFINITY;
-        if (PyList_GET_SIZE(out)) {
+        int sent = PyList_GET_SIZE(out) > 0;
+        if (sent)
             acked_out(s);
-        } else if (ack_due || now >= s->last_sent + s->t_keepalive) {
+        if ((s->sack_due && s->ooo_len) || (!sent && (ack_due || now >= s->last_sent + s->t_keepalive))) {
             PyObject *d = control_datagram(s, T_NULL, s->peer_nonce);
             if (!d || PyList_Append(out, d) < 0) {
                 Py_XDECREF(d);
@@ -932,6 +1022,7 @@ static PyObject *Core_datagrams(Core *s, PyObject *arg)
             Py_DECREF(d);
             acked_out(s);
         }
+        s->sack_due = 0;
     }
     if (PyList_GET_SIZE(out))
         s->last_sent = now;
@@ -963,34 +1054,22 @@ static PyObject *Core_handle_timer(Core *s, PyObject *arg)
     }
     /* back off: each timeout without progress doubles the next, up to t_rtx_max (a
        late peer is neither flooded with the window nor reset in 9 x t_rtx) */
+    /* the first timeout came after the adaptive RTO; more without progress mean a
+       late or gone peer: they back off from t_rtx as before */
     double backoff = s->t_rtx * (double)(1LL << (s->rtx_count < 30 ? s->rtx_count : 30));
     if (backoff > s->t_rtx_max)
         backoff = s->t_rtx_max;
-    s->rtx_deadline = now + (backoff > s->t_rtx ? backoff : s->t_rtx);
-    PyObject *out = PyList_New(s->ring_len);
+    s->rtx_deadline = now + (backoff > s->rto ? backoff : s->rto);
+    PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
-    for (Py_ssize_t i = 0; i < s->ring_len; i++) {
-        Inflight *e = &s->ring[(s->ring_head + i) % s->ring_cap];
-        Py_ssize_t len = PyBytes_GET_SIZE(e->dgram);
-        PyObject *b = PyBytes_FromStringAndSize(PyBytes_AS_STRING(e->dgram), len);
-        if (!b) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(b);
-        store_be64(p + 24, s->expected);
-        for (Py_ssize_t j = 0; j < e->n; j++) {
-            uint8_t *m = p + SHIM_BYTES + j * MP_BYTES;
-            restamp_ctrl(m, (load_be64(m + MP_DATA) & ~RSEQ_BITS) | r);
-        }
-        Py_SETREF(e->dgram, b);
-        Py_INCREF(b);
-        PyList_SET_ITEM(out, i, b);
-        s->counters[C_RTX_MPS] += e->n;
+    /* the first timeout resends the oldest datagram the peer lacks (a late ack, a loaded
+       host, costs one datagram); more resend all it holds neither in sequence nor out of order */
+    if (resend(s, out, s->rtx_count == 1 ? RESEND_HEAD : RESEND_UNSACKED) < 0) {
+        Py_DECREF(out);
+        return NULL;
     }
-    if (s->ring_len) {
+    if (PyList_GET_SIZE(out)) {
         acked_out(s);
         s->last_sent = now;
     }
@@ -1306,6 +1385,13 @@ PyMODINIT_FUNC PyInit__link(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
+    if (PyModule_AddIntConstant(m, "OOO_MAX_MPS", OOO_MAX_MPS) < 0 ||
+        PyModule_AddIntConstant(m, "OOO_MAX_DATAGRAMS", OOO_MAX_DATAGRAMS) < 0 ||
+        PyModule_AddIntConstant(m, "SACK_RANGES", SACK_RANGES) < 0 ||
+        PyModule_AddIntConstant(m, "SACK_DUPTHRESH", SACK_DUPTHRESH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);

@@ -117,6 +117,9 @@ local M = {
     lcrc_calc = ProtoField.uint16("gsn.mp.lcrc_calc", "LCRC computed", base.HEX),
     wseq = ProtoField.uint32("gsn.mp.seq", "Wide sequence (low 32 bits)"),
     status = ProtoField.string("gsn.mp.status", "Receiver"),
+    sack = ProtoField.bytes("gsn.mp.sack", "SACK (selective ack)"),
+    sack_start = ProtoField.uint32("gsn.mp.sack.start", "Range start (offset from the shim's ack)"),
+    sack_end = ProtoField.uint32("gsn.mp.sack.end", "Range end (exclusive, offset from the shim's ack)"),
 }
 local G = {
     vc = ProtoField.uint8("gsn.msg.vc", "VC"),
@@ -242,7 +245,8 @@ local function analyse(raw, count, whole, sequenced, key, seq_lo, src_nonce, dst
     if sequenced and link.expected then
         local ahead = (seq_lo - link.expected) % TWO32
         if ahead ~= 0 and ahead < TWO32 / 2 then
-            res.notes[#res.notes + 1] = string.format("%d micropackets not captured before this one: " ..
+            res.notes[#res.notes + 1] = string.format("%d micropackets not captured before this one " ..
+                "(or lost or reordered on the wire: the receiver keeps this datagram until the hole is filled); " ..
                 "open Messages dropped, resynchronised", ahead)
             link.open = {}
             link.expected = seq_lo
@@ -504,7 +508,18 @@ local function dissect_datagram(tvb, pinfo, tree, segment)
         types[MP_TYPES[typ] or "reserved"] = true
         local mt = t:add(gmp, tvb(o, MP_BYTES), string.format("GSN micropacket %d: %s VC%d", i,
             MP_TYPES[typ] or string.format("reserved 0x%x", typ), rshift(b, 6)))
-        mt:add(M.data, tvb(o, MP_DATA))
+        local dt = mt:add(M.data, tvb(o, MP_DATA))
+        if typ == 0 and not sequenced and tvb(o, MP_DATA):bytes():tohex() ~= string.rep("00", MP_DATA) then
+            -- a SACK NULL: 4 x (u32 start, u32 end) offsets from the shim's ack, (0, 0) unused
+            local sk = dt:add(M.sack, tvb(o, MP_DATA))
+            for k = 0, 3 do
+                if tvb(o + 8 * k, 8):bytes():tohex() ~= string.rep("00", 8) then
+                    sk:add(M.sack_start, tvb(o + 8 * k, 4))
+                    sk:add(M.sack_end, tvb(o + 8 * k + 4, 4))
+                end
+            end
+            infos[#infos + 1] = "SACK"
+        end
         local ct = mt:add(M.ctrl, tvb(o + 32, 8))
         local cw = tvb(o + 32, 4)
         for k = 1, #CTRL_BITS do ct:add(CTRL_BITS[k], cw) end

@@ -3,7 +3,8 @@
 same bytes, raises the same events and counts the same drops.
 
 The per-micropacket work (shim and LCRC checks, sequence/ack/credit handling, VC
-round robin, stamping, the go-back-N ring of wire-ready datagrams) is in
+round robin, stamping, the ring of wire-ready datagrams in flight, the out-of-order buffer
+and the SACK scoreboard) is in
 daemons/_link.c; this module only adapts it (events are the Python classes of
 link.py, counters a Counter, ``status()``, a view of the credit ledger).
 Link (pure Python + numpy) stays as the test oracle.
@@ -124,7 +125,7 @@ class CLink(_link.Core):
         self.window = window
         self.rng = rng or random.Random()
         t = (timers.ack_delay, timers.rtx_timeout, timers.reset_interval, timers.keepalive,
-             timers.dead_interval, timers.rtx_limit, timers.rtx_timeout_max)
+             timers.dead_interval, timers.rtx_limit, timers.rtx_timeout_max, timers.rtx_timeout_min)
         super().__init__(cable_id, now, self.buffers, t, self.rng, window, max_mps)
         self.ledger = _LedgerView(self)
         self.counters = _Counters(self)  # live, like Link.counters (read-only)

@@ -1,5 +1,11 @@
-"""Sans-IO GSN link: bring-up/reset, wide go-back-N sequencing, per-VC credits,
-VC scheduling, keepalive and link-down detection.
+"""Sans-IO GSN link: bring-up/reset, wide sequencing with selective repeat, per-VC
+credits, VC scheduling, keepalive and link-down detection.
+
+Loss recovery: the receiver keeps datagrams that arrive ahead of the next expected
+sequence number (bounded by the window) and delivers them in sequence order once the
+hole before them is filled; it reports them in a SACK NULL.  The sender resends a
+datagram at once when SACK_DUPTHRESH datagrams sent after it were selectively
+acknowledged, and everything not yet acknowledged at all after an adaptive RTO.
 
 The link is fed datagrams (``receive``) and the time (``handle_timer``), and asked
 for datagrams to send (``datagrams``) and events (``events``).  It never reads a
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import random
+import struct
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -59,7 +66,8 @@ class Timers:
     ack_delay: float = C.ACK_DELAY_S
     rtx_timeout: float = C.RTX_TIMEOUT_S
     rtx_limit: int = C.RTX_LIMIT
-    rtx_timeout_max: float = C.RTX_TIMEOUT_MAX_S  # consecutive timeouts double rtx_timeout up to this
+    rtx_timeout_max: float = C.RTX_TIMEOUT_MAX_S  # consecutive timeouts double the RTO up to this
+    rtx_timeout_min: float = C.RTX_TIMEOUT_MIN_S  # floor of the adaptive RTO (rtx_timeout: the first one)
     reset_interval: float = C.RESET_INTERVAL_S
     keepalive: float = C.KEEPALIVE_S
     dead_interval: float = C.DEAD_INTERVAL_S
@@ -101,6 +109,30 @@ class _VcQueue:
         return dropped
 
 
+class _Sent:
+    """One datagram in flight: its micropackets as last sent and its recovery state."""
+
+    __slots__ = ("seq", "recs", "xmit", "sent", "sacked", "lost")
+
+    def __init__(self, seq: int, recs: np.ndarray, xmit: int, sent: float) -> None:
+        self.seq, self.recs, self.xmit, self.sent = seq, recs, xmit, sent
+        self.sacked = self.lost = False  # sent < 0: retransmitted, no round-trip sample (Karn)
+
+
+def sack_ranges(buffered: dict, expected: int) -> list[tuple[int, int]]:
+    """The lowest SACK_RANGES merged ranges of buffered datagrams, as offsets from ``expected``."""
+    out: list[list[int]] = []
+    for seq in sorted(buffered):
+        end = seq + len(buffered[seq])
+        if out and seq <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        elif len(out) == C.SACK_RANGES:
+            break
+        else:
+            out.append([seq, end])
+    return [(a - expected, b - expected) for a, b in out]
+
+
 class Link:
     def __init__(
         self,
@@ -137,9 +169,16 @@ class Link:
         self.next_seq = 0  # wide TSEQ of the next micropacket we sequence
         self.base = 0  # oldest unacknowledged
         self.expected = 0  # wide TSEQ we accept next
-        self.inflight: deque[tuple[int, np.ndarray]] = deque()
+        self.inflight: deque[_Sent] = deque()
+        self.xmit_count = 0  # numbers every (re)transmission, for SACK loss detection
         self.rtx_deadline: float | None = None
         self.rtx_count = 0
+        self.srtt = -1.0  # no sample yet
+        self.rttvar = 0.0
+        self.rto = self.timers.rtx_timeout
+        self.buffered: dict[int, np.ndarray] = {}  # out-of-order datagrams by wide seq
+        self.buffered_mps = 0
+        self.sack_due = False
         self.ack_due: float | None = None
         self.credit_due: float | None = None
         self.unacked_rx = 0
@@ -236,19 +275,63 @@ class Link:
     def _process_ack(self, ack: int, rseq_field: np.ndarray | None, now: float) -> bool:
         if ack == C.NO_ACK:
             ack = 0
-        if not self.base <= ack <= self.next_seq:
+        if ack > self.next_seq:
             self.counters["bad_ack"] += 1
             return False
         if rseq_field is not None and (rseq_field != _U64((ack - 1) & 0xFF)).any():
             self.counters["rseq_mismatch"] += 1
             return False
+        if ack < self.base:  # overtaken by a later ack: old news, the datagram is still good
+            self.counters["stale_ack"] += 1
+            return True
         if ack > self.base:
             self.base = ack
-            while self.inflight and self.inflight[0][0] + len(self.inflight[0][1]) <= ack:
-                self.inflight.popleft()
+            sample = -1.0
+            while self.inflight and self.inflight[0].seq + len(self.inflight[0].recs) <= ack:
+                sent = self.inflight.popleft().sent
+                if sent >= 0:
+                    sample = now - sent
+            if sample >= 0:
+                self._rtt_sample(sample)
             self.rtx_count = 0
-            self.rtx_deadline = now + self.timers.rtx_timeout if self.inflight else None
+            self.rtx_deadline = now + self.rto if self.inflight else None
         return True
+
+    def _rtt_sample(self, r: float) -> None:
+        """RFC 6298's estimator; the RTO clamped to [rtx_timeout_min, rtx_timeout_max]."""
+        if self.srtt < 0:
+            self.srtt = r
+            self.rttvar = r / 2
+        else:
+            self.rttvar = (1 - C.RTT_BETA) * self.rttvar + C.RTT_BETA * abs(self.srtt - r)
+            self.srtt = (1 - C.RTT_ALPHA) * self.srtt + C.RTT_ALPHA * r
+        self.rto = min(max(self.srtt + 4 * self.rttvar, self.timers.rtx_timeout_min), self.timers.rtx_timeout_max)
+
+    def _process_sack(self, ack: int, data: bytes) -> None:
+        """Mark the datagrams a SACK NULL covers, then look for losses."""
+        words = struct.unpack("!8I", data)
+        ranges = [(ack + a, ack + b) for a, b in zip(words[::2], words[1::2]) if a or b]
+        if not all(0 < lo - ack < hi - ack and hi <= self.next_seq for lo, hi in ranges):
+            self.counters["bad_sack"] += 1
+            return
+        if not ranges:
+            return
+        self.counters["rx_sack"] += 1
+        for e in self.inflight:
+            if not e.sacked:
+                end = e.seq + len(e.recs)
+                e.sacked = any(lo <= e.seq and end <= hi for lo, hi in ranges)
+        self._detect_losses()
+
+    def _detect_losses(self) -> None:
+        """A datagram is lost (resent by the next ``datagrams``) when SACK_DUPTHRESH
+        transmissions after it were selectively acked."""
+        top: list[int] = []  # the SACK_DUPTHRESH latest transmissions selectively acked so far
+        for e in reversed(self.inflight):
+            if e.sacked:
+                top = sorted(top + [e.xmit])[-C.SACK_DUPTHRESH:]
+            elif not e.lost and len(top) == C.SACK_DUPTHRESH and top[0] > e.xmit:
+                e.lost = True
 
     def _receive_sequenced(self, shim: Shim, recs: np.ndarray, now: float) -> None:
         if not self._nonces_ok(shim):
@@ -267,16 +350,55 @@ class Link:
             return
         self.last_heard = now
         if shim.seq > self.expected:
-            self.counters["out_of_order"] += 1
-            self._want_ack(now, soon=True)
+            self._buffer(shim.seq, recs, now)
             return
         start = self.expected - shim.seq
         if start >= n:
             self.counters["duplicate"] += 1
             self._want_ack(now, soon=True)
+            self.sack_due = bool(self.buffered)
             return
-        if start:
-            ctrl, types, recs = ctrl[start:], types[start:], recs[start:]
+        holes = bool(self.buffered)
+        self._accept(recs[start:], now)
+        while self.buffered:  # the hole is filled: what waited behind it, in sequence order
+            seq = min(self.buffered)
+            if seq > self.expected:
+                break
+            part = self.buffered.pop(seq)
+            self.buffered_mps -= len(part)
+            if self.expected - seq >= len(part):
+                self.counters["duplicate"] += 1
+                continue
+            self.counters["ooo_delivered_mps"] += seq + len(part) - self.expected
+            self._accept(part[self.expected - seq:], now)
+        if holes:  # a hole filled (or some of it): the sender learns it at once
+            self._want_ack(now, soon=True)
+        self.sack_due = bool(self.buffered)
+
+    def _buffer(self, seq: int, recs: np.ndarray, now: float) -> None:
+        """Keep a datagram that arrived ahead of a hole (its ack was taken already)."""
+        self._want_ack(now, soon=True)
+        self.sack_due = True
+        end = seq + len(recs)
+        limit = max(self.window, C.OOO_MAX_MPS)  # the sender's window may be larger than ours
+        if end - self.expected > limit:
+            self.counters["out_of_window"] += 1
+            return
+        if any(s <= seq and end <= s + len(r) for s, r in self.buffered.items()):
+            self.counters["duplicate"] += 1
+            return
+        self.counters["out_of_order"] += 1
+        old = len(self.buffered.get(seq, ()))  # a shorter one from the same seq (a re-cut datagram)
+        if self.buffered_mps - old + len(recs) > limit or (not old and len(self.buffered) >= C.OOO_MAX_DATAGRAMS):
+            self.counters["ooo_buffer_full"] += 1
+            return
+        self.buffered[seq] = recs.copy()
+        self.buffered_mps += len(recs) - old
+
+    def _accept(self, recs: np.ndarray, now: float) -> None:
+        """Take in-sequence micropackets: credits granted to us, then each VC's."""
+        ctrl = recs["ctrl"].astype(_U64)
+        types = field(ctrl, C.CTRL_TYPE_SHIFT, 4).astype(np.intp)
         self.expected += len(recs)
         self.unacked_rx += len(recs)
         self.counters["rx_mps"] += len(recs)
@@ -328,6 +450,7 @@ class Link:
             elif kind is MpType.NULL:
                 if self._nonces_ok(shim) and self._process_ack(shim.ack, None, now):
                     self.last_heard = now
+                    self._process_sack(0 if shim.ack == C.NO_ACK else shim.ack, mp.data)
             else:
                 self.counters["sequenced_in_control_batch"] += 1
 
@@ -353,7 +476,13 @@ class Link:
     # --- send ------------------------------------------------------------------
     def _control_datagram(self, kind: MpType, dst_nonce: int | None = None) -> bytes:
         rseq = (self.expected - 1) & 0xFF
-        mp = Micropacket(type=kind, rseq=rseq, tseq=(self.next_seq - 1) & 0xFF)
+        data = bytes(C.MP_DATA_BYTES)
+        if kind is MpType.NULL and self.buffered:
+            pairs = sack_ranges(self.buffered, self.expected)
+            words = [w for pair in pairs for w in pair] + [0] * (2 * (C.SACK_RANGES - len(pairs)))
+            data = struct.pack("!8I", *words)
+            self.counters["tx_sack"] += 1
+        mp = Micropacket(data=data, type=kind, rseq=rseq, tseq=(self.next_seq - 1) & 0xFF)
         shim = Shim(0, self.cable_id, self.my_nonce, self.peer_nonce if dst_nonce is None else dst_nonce,
                     self.next_seq, self.expected)
         return shim.encode() + mp.encode()
@@ -409,9 +538,10 @@ class Link:
         seq = self.next_seq
         self._stamp(recs, seq, grants)
         self.next_seq += len(recs)
-        self.inflight.append((seq, recs))
+        self.inflight.append(_Sent(seq, recs, self.xmit_count, now))
+        self.xmit_count += 1
         if self.rtx_deadline is None:
-            self.rtx_deadline = now + self.timers.rtx_timeout
+            self.rtx_deadline = now + self.rto
         self.counters["tx_mps"] += len(recs)
         return self._sequenced_datagram(seq, recs)
 
@@ -430,6 +560,7 @@ class Link:
             elif self.credit_due is None:
                 self.credit_due = now + self.timers.ack_delay
             credit_due = self.credit_due is not None and (ack_due or now >= self.credit_due)
+            out += self._resend(lambda e: e.lost, "fast_rtx_mps")  # holes the SACKs revealed
             while True:
                 dgram = self._build_batch(now, force_credit=credit_due and any(self.ledger.pending))
                 if dgram is None:
@@ -440,9 +571,11 @@ class Link:
                 self.credit_due = None
             if out:
                 self._acked_out()
-            elif ack_due or now >= self.last_sent + self.timers.keepalive:
+            if (self.sack_due and self.buffered) or (
+                    not out and (ack_due or now >= self.last_sent + self.timers.keepalive)):
                 out.append(self._control_datagram(MpType.NULL))
                 self._acked_out()
+            self.sack_due = False
         if out:
             self.last_sent = now
         return out
@@ -477,16 +610,31 @@ class Link:
             return []
         # back off: a peer that is late (not scheduled, behind on its input) is not
         # flooded with the whole window every rtx_timeout, nor reset in 180 ms
+        # The first timeout came after the adaptive RTO; more without progress mean a
+        # late or gone peer: they back off from rtx_timeout as before
         backoff = self.timers.rtx_timeout * (1 << min(self.rtx_count, 30))
-        self.rtx_deadline = now + max(self.timers.rtx_timeout, min(backoff, self.timers.rtx_timeout_max))
-        out = []
-        for seq, recs in self.inflight:
-            self._stamp_rseq(recs)
-            out.append(self._sequenced_datagram(seq, recs))
-            self.counters["rtx_mps"] += len(recs)
+        self.rtx_deadline = now + max(self.rto, min(backoff, self.timers.rtx_timeout_max))
+        # The first timeout resends the oldest datagram the peer lacks (a late ack, a
+        # loaded host, costs one datagram); more resend all it holds neither in
+        # sequence nor out of order
+        head = next((e for e in self.inflight if not e.sacked), None)
+        out = self._resend((lambda e: e is head) if self.rtx_count == 1 else (lambda e: not e.sacked),
+                           "timeout_rtx_mps")
         if out:
             self._acked_out()
             self.last_sent = now
+        return out
+
+    def _resend(self, which, counter: str) -> list[bytes]:
+        out = []
+        for e in self.inflight:
+            if which(e):
+                self._stamp_rseq(e.recs)
+                out.append(self._sequenced_datagram(e.seq, e.recs))
+                e.lost, e.sent, e.xmit = False, -1.0, self.xmit_count
+                self.xmit_count += 1
+                self.counters["rtx_mps"] += len(e.recs)
+                self.counters[counter] += len(e.recs)
         return out
 
     def _stamp_rseq(self, recs: np.ndarray) -> None:

@@ -15,6 +15,7 @@ def parse_link(source: str, data: dict) -> tuple[Timers, tuple[int, ...]]:
         rtx_timeout=ms("rtx_timeout_ms", C.RTX_TIMEOUT_S, 0.1, 60000),
         rtx_limit=sec.get("rtx_limit", int, C.RTX_LIMIT, check=in_range(1, 1000)),
         rtx_timeout_max=ms("rtx_timeout_max_ms", C.RTX_TIMEOUT_MAX_S, 0.1, 600000),
+        rtx_timeout_min=ms("rtx_timeout_min_ms", C.RTX_TIMEOUT_MIN_S, 0.1, 60000),
         reset_interval=ms("reset_interval_ms", C.RESET_INTERVAL_S, 1, 60000),
         keepalive=ms("keepalive_ms", C.KEEPALIVE_S, 1, 60000),
         dead_interval=ms("dead_interval_ms", C.DEAD_INTERVAL_S, 10, 600000),
@@ -23,6 +24,8 @@ def parse_link(source: str, data: dict) -> tuple[Timers, tuple[int, ...]]:
     if len(buffers) != C.NUM_VCS or not all(isinstance(b, int) and 1 <= b <= 1 << 20 for b in buffers):
         raise ConfigError(f"{source}: link.buffers: expected 4 integers 1..1048576 (micropackets per VC)")
     sec.finish()
+    if timers.rtx_timeout_min > timers.rtx_timeout_max:
+        raise ConfigError(f"{source}: link.rtx_timeout_min_ms: must not exceed rtx_timeout_max_ms")
     if timers.dead_interval <= timers.keepalive:
         raise ConfigError(f"{source}: link.dead_interval_ms: must exceed keepalive_ms")
     return timers, tuple(buffers)

@@ -17,7 +17,9 @@ offset size field
 
 The micropackets follow, 40 bytes each.  A sequenced batch holds only
 HEADER/DATA/ADMIN/CREDIT micropackets with consecutive sequence numbers; an
-unsequenced one holds only NULL/RESET/RESET_ACK/INIT/INIT_ACK.
+unsequenced one holds only NULL/RESET/RESET_ACK/INIT/INIT_ACK.  A NULL's data bytes
+(zeros otherwise) may carry the receiver's SACK ranges, offsets from ``ack``
+(daemons/link/link.py, README "Loss recovery on the cable"); the shim is unchanged.
 """
 
 from __future__ import annotations

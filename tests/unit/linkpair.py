@@ -18,10 +18,11 @@ each_impl = pytest.mark.parametrize("impl", LINK_IMPLS, ids=[i.__name__ for i in
 
 class Pair:
     def __init__(self, seed=0, drop=0.0, dup=0.0, reorder=0.0, timers=Timers(), buffers=None, max_mps=None,
-                 impl=Link, tap=None):
+                 impl=Link, tap=None, lose=None):
         self.rng = random.Random(seed)
         self.impl = impl
         self.tap = tap  # tap(i, datagram) sees every datagram link i sends, before the wire loses it
+        self.lose = lose  # lose(i, datagram) -> True: the wire loses this one
         kw = {"timers": timers} | ({"buffers": buffers} if buffers else {}) | ({"max_mps": max_mps} if max_mps else {})
         self.links = [impl(9, 0.0, rng=random.Random(seed + 1), **kw), impl(9, 0.0, rng=random.Random(seed + 2), **kw)]
         self.reasm = [Reassembler(), Reassembler()]
@@ -39,7 +40,7 @@ class Pair:
             for d in out:
                 if self.tap:
                     self.tap(i, d)
-                if self.cut or self.rng.random() < self.drop:
+                if self.cut or self.rng.random() < self.drop or (self.lose and self.lose(i, d)):
                     continue
                 copies = 2 if self.rng.random() < self.dup else 1
                 for _ in range(copies):

@@ -217,8 +217,9 @@ def test_flipped_byte_is_lcrc_bad(decoded, tmp_path):
 
 
 def test_retransmissions_reassembled_once(tmp_path):
-    """A lossy cable: go-back-N resends are shown as duplicates and each Message is
-    reassembled exactly once, as the receiving link delivered it."""
+    """A lossy cable: resends are shown as duplicates and each Message is reassembled
+    exactly once, as the receiving link delivered it; the receiver's SACK NULLs show
+    their ranges."""
     packets, got = link_capture(max_mps=32, drop=0.1, seed=11, seconds=2.0)
     js = tshark_json(write_pcap(tmp_path / "lossy.pcap", packets))
     ms = msgs(js)
@@ -226,6 +227,9 @@ def test_retransmissions_reassembled_once(tmp_path):
     assert [m["gsn.msg.ethertype"] for m in ms] == [f"{int(g.ethertype):#06x}" for g in got]
     assert all(m["gsn.msg.ecrc_ok"] == "1" for m in ms)
     assert "duplicate (retransmission)" in values(js, "gsn.mp.status")
+    starts, ends = values(js, "gsn.mp.sack.start"), values(js, "gsn.mp.sack.end")
+    assert starts and len(starts) == len(ends)
+    assert all(0 < int(a) < int(b) for a, b in zip(starts, ends))
 
 
 def test_emulated_san_datagram(tmp_path):

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULES = ("_fastpath", "_link", "_switchfwd")
 TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/fuzz/test_fuzz_fastpath.py",
          "tests/unit/test_link.py", "tests/unit/test_packet_of_death.py", "tests/unit/test_clink_differential.py",
+         "tests/unit/test_link_recovery.py",
          "tests/fuzz/test_fuzz_link.py", "tests/unit/test_reasm_differential.py", "tests/unit/test_dataplane.py",
          "tests/fuzz/test_fuzz_dataplane.py", "tests/unit/test_switchfwd_differential.py",
          "tests/fuzz/test_fuzz_switchfwd.py", "tests/sim/test_switch_sim.py",
