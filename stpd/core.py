@@ -11,18 +11,19 @@ memoryview (or bytes) that follows the header in one GSN Message.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import random
 import struct
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from daemons.wire.errors import DecodeError
+from daemons.wire.errors import DecodeError, RemoteProtocolError
 
 from . import constants as K
 from .constants import NO_ID, Flag, Function, Op, Reason
+from .drops import Drop
 from .membuf import BufferGone, FileBuffer
+from .states import TRANSFER_MACHINE, VC_MACHINE, State, VcEvent, XEvent, XState
 from .wire import Header, decode, decode_options, encode_options, error_code_option, reason_of
 
 
@@ -59,14 +60,6 @@ def _view(buf):
     descriptor, see stpd.membuf) as it is.  Every access to a FileBuffer may raise
     BufferGone, which fails that one transfer or op."""
     return buf if isinstance(buf, FileBuffer) else memoryview(buf).cast("B")
-
-
-class State(enum.Enum):
-    RC_SENT = "rc_sent"
-    CONNECTED = "connected"
-    RD_SENT = "rd_sent"
-    DA_SENT = "da_sent"
-    CLOSED = "closed"
 
 
 # --- events for the driver ----------------------------------------------------------------
@@ -160,7 +153,7 @@ class Transfer:
     deadline: float = 0.0
     send_state: bool = True
     sending: bool = True
-    ended: bool = False
+    state: XState = XState.OPEN
     cts_req: int = 1
 
 
@@ -280,7 +273,7 @@ class StCore:
         self.counters[f"tx_{h.op.name}"] += 1
 
     def _ask_slots(self, vc: Vc) -> None:
-        if vc.rs_out is None and vc.state is State.CONNECTED:
+        if vc.rs_out is None and VC_MACHINE.allows(vc.state, VcEvent.USE):
             vc.rs_out = self.now
             self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
 
@@ -320,17 +313,26 @@ class StCore:
     def close(self, vid: int, now: float) -> None:
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
-            if vc is not None and vc.state is State.RC_SENT:
-                self._free(vc, "closed before connected")
+        if vc is None:
             return
+        was, vc.state = vc.state, VC_MACHINE.next(vc.state, VcEvent.CLOSE)
+        if vc.state is State.CLOSED:
+            self._free(vc, "closed before connected")
+            return
+        if vc.state is was:
+            return  # already closing
         self._abort_all(vc, "connection closing")
-        vc.state, vc.tries, vc.deadline = State.RD_SENT, 1, now + self.t.teardown
+        vc.tries, vc.deadline = 1, now + self.t.teardown
         self._emit(vc, self._hdr(vc, Op.RD, offset=vc.local_key))
 
+    def _move(self, vc: Vc, event: VcEvent) -> State:
+        """Move ``vc`` along VC_MACHINE (raises on an undefined pair)."""
+        vc.state = VC_MACHINE.next(vc.state, event)
+        return vc.state
+
     def _free(self, vc: Vc, reason: str) -> None:
+        """Forget a VC that VC_MACHINE moved to CLOSED."""
         self._abort_all(vc, reason)
-        vc.state = State.CLOSED
         self.vcs.pop(vc.vid, None)
         self.by_port.pop(vc.local_port, None)
         if vc.rc_key:
@@ -366,18 +368,18 @@ class StCore:
             return
         vc = self.by_port.get(h.d_port)
         if vc is None:
-            self.counters["rx_drop_unknown_port"] += 1
+            self.counters[Drop.UNKNOWN_PORT] += 1
             return
         if h.op is Op.CA:
             self._on_ca(vc, src, h, rest)
             return
         if src != vc.peer or h.s_port != vc.peer_port or h.d_key != vc.local_key:
-            self.counters["rx_drop_bad_tuple"] += 1  # wrong peer, port or key
+            self.counters[Drop.BAD_TUPLE] += 1  # wrong peer, port or key
             return
         if h.op not in K.NO_SLOT_OPS and not (h.op is Op.DATA and h.flags & Flag.SILENT) and \
                 vc.our_slots_left != K.SLOTS_OFF:
             if vc.our_slots_left <= 0:
-                self.counters["rx_drop_slot_overrun"] += 1
+                self.counters[Drop.SLOT_OVERRUN] += 1
                 return
             vc.our_slots_left -= 1
             vc.freed += 1  # processed at once: the slot is free again
@@ -385,7 +387,11 @@ class StCore:
         if handler is None:
             self.counters[f"rx_ignored_{h.op.name}"] += 1
             return
-        handler(vc, h, rest)
+        try:
+            handler(vc, h, rest)
+        except RemoteProtocolError:
+            self.counters[Drop.OUT_OF_STATE] += 1  # RD, DA or DC the VC's state does not allow
+            return
         if h.flags & Flag.SEND_STATE and h.op not in (Op.DATA, Op.RS, Op.RSR):
             self._rsr(vc, h, 2)
 
@@ -418,29 +424,36 @@ class StCore:
         self.counters["tx_CA"] += 1
 
     def _on_ca(self, vc: Vc, src: bytes, h: Header, rest: bytes) -> None:
-        if vc.state is not State.RC_SENT or src != vc.peer or h.d_key != vc.local_key:
-            self.counters["rx_drop_stray_CA"] += 1
+        if src != vc.peer or h.d_key != vc.local_key:
+            self.counters[Drop.STRAY_CA] += 1
             return
-        if h.flags & Flag.REJECT:
+        try:
+            self._move(vc, VcEvent.CA_REJECT if h.flags & Flag.REJECT else VcEvent.CA)
+        except RemoteProtocolError:
+            self.counters[Drop.STRAY_CA] += 1
+            return
+        if vc.state is State.CLOSED:
             reason = reason_of(decode_options(rest)) if rest else None
             self._free(vc, f"refused ({Reason(reason).name if reason in Reason._value2member_map_ else reason})")
             return
         vc.peer_port, vc.peer_key = h.s_port, h.offset
         vc.peer_slots, vc.peer_bufsize, vc.peer_max_stu = h.param, h.bufx, h.sync
-        vc.state = State.CONNECTED
         vc.our_slots_left = self.p.slots
         self._events.append(Connected(vc.vid))
 
     def _on_rd(self, vc: Vc, h: Header, rest: bytes) -> None:
+        self._move(vc, VcEvent.RD)
         self._abort_all(vc, "peer closed the connection")
-        vc.state, vc.tries, vc.deadline = State.DA_SENT, 1, self.now + self.t.teardown
+        vc.tries, vc.deadline = 1, self.now + self.t.teardown
         self._emit(vc, self._hdr(vc, Op.DA, offset=vc.local_key), slot=False)
 
     def _on_da(self, vc: Vc, h: Header, rest: bytes) -> None:
+        self._move(vc, VcEvent.DA)
         self._emit(vc, self._hdr(vc, Op.DC, offset=vc.local_key), slot=False)
         self._free(vc, "closed")
 
     def _on_dc(self, vc: Vc, h: Header, rest: bytes) -> None:
+        self._move(vc, VcEvent.DC)
         self._free(vc, "closed")
 
     def _on_nop(self, vc: Vc, h: Header, rest: bytes) -> None:
@@ -492,7 +505,7 @@ class StCore:
     def status(self, vid: int, now: float) -> bool:
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return False
         self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
         return True
@@ -502,7 +515,7 @@ class StCore:
         """Write ``buf`` to the peer (which must post a receive); returns the transfer id."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED or len(vc.tx) >= K.MAX_TRANSFERS:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or len(vc.tx) >= K.MAX_TRANSFERS:
             return None
         mv = _view(buf)
         x = Transfer(self._id(), vc, mv, len(mv), deadline=now + self.t.tx)
@@ -516,7 +529,7 @@ class StCore:
         """Offer a receive buffer for the next (or a paused) incoming write."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return False
         vc.posted.append(_view(buf))
         if vc.paused:
@@ -592,15 +605,15 @@ class StCore:
 
     def _on_cts(self, vc: Vc, h: Header, rest: bytes) -> None:
         x = vc.tx.get(h.d_id)
-        if x is None or x.ended:
-            self.counters["rx_drop_CTS_unknown_id"] += 1
+        if x is None:
+            self.counters[Drop.CTS_UNKNOWN_ID] += 1
             return
         x.peer_id, x.blocksize = h.s_id, h.param
         x.deadline = self.now + self.t.tx
         start = h.b_num << h.param
         end = min(x.t_len, start + (1 << h.param))
         if start >= x.t_len and x.t_len:
-            self.counters["rx_drop_CTS_beyond_t_len"] += 1
+            self.counters[Drop.CTS_BEYOND_T_LEN] += 1
             return
         dc = self.p.data_vc
         stu = min(1 << min(vc.peer_max_stu, vc.peer_bufsize, self.p.max_stu), K.VC_MAX_ST_PAYLOAD[dc])
@@ -639,13 +652,13 @@ class StCore:
             self._on_get_data(vc, h, rest)
             return
         x = vc.rx.get(h.d_id)
-        if x is None or x.ended:
-            self.counters["rx_drop_DATA_unknown_id"] += 1
+        if x is None:
+            self.counters[Drop.DATA_UNKNOWN_ID] += 1
             return
         pos = (h.bufx << self.p.bufsize) + h.offset
         b0, b1 = h.b_num << x.blocksize, (h.b_num + 1) << x.blocksize
         if not (b0 <= pos and pos + len(rest) <= min(b1, x.t_len)):
-            self.counters["rx_drop_DATA_out_of_block"] += 1
+            self.counters[Drop.DATA_OUT_OF_BLOCK] += 1
             return
         try:
             x.buf[pos : pos + len(rest)] = rest
@@ -668,13 +681,14 @@ class StCore:
         if x.done_bytes >= x.t_len:
             self._finish(x, True)
 
-    def _finish(self, x: Transfer, ok: bool, reason: str = "") -> None:
+    def _finish(self, x: Transfer, ok: bool, reason: str = "", *, by_peer: bool = False) -> None:
         vc = x.vc
         tab = vc.tx if x.sending else vc.rx
         if tab.pop(x.xid, None) is None:
             return
-        if not ok and not x.ended and vc.state is State.CONNECTED:
-            x.ended = True
+        x.state = TRANSFER_MACHINE.next(
+            x.state, XEvent.COMPLETE if ok else XEvent.PEER_END if by_peer else XEvent.FAIL)
+        if x.state is XState.FAILED and VC_MACHINE.allows(vc.state, VcEvent.USE):
             d_id, s_id = (x.peer_id, x.xid)
             vc.ends[(d_id, s_id)] = (self.now + self.t.end, 1)
             self._emit(vc, self._hdr(vc, Op.END, d_id=d_id, s_id=s_id))
@@ -691,8 +705,7 @@ class StCore:
         if h.flags & Flag.REJECT:
             x = vc.tx.get(h.d_id) or vc.rx.get(h.d_id)
             if x is not None:
-                x.ended = True
-                self._finish(x, False, why)
+                self._finish(x, False, why, by_peer=True)
             elif h.d_id in vc.ops:
                 kind = vc.ops.pop(h.d_id)[0]
                 if kind == "rmr":
@@ -709,7 +722,7 @@ class StCore:
         """Ask the peer to send ``t_len`` bytes into ``buf``; returns the transfer id."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED or t_len > len(buf):
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or t_len > len(buf):
             return None
         x = Transfer(self._id(), vc, _view(buf), t_len, sending=False, deadline=now + self.t.rx)
         vc.rx[x.xid] = x
@@ -732,7 +745,7 @@ class StCore:
     def request_region(self, vid: int, size: int, now: float) -> int | None:
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return None
         gid = self._id()
         vc.ops[gid] = ("rmr", now + self.t.tx, None, 1)
@@ -750,7 +763,7 @@ class StCore:
 
     def _on_mra(self, vc: Vc, h: Header, rest: bytes) -> None:
         if vc.ops.pop(h.d_id, None) is None:
-            self.counters["rx_drop_MRA_unknown"] += 1
+            self.counters[Drop.MRA_UNKNOWN] += 1
             return
         vc.remote_regions[h.s_id] = (h.mx, h.bufx, h.offset, h.t_len)
         self._events.append(RegionReady(vc.vid, h.d_id, h.s_id, h.t_len, True))
@@ -765,7 +778,7 @@ class StCore:
         """One DATA into the peer's region; with ``ack`` an RSR confirms it (OpDone)."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED or self._region_pos(vc, rid, offset, len(data)) is None:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or self._region_pos(vc, rid, offset, len(data)) is None:
             return None
         gid = self._id()
         if ack:
@@ -780,7 +793,7 @@ class StCore:
         reg = vc.regions[h.d_id]
         off = (h.bufx << 32) | h.offset
         if off + len(rest) > len(reg.buf):
-            self.counters["rx_drop_PUT_out_of_bounds"] += 1
+            self.counters[Drop.PUT_OUT_OF_BOUNDS] += 1
             return
         try:
             reg.buf[off : off + len(rest)] = rest
@@ -799,7 +812,7 @@ class StCore:
         vc = self.vcs.get(vid)
         if function != Function.GET:
             length = 8
-        if vc is None or vc.state is not State.CONNECTED or not 0 < length < 65536 or \
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or not 0 < length < 65536 or \
                 self._region_pos(vc, rid, offset, length) is None:
             return None
         gid = self._id()
@@ -868,7 +881,7 @@ class StCore:
         word = reg.word(off)
         lock = self.locks.get(word)
         if lock is None or lock.vc is not vc or lock.gid != h.s_id:
-            self.counters["rx_FOC_stale"] += 1
+            self.counters[Drop.FOC_STALE] += 1
             return
         try:
             (value,) = struct.unpack(">Q", reg.buf[off : off + 8])
@@ -920,8 +933,7 @@ class StCore:
     def _on_end(self, vc: Vc, h: Header, rest: bytes) -> None:
         x = vc.rx.get(h.d_id) or vc.tx.get(h.d_id)
         if x is not None:
-            x.ended = True
-            self._finish(x, False, "ended by peer")
+            self._finish(x, False, "ended by peer", by_peer=True)
         vc.regions.pop(h.d_id, None)
         self._emit(vc, self._hdr(vc, Op.END_ACK, d_id=h.s_id, s_id=h.d_id))
 
@@ -966,12 +978,14 @@ class StCore:
         if vc.state is not State.CONNECTED and now >= vc.deadline:
             if vc.state is State.RC_SENT:
                 if vc.tries >= self.t.rc_tries:
+                    self._move(vc, VcEvent.GIVE_UP)
                     self._free(vc, "connect timed out")
                     return
                 vc.tries += 1
                 vc.deadline = now + self.t.rc_retry
                 self._send_rc(vc)
             elif vc.tries >= self.t.teardown_tries:
+                self._move(vc, VcEvent.GIVE_UP)
                 self._free(vc, "teardown timed out")
                 return
             else:
