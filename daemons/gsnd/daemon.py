@@ -20,7 +20,7 @@ from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import sd_notify
 from ..io.tap import Tap
 from ..wire.admin import parse_ula_list
-from ..wire.ether import IP_ETHERTYPES, frame_to_message, message_to_frame
+from ..wire.ether import IP_ETHERTYPES, FrameDrop, frame_to_message, message_to_frame
 from ..wire.message import max_payload
 from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
@@ -153,8 +153,8 @@ class Gsnd:
             await tap.wait_readable()
             for frame in tap.drain():
                 out = frame_to_message(frame, mtu)
-                if isinstance(out, str):
-                    counters[f"tx_drop_{out}"] += 1
+                if isinstance(out, FrameDrop):
+                    counters[out.counter] += 1
                 elif out[1] == ETHERTYPE_ARP and self.cfg.arp == "off":
                     counters["tx_drop_arp_off"] += 1
                 elif ep.send(VC_IP, *out):

@@ -61,6 +61,7 @@ bring the new link up on a stale nonce, which the dead interval resets again.
 
 from __future__ import annotations
 
+import enum
 import hmac
 import ipaddress
 import struct
@@ -101,6 +102,18 @@ def tag(key: bytes, signed) -> bytes:
     return hmac.digest(key, signed, _DIGEST)[:AUTH_TAG_BYTES]
 
 
+class AuthDrop(enum.StrEnum):
+    """Why a sealed datagram is refused (counted as rx_auth_<reason>)."""
+
+    UNAUTHENTICATED = "unauthenticated"
+    TRUNCATED = "truncated"
+    REFLECTED = "reflected"
+    BAD_MAC = "bad_mac"
+    OLD_SESSION = "old_session"
+    TOO_OLD = "too_old"
+    REPLAYED = "replayed"
+
+
 class ReplayWindow:
     """Which (session, counter) pairs of one sender have been accepted.
 
@@ -117,13 +130,13 @@ class ReplayWindow:
         self.top = 0
         self.bits = 0
 
-    def check(self, session: int, counter: int) -> str | None:
+    def check(self, session: int, counter: int) -> AuthDrop | None:
         """Record (session, counter) and return None, or return why it is refused."""
         if self.session is None or session > self.session:
             self.session, self.top, self.bits = session, counter, 1
             return None
         if session < self.session:
-            return "old_session"
+            return AuthDrop.OLD_SESSION
         ahead = counter - self.top
         if ahead > 0:
             self.bits = ((self.bits << ahead) | 1) & self._mask if ahead < self.size else 1
@@ -131,10 +144,10 @@ class ReplayWindow:
             return None
         behind = -ahead
         if behind >= self.size:
-            return "too_old"
+            return AuthDrop.TOO_OLD
         bit = 1 << behind
         if self.bits & bit:
-            return "replayed"
+            return AuthDrop.REPLAYED
         self.bits |= bit
         return None
 
@@ -171,13 +184,13 @@ class CableAuth:
         """The link's datagram inside ``datagram``, or None (the reason counted)."""
         n = len(datagram)
         if n % MP_BYTES == SHIM_BYTES % MP_BYTES:
-            return self._drop("unauthenticated")
+            return self._drop(AuthDrop.UNAUTHENTICATED)
         if n < _MIN_SEALED or (n - AUTH_TRAILER_BYTES - SHIM_BYTES) % MP_BYTES:
-            return self._drop("truncated")
+            return self._drop(AuthDrop.TRUNCATED)
         view = memoryview(datagram)
         signed, got = view[:-AUTH_TAG_BYTES], view[-AUTH_TAG_BYTES:]
         if not hmac.compare_digest(tag(self.rx_key, signed), got):
-            return self._drop("reflected" if hmac.compare_digest(tag(self.tx_key, signed), got) else "bad_mac")
+            return self._drop(AuthDrop.REFLECTED if hmac.compare_digest(tag(self.tx_key, signed), got) else AuthDrop.BAD_MAC)
         session, counter = _IDS.unpack_from(view, n - AUTH_TRAILER_BYTES)
         why = self.window.check(session, counter)
         if why is not None:
@@ -185,6 +198,6 @@ class CableAuth:
         self.counters["rx_auth_ok"] += 1
         return bytes(view[:-AUTH_TRAILER_BYTES])
 
-    def _drop(self, reason: str) -> None:
+    def _drop(self, reason: AuthDrop) -> None:
         self.counters[f"rx_auth_{reason}"] += 1
         return None
