@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import statistics
 import sys
 import time
@@ -68,7 +67,7 @@ def _throughput(fab: Fabric, a: int, b: int, vc: int, size: int, seconds: float 
         try:
             while True:
                 got += rx.sock.recv_into(buf) - 10
-        except socket.timeout:
+        except TimeoutError:
             pass
         dt = time.perf_counter() - t0
     return got * 8 / dt / 1e9, got
@@ -186,7 +185,7 @@ def main() -> int:
             for src, dst, extra in ((1, "192.0.2.2", ()), (2, "192.0.2.3", ()), (3, "2001:db8::1", ()),
                                     (1, "192.0.2.3", ("-M", "do", "-s", "65252"))):
                 r = fab.ns_exec(src, "ping", "-c", "5", "-i", "0.2", "-W", "2", *extra, dst, check=False)
-                tail = [l for l in r.stdout.splitlines() if "rtt" in l or "received" in l]
+                tail = [line for line in r.stdout.splitlines() if "rtt" in line or "received" in line]
                 what = f"{' '.join(extra)} " if extra else ""
                 print(f"  ping {what}host{src} -> {dst}: " + ("; ".join(tail) if tail else r.stderr.strip()))
             if shutil.which("iperf3"):

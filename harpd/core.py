@@ -13,10 +13,11 @@ import heapq
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER, ULA_NONE
-from daemons.wire.errors import DecodeError, RemoteProtocolError
+from daemons.wire.errors import DecodeError, LocalProtocolError, RemoteProtocolError
 
 from . import constants as K
 from .constants import Op
@@ -42,9 +43,9 @@ class Timers:
     resolve_attempts: int = K.RESOLVE_ATTEMPTS
     negative_cache: float = K.NEGATIVE_CACHE
 
-    def scaled(self, factor: float) -> "Timers":
+    def scaled(self, factor: float) -> Timers:
         """All durations multiplied by ``factor`` (for short test runs)."""
-        return Timers(**{k: (v * factor if isinstance(v, float) else v) for k, v in self.__dict__.items()})
+        return Timers(**{k: (v * factor if isinstance(v, float) else v) for k, v in self.__dict__.items()})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class _Server:
     real_ula: bytes | None = None  # the port that answers for it
     next_register: float = 0.0
     awaiting_since: float | None = None
-    unanswered: list = field(default_factory=list)  # times of unanswered HARP_REQUESTs
+    unanswered: list[float] = field(default_factory=list)  # times of unanswered HARP_REQUESTs
 
 
 @dataclass
@@ -177,6 +178,13 @@ class Lis:
             self.schedule("srv", ip, e.validated + self.t.server_lifetime)
 
     @property
+    def addr(self) -> Address:
+        """This host's address in the LIS (only sent from while the LIS is up)."""
+        if self.ip is None:
+            raise LocalProtocolError("harp lis", self.phase.name, "SEND_WITHOUT_ADDRESS")
+        return self.ip
+
+    @property
     def is_server(self) -> bool:
         return self.cfg.role == "server" or bool(self.serving)
 
@@ -201,15 +209,22 @@ class HarpCore:
         self.ula: bytes | None = None
         self.counters: Counter[str] = Counter()
         self._out: list[tuple[bytes, bytes]] = []
-        self._events: list = []
+        self._events: list[Any] = []
         self.now = now
 
     # --- plumbing -----------------------------------------------------------------
+    @property
+    def port_ula(self) -> bytes:
+        """The port's ULA (only sent from while the port is up)."""
+        if self.ula is None:
+            raise LocalProtocolError("harp port", "DOWN", "SEND_WITHOUT_ULA")
+        return self.ula
+
     def outgoing(self) -> list[tuple[bytes, bytes]]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
+    def events(self) -> list[Any]:
         ev, self._events = self._events, []
         return ev
 
@@ -288,7 +303,7 @@ class HarpCore:
             return
         if lis.probes < lis.t.probe_count:
             lis.probes += 1
-            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, ULA_BROADCAST))
+            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.addr, lis.zero, self.port_ula, ULA_BROADCAST))
             lis.next_probe = now + lis.t.probe_interval
         else:
             self.counters["probe_not_echoed"] += 1
@@ -306,7 +321,7 @@ class HarpCore:
                     self.counters["server_silent_dropped"] += 1
                     self._server_down(lis, s, now)
             if now >= s.next_register:
-                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, s.address))
+                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.addr, lis.zero, self.port_ula, s.address))
                 s.awaiting_since = now
                 s.next_register = now + (lis.t.reregister if s.responsive else lis.t.registration_retry)
 
@@ -343,7 +358,7 @@ class HarpCore:
             return
         p.attempts += 1
         p.next_try = now + lis.t.resolve_retry
-        self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+        self._send(auth[0], Harp(Op.HARP_REQUEST, lis.addr, ip, self.port_ula, ULA_NONE))
 
     def _negative(self, lis: Lis, ip: Address, now: float) -> None:
         lis.negative[ip] = now + lis.t.negative_cache
@@ -376,6 +391,7 @@ class HarpCore:
             if due > now:
                 lis.schedule_cache(ip)  # the entry moved on
                 continue
+            assert e is not None  # a due time comes from an entry
             self._cache_entry_due(lis, ip, e, now)
             lis.schedule_cache(ip)
 
@@ -389,11 +405,11 @@ class HarpCore:
         else:
             e.reval, e.asked_at = REVAL_MACHINE.next(e.reval, RevalEvent.DUE), now
             if e.reval is Reval.ASK_HOST:  # server silent: ask the host itself
-                self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, e.ula))
+                self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.addr, lis.zero, self.port_ula, e.ula))
                 return
             auth = lis.authority()
             if auth is not None:
-                self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+                self._send(auth[0], Harp(Op.HARP_REQUEST, lis.addr, ip, self.port_ula, ULA_NONE))
 
     def _forget(self, lis: Lis, ip: Address, reason: Removal) -> None:
         del lis.cache[ip]
@@ -480,7 +496,7 @@ class HarpCore:
             self._answer_request(lis, msg)
         elif msg.op is Op.INHARP_REQUEST:
             if msg.tula == self.ula:
-                self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.INHARP_REPLY))
+                self._send(msg.rula, msg.reply(lis.addr, self.port_ula, Op.INHARP_REPLY))
             if lis.phase is Phase.OPER_BCAST:  # with a server, only the server validates entries
                 self._refresh_known(lis, msg.rpa, msg.rula, now)
         elif msg.op is Op.INHARP_REPLY:
@@ -511,7 +527,7 @@ class HarpCore:
     # client: answer requests that target us
     def _answer_request(self, lis: Lis, msg: Harp) -> None:
         if msg.tpa == lis.ip:
-            self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.HARP_REPLY))
+            self._send(msg.rula, msg.reply(lis.addr, self.port_ula, Op.HARP_REPLY))
 
     def _inharp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
         if msg.tula != self.ula or msg.tpa != lis.ip:
@@ -620,12 +636,12 @@ class HarpCore:
             return
         if msg.op is Op.INHARP_REQUEST:
             self.counters["server_registrations"] += 1
-            answer_ula = msg.tula if msg.tula in lis.serving else self.ula
-            self._send(msg.rula, msg.reply(lis.ip, answer_ula, Op.INHARP_REPLY))
+            answer_ula = msg.tula if msg.tula in lis.serving else self.port_ula
+            self._send(msg.rula, msg.reply(lis.addr, answer_ula, Op.INHARP_REPLY))
             return
         target = msg.tpa
         if target == lis.ip:
-            self._send(msg.rula, msg.reply(target, self.ula, Op.HARP_REPLY))
+            self._send(msg.rula, msg.reply(target, self.port_ula, Op.HARP_REPLY))
             self.counters["server_replies"] += 1
         elif (e := lis.server_table.get(target)) is not None:
             self._send(msg.rula, msg.reply(target, e.ula, Op.HARP_REPLY))
@@ -654,7 +670,7 @@ class HarpCore:
         return False
 
     # --- status -------------------------------------------------------------------------------
-    def table(self, now: float) -> list[dict]:
+    def table(self, now: float) -> list[dict[str, Any]]:
         from daemons.wire.ula import format_ula
 
         rows = []
@@ -670,7 +686,7 @@ class HarpCore:
                                  "age": None if e.static else round(now - e.validated, 1)})
         return rows
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[dict[str, Any]]:
         from daemons.wire.ula import format_ula
 
         return [{"lis": str(lis.net), "ip": str(lis.ip) if lis.ip else None, "phase": lis.phase.value,

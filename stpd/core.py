@@ -16,7 +16,9 @@ import random
 import struct
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from daemons.wire.buffers import Bytes
 from daemons.wire.errors import DecodeError, RemoteProtocolError
 
 from . import constants as K
@@ -25,6 +27,12 @@ from .drops import Drop
 from .membuf import BufferGone, FileBuffer
 from .states import TRANSFER_MACHINE, VC_MACHINE, State, VcEvent, XEvent, XState
 from .wire import Header, decode, decode_options, encode_options, error_code_option, reason_of
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+View: TypeAlias = "memoryview | FileBuffer"  # what a transfer or region reads and writes
+Out: TypeAlias = "tuple[bytes, int, bytes, Buffer]"  # (peer ULA, VC, header, payload) to send
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ class Timers:
 SLOT_RS_EVERY = 1.0  # [PC] slot wait: RS type 1 each second
 
 
-def _view(buf):
+def _view(buf: Buffer | FileBuffer) -> View:
     """A plain buffer as a byte memoryview; a FileBuffer (read and written through its
     descriptor, see stpd.membuf) as it is.  Every access to a FileBuffer may raise
     BufferGone, which fails that one transfer or op."""
@@ -140,15 +148,15 @@ class StatusReply:
 @dataclass(eq=False)
 class Transfer:
     xid: int  # our id
-    vc: "Vc"
-    buf: memoryview
+    vc: Vc
+    buf: View
     t_len: int
     peer_id: int = NO_ID
     blocksize: int = 0
     granted: int = 0  # CTSs sent (receiver) / blocks done
     outstanding: int = 0  # CTSs not yet filled (receiver)
     done_bytes: int = 0
-    block_bytes: dict = field(default_factory=dict)
+    block_bytes: dict[int, int] = field(default_factory=dict)
     highest_block: int = -1
     deadline: float = 0.0
     send_state: bool = True
@@ -160,7 +168,7 @@ class Transfer:
 @dataclass(eq=False)
 class Region:
     rid: int
-    buf: memoryview
+    buf: View
 
     def word(self, off: int) -> tuple[int, int]:
         """The identity of an 8-byte word.  Regions start at their buffer object's
@@ -170,7 +178,7 @@ class Region:
 
 @dataclass(eq=False)
 class Lock:
-    vc: "Vc"
+    vc: Vc
     region: Region
     off: int
     gid: int
@@ -198,19 +206,20 @@ class Vc:
     sync: int = 0
     tries: int = 0
     deadline: float = 0.0
-    held: deque = field(default_factory=deque)  # ops waiting for a peer slot
+    held: deque[tuple[Header, Buffer, int]] = field(default_factory=deque)  # ops waiting for a peer slot
     rs_out: float | None = None  # when our outstanding RS (type 1) was sent
-    tx: dict = field(default_factory=dict)  # our id -> Transfer (we send)
-    rx: dict = field(default_factory=dict)  # our id -> Transfer (we receive)
-    posted: deque = field(default_factory=deque)  # receive buffers waiting for an RTS
-    paused: deque = field(default_factory=deque)  # RTS headers waiting for a receive
-    regions: dict = field(default_factory=dict)  # rid -> Region (ours, exposed to the peer)
-    exposed: deque = field(default_factory=deque)  # buffers offered for the next RMR
-    remote_regions: dict = field(default_factory=dict)  # rid -> (mx, bufx, offset, size)
-    ops: dict = field(default_factory=dict)  # gid -> (kind, deadline, header, tries) awaiting answer
-    done_gids: dict = field(default_factory=dict)  # gid -> FOC header, for duplicate DATA
-    ends: dict = field(default_factory=dict)  # (d_id, s_id) -> (deadline, tries)
-    rc_key: tuple = ()
+    tx: dict[int, Transfer] = field(default_factory=dict)  # our id -> Transfer (we send)
+    rx: dict[int, Transfer] = field(default_factory=dict)  # our id -> Transfer (we receive)
+    posted: deque[View] = field(default_factory=deque)  # receive buffers waiting for an RTS
+    paused: deque[Header] = field(default_factory=deque)  # RTS headers waiting for a receive
+    regions: dict[int, Region] = field(default_factory=dict)  # rid -> Region (ours, exposed to the peer)
+    exposed: deque[View] = field(default_factory=deque)  # buffers offered for the next RMR
+    remote_regions: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # rid -> (mx, bufx, offset, size)
+    # gid -> (kind, deadline, header, tries) awaiting answer
+    ops: dict[int, tuple[str, float, Header | None, int]] = field(default_factory=dict)
+    done_gids: dict[int, Header] = field(default_factory=dict)  # gid -> FOC header, for duplicate DATA
+    ends: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)  # (d_id, s_id) -> (deadline, tries)
+    rc_key: tuple[bytes, int, int] | tuple[()] = ()
 
 
 class StCore:
@@ -223,21 +232,21 @@ class StCore:
         self.vcs: dict[int, Vc] = {}
         self.by_port: dict[int, Vc] = {}
         self.listeners: set[int] = set()
-        self.rc_seen: dict[tuple, Vc] = {}  # (peer, I_Port, I_Key) -> VC, duplicate RC
+        self.rc_seen: dict[tuple[bytes, int, int], Vc] = {}  # (peer, I_Port, I_Key) -> VC, duplicate RC
         self.counters: Counter[str] = Counter()
-        self._out: list = []
-        self._events: list = []
+        self._out: list[Out] = []
+        self._events: list[Any] = []
         self._ids = itertools.count(1)
         self.locks: dict[tuple[int, int], Lock] = {}  # FETCHOP word -> the op holding it
-        self.lock_waiting: dict[tuple[int, int], deque] = {}  # word -> (vc, region, header) queued
+        self.lock_waiting: dict[tuple[int, int], deque[tuple[Vc, Region, Header]]] = {}  # word -> (vc, region, header) queued
         self._next_port = 1
 
     # --- plumbing ------------------------------------------------------------------------------
-    def outgoing(self) -> list:
+    def outgoing(self) -> list[Out]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
+    def events(self) -> list[Any]:
         ev, self._events = self._events, []
         return ev
 
@@ -256,7 +265,7 @@ class StCore:
     def _key(self) -> int:
         return self.rng.getrandbits(32) or 1
 
-    def _emit(self, vc: Vc, h: Header, payload=b"", *, dc: int = 0, slot: bool = True) -> None:
+    def _emit(self, vc: Vc, h: Header, payload: Buffer = b"", *, dc: int = 0, slot: bool = True) -> None:
         """Send an op on VC ``vc``; ops that take a peer slot wait while none is left."""
         if slot and vc.peer_slots != K.SLOTS_OFF and h.op not in K.NO_SLOT_OPS and not h.flags & Flag.SILENT:
             if vc.peer_slots <= 0:
@@ -277,7 +286,7 @@ class StCore:
             vc.rs_out = self.now
             self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
 
-    def _hdr(self, vc: Vc, op: Op, **kw) -> Header:
+    def _hdr(self, vc: Vc, op: Op, **kw: Any) -> Header:
         return Header(op, kw.pop("flags", Flag.INTERRUPT), d_port=vc.peer_port, s_port=vc.local_port,
                       d_key=vc.peer_key, **kw)
 
@@ -355,7 +364,7 @@ class StCore:
         vc.ends.clear()
 
     # --- receive ------------------------------------------------------------------------------------
-    def receive(self, src: bytes, packet, now: float) -> None:
+    def receive(self, src: bytes, packet: Bytes, now: float) -> None:
         self.now = now
         try:
             h, rest = decode(packet)
@@ -434,7 +443,8 @@ class StCore:
             return
         if vc.state is State.CLOSED:
             reason = reason_of(decode_options(rest)) if rest else None
-            self._free(vc, f"refused ({Reason(reason).name if reason in Reason._value2member_map_ else reason})")
+            name = Reason(reason).name if reason is not None and reason in Reason._value2member_map_ else reason
+            self._free(vc, f"refused ({name})")
             return
         vc.peer_port, vc.peer_key = h.s_port, h.offset
         vc.peer_slots, vc.peer_bufsize, vc.peer_max_stu = h.param, h.bufx, h.sync
@@ -511,7 +521,7 @@ class StCore:
         return True
 
     # --- single-use writes: RTS -> CTS* -> DATA* -------------------------------------------------------
-    def send(self, vid: int, buf, now: float, *, reply_to: int = NO_ID, dc: int | None = None) -> int | None:
+    def send(self, vid: int, buf: Buffer | FileBuffer, now: float, *, reply_to: int = NO_ID, dc: int | None = None) -> int | None:
         """Write ``buf`` to the peer (which must post a receive); returns the transfer id."""
         self.now = now
         vc = self.vcs.get(vid)
@@ -525,7 +535,7 @@ class StCore:
         self._emit(vc, Header(**{**rts.__dict__, "dc": dc if dc is not None else self.p.data_vc}))
         return x.xid
 
-    def post_receive(self, vid: int, buf, now: float) -> bool:
+    def post_receive(self, vid: int, buf: Buffer | FileBuffer, now: float) -> bool:
         """Offer a receive buffer for the next (or a paused) incoming write."""
         self.now = now
         vc = self.vcs.get(vid)
@@ -536,7 +546,7 @@ class StCore:
             self._accept_rts(vc, vc.paused.popleft())
         return True
 
-    def unpost(self, vid: int, buf) -> bool:
+    def unpost(self, vid: int, buf: object) -> bool:
         """Withdraw a receive buffer that no RTS has taken yet (its owner went away)."""
         vc = self.vcs.get(vid)
         if vc is None:
@@ -701,7 +711,7 @@ class StCore:
 
     def _on_ra(self, vc: Vc, h: Header, rest: bytes) -> None:
         reason = reason_of(decode_options(rest)) if rest else None
-        why = Reason(reason).name.lower() if reason in Reason._value2member_map_ else "refused"
+        why = Reason(reason).name.lower() if reason is not None and reason in Reason._value2member_map_ else "refused"
         if h.flags & Flag.REJECT:
             x = vc.tx.get(h.d_id) or vc.rx.get(h.d_id)
             if x is not None:
@@ -718,13 +728,14 @@ class StCore:
                 x.deadline = self.now + self.t.tx  # paused: the peer is waiting for a buffer
 
     # --- reads: RTR -> RTS ... ---------------------------------------------------------------------------
-    def read(self, vid: int, buf, t_len: int, now: float) -> int | None:
+    def read(self, vid: int, buf: Buffer | FileBuffer, t_len: int, now: float) -> int | None:
         """Ask the peer to send ``t_len`` bytes into ``buf``; returns the transfer id."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or t_len > len(buf):
+        view = _view(buf)
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or t_len > len(view):
             return None
-        x = Transfer(self._id(), vc, _view(buf), t_len, sending=False, deadline=now + self.t.rx)
+        x = Transfer(self._id(), vc, view, t_len, sending=False, deadline=now + self.t.rx)
         vc.rx[x.xid] = x
         self._emit(vc, self._hdr(vc, Op.RTR, s_id=x.xid).with_t_len(t_len))
         return x.xid
@@ -734,7 +745,7 @@ class StCore:
         self._events.append(ReadRequested(vc.vid, h.s_id, h.t_len))
 
     # --- persistent memory ---------------------------------------------------------------------------------
-    def expose(self, vid: int, buf) -> bool:
+    def expose(self, vid: int, buf: Buffer | FileBuffer) -> bool:
         """Offer ``buf`` as the region for the peer's next RMR."""
         vc = self.vcs.get(vid)
         if vc is None:
@@ -774,10 +785,11 @@ class StCore:
             return None
         return offset
 
-    def put(self, vid: int, rid: int, offset: int, data, now: float, *, ack: bool = True) -> int | None:
+    def put(self, vid: int, rid: int, offset: int, data: Buffer, now: float, *, ack: bool = True) -> int | None:
         """One DATA into the peer's region; with ``ack`` an RSR confirms it (OpDone)."""
         self.now = now
         vc = self.vcs.get(vid)
+        data = memoryview(data).cast("B")
         if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or self._region_pos(vc, rid, offset, len(data)) is None:
             return None
         gid = self._id()
@@ -886,7 +898,7 @@ class StCore:
         try:
             (value,) = struct.unpack(">Q", reg.buf[off : off + 8])
             value = {Function.INCREMENT: value + 1, Function.DECREMENT: value - 1,
-                     Function.CLEAR: 0}[lock.function] % (1 << 64)
+                     Function.CLEAR: 0}[Function(lock.function)] % (1 << 64)
             reg.buf[off : off + 8] = struct.pack(">Q", value)
         except BufferGone:
             self.counters["rx_FOC_region_gone"] += 1  # the word stays as it was
@@ -1002,7 +1014,7 @@ class StCore:
             if now >= x.deadline:
                 self.counters["transfer_timeout"] += 1
                 self._finish(x, False, "timed out (peer silent)")
-        for gid, (kind, deadline, req, tries) in list(vc.ops.items()):
+        for gid, (kind, deadline, _req, _tries) in list(vc.ops.items()):
             if now >= deadline:
                 vc.ops.pop(gid)
                 self.counters[f"{kind}_timeout"] += 1
@@ -1019,7 +1031,7 @@ class StCore:
                     self._emit(vc, self._hdr(vc, Op.END, d_id=key[0], s_id=key[1]))
 
     # --- status ---------------------------------------------------------------------------------------------
-    def status_table(self) -> list[dict]:
+    def status_table(self) -> list[dict[str, Any]]:
         from daemons.wire.ula import format_ula
 
         return [{"vc": vc.vid, "peer": format_ula(vc.peer), "state": vc.state.value, "uport": vc.uport,

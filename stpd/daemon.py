@@ -16,6 +16,7 @@ from itertools import chain
 import structlog
 import trio
 
+from daemons.runtime.oserrors import NO_FDS_ERRNOS
 from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
@@ -33,11 +34,6 @@ from .membuf import BufferGone, FdHandle, FileBuffer
 
 log = structlog.get_logger("stpd")
 FUNCTIONS = {"inc": Function.INCREMENT, "dec": Function.DECREMENT, "clear": Function.CLEAR}
-PROGRESS_EVERY = 0.25
-INLINE_MAX = K.INLINE_MAX
-REPLY_TIMEOUT = 10.0  # a client that does not read its answer for this long is dropped
-ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-UNBOUNDED_OPS = frozenset({"accept", "connect", "send", "recv", "read", "serve"})  # may wait for the peer for long
 
 
 @dataclass
@@ -69,7 +65,7 @@ class ApiClient:
     vcs: set = field(default_factory=set)  # connections it made or accepted (and those waiting to be)
 
     @classmethod
-    def of(cls, conn: socket.socket) -> "ApiClient":
+    def of(cls, conn: socket.socket) -> ApiClient:
         try:
             pid, uid, _gid = peer_cred(conn)
         except OSError:
@@ -218,7 +214,7 @@ class Stpd:
         try:
             with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
                 while not ev.is_set():
-                    with trio.move_on_after(PROGRESS_EVERY):
+                    with trio.move_on_after(K.API_PROGRESS_EVERY):
                         await ev.wait()
                     if progress is not None and not ev.is_set():
                         progress()
@@ -277,7 +273,7 @@ class Stpd:
                     except OSError as exc:
                         name = errno.errorcode.get(exc.errno, "error").lower()
                         self.api_counters[f"accept_failed_{name}"] += 1
-                        if exc.errno in ACCEPT_ERRNOS:  # out of descriptors/memory: back off, never exit
+                        if exc.errno in NO_FDS_ERRNOS:  # out of descriptors/memory: back off, never exit
                             await trio.sleep(K.API_ACCEPT_BACKOFF)
                         continue
                     if self.api_clients >= self.cfg.api_max_clients:
@@ -336,7 +332,7 @@ class Stpd:
             pass
         except OSError:
             return False
-        with trio.move_on_after(REPLY_TIMEOUT):  # a client slow to read its answers
+        with trio.move_on_after(K.API_REPLY_TIMEOUT):  # a client slow to read its answers
             while True:
                 await trio.lowlevel.wait_writable(conn)
                 try:
@@ -377,7 +373,7 @@ class Stpd:
                     raise api.RequestError(f"request larger than {api.MAX_MSG} bytes or {api.MAX_FDS} descriptors")
                 msg = api.decode(data)
                 op = msg["op"]
-                if op in UNBOUNDED_OPS:
+                if op in K.API_UNBOUNDED_OPS:
                     reply = await self._guarded(msg, fds, client)
                 else:  # bounded by a core or API timeout: no hang-up watch needed
                     reply = await self._api(msg, fds, client)
@@ -477,7 +473,6 @@ class Stpd:
 
     async def _api(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
         op = msg["op"]
-        conn = client.conn
         now = trio.current_time()
         core = self.core
         if fds and op not in ("send", "recv", "read", "serve", "expose"):
@@ -681,8 +676,8 @@ class Stpd:
         handle = None
         if fds:
             handle = self._take(fds)
-        elif size > INLINE_MAX:
-            raise ApiError(f"inline {msg['op']} is at most {INLINE_MAX} bytes; pass a file descriptor")
+        elif size > K.INLINE_MAX:
+            raise ApiError(f"inline {msg['op']} is at most {K.INLINE_MAX} bytes; pass a file descriptor")
         try:
             if handle is not None:
                 os.ftruncate(handle.fd, size)

@@ -28,12 +28,10 @@ from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
 from .dataplane import DataPlane, usable
 from .delivery import is_notice, notice_in, settle
-from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, SWITCH_TABLE_MAX, AdminCmd
+from ..constants import ADMIN_MAX_HOPS, ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, HIGH_WATER_MPS, SWITCH_TABLE_MAX, AdminCmd
 from ..wire.admin import ARGS_BYTES
 
 log = structlog.get_logger("gsnd")
-HIGH_WATER_MPS = 8192
-ADMIN_MAX_HOPS = 255  # HOP_COUNT / INIT_HOPS are one byte each (spec §4.3)
 
 # The control socket's requests (gsnctl; pktwayd and the pktway CLI ask "ulas").
 CONTROL_SCHEMA = Schema({
@@ -254,7 +252,8 @@ class Gsnd:
                 return {"ok": False, "error": f"admin: a route of {len(route)} ports needs at least "
                                               f"{len(route) + 1} hops (one per switch the request passes)"}
             resps = await self._admin(command, bytes.fromhex(args), hops=hops, route=route)
-            return {"ok": True, "responses": [{"command": AdminCmd(r.command).name if r.command in AdminCmd._value2member_map_ else r.command,
+            names = AdminCmd._value2member_map_
+            return {"ok": True, "responses": [{"command": AdminCmd(r.command).name if r.command in names else r.command,
                                                "status": r.status, "args": r.args.hex()} for r in resps]}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
@@ -329,8 +328,9 @@ class Gsnd:
                                         counters=self.control_counters))
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
-            log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap, local=f"{self.cfg.local[0]}:{self.cfg.local[1]}",
-                     peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}", ulp=self.cfg.ulp_path)
+            log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap,
+                     local=f"{self.cfg.local[0]}:{self.cfg.local[1]}", peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}",
+                     ulp=self.cfg.ulp_path)
             sd_notify("READY=1")
             self._notify_status()
             task_status.started()

@@ -14,17 +14,17 @@ gsnd, the link's credits) while a client's socket is full.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import socket
 import struct
 import termios
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 
+from ..runtime.oserrors import NO_FDS_ERRNOS, errno_name
 from ..constants import (
     ETHERTYPE_OUI_EXTENDED,
     ULP_ACCEPT_BACKOFF_S,
@@ -46,7 +46,6 @@ BURST = 64  # frames taken from one client before flushing and yielding
 _FRAME_MAX = HEADER.size + ULP_MAX_PAYLOAD
 _CREDS = socket.CMSG_SPACE(12)  # struct ucred: every record carries one, EOF none
 _REFUSE_DRAIN = 16  # frames read and discarded from a refused client
-_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class _Client:
@@ -107,10 +106,10 @@ class UlpServer:
                     except BlockingIOError:
                         continue
                     except OSError as exc:
-                        if exc.errno in _NO_FDS:
+                        if exc.errno in NO_FDS_ERRNOS:
                             await self._refuse_without_fds(lsock)
                         else:
-                            self.counters[f"accept_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                            self.counters[f"accept_error_{errno_name(exc)}"] += 1
                         continue
                     if len(self.clients) >= ULP_MAX_CLIENTS:
                         self.counters["refused_client_cap"] += 1

@@ -69,6 +69,8 @@ from collections import Counter
 
 from ..constants import AUTH_KEY_BYTES, AUTH_REPLAY_WINDOW, AUTH_TAG_BYTES, AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES
 
+from .buffers import Bytes
+
 _IDS = struct.Struct("!QQ")
 _DIGEST = "sha256"
 _MIN_SEALED = SHIM_BYTES + MP_BYTES + AUTH_TRAILER_BYTES
@@ -97,7 +99,7 @@ def direction(local: tuple[str, int], peer: tuple[str, int]) -> int:
     return int(mine.packed > theirs.packed)
 
 
-def tag(key: bytes, signed) -> bytes:
+def tag(key: bytes, signed: Bytes) -> bytes:
     """The 16-byte tag over ``signed`` (the sealed datagram without its tag)."""
     return hmac.digest(key, signed, _DIGEST)[:AUTH_TAG_BYTES]
 
@@ -160,7 +162,7 @@ class CableAuth:
     in ``counters`` as ``rx_auth_<reason>``, accepted datagrams as ``rx_auth_ok``.
     """
 
-    def __init__(self, key: bytes, direction: int, session: int, counters: Counter | None = None,
+    def __init__(self, key: bytes, direction: int, session: int, counters: Counter[str] | None = None,
                  window: int = AUTH_REPLAY_WINDOW) -> None:
         if len(key) != AUTH_KEY_BYTES:
             raise ValueError(f"a cable key is {AUTH_KEY_BYTES} bytes, not {len(key)}")
@@ -174,13 +176,13 @@ class CableAuth:
         self.window = ReplayWindow(window)
         self.counters: Counter[str] = Counter() if counters is None else counters
 
-    def seal(self, body) -> bytes:
+    def seal(self, body: Bytes) -> bytes:
         """``body || session || counter || tag``; every call uses the next counter."""
         signed = bytes(body) + _IDS.pack(self.session, self.counter)
         self.counter += 1
         return signed + tag(self.tx_key, signed)
 
-    def open(self, datagram) -> bytes | None:
+    def open(self, datagram: Bytes) -> bytes | None:
         """The link's datagram inside ``datagram``, or None (the reason counted)."""
         n = len(datagram)
         if n % MP_BYTES == SHIM_BYTES % MP_BYTES:
@@ -198,6 +200,7 @@ class CableAuth:
         self.counters["rx_auth_ok"] += 1
         return bytes(view[:-AUTH_TRAILER_BYTES])
 
-    def _drop(self, reason: AuthDrop) -> None:
+    def _drop(self, reason: AuthDrop) -> bytes | None:
+        """Count ``reason``; None, for ``open`` to return."""
         self.counters[f"rx_auth_{reason}"] += 1
         return None

@@ -13,11 +13,10 @@ from __future__ import annotations
 import enum
 import struct
 
-from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULA_BROADCAST, ULA_NONE
+from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IP_MTU, ULA_BROADCAST, ULA_NONE
 
 IP_ETHERTYPES = frozenset({ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ARP})
 ETH_HEADER = 14
-MTU = 65280  # RFC 2835 §4.3
 
 
 class FrameDrop(enum.StrEnum):
@@ -33,7 +32,7 @@ class FrameDrop(enum.StrEnum):
         return f"tx_drop_{self.value}"
 
 
-def frame_to_message(frame: bytes, mtu: int = MTU) -> tuple[bytes, int, bytes] | FrameDrop:
+def frame_to_message(frame: bytes, mtu: int = IP_MTU) -> tuple[bytes, int, bytes] | FrameDrop:
     """(D_ULA, EtherType, payload) for a TAP frame, or the reason it is dropped."""
     if len(frame) < ETH_HEADER:
         return FrameDrop.RUNT

@@ -22,7 +22,7 @@ def pytest_runtest_makereport(item, call):
     if report.failed and call.when in ("setup", "call"):
         from daemons.netns import LIVE
 
-        for k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
+        for _k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
             try:
                 text = fab.diagnostics()
             except Exception as exc:  # never hide the test's own failure

@@ -1,7 +1,6 @@
 """gsn-switch + 3 gsnd as real processes in separate network namespaces."""
 
 import signal
-import socket
 
 import pytest
 
@@ -26,7 +25,7 @@ def exchange(fab, src, dst, payloads, vc=1):
         while len(got) < len(payloads):
             try:
                 f = rx.recv(timeout=5)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if f.op is Op.RECV:
                 got.append((f.vc, f.payload))

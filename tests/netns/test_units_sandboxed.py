@@ -66,7 +66,7 @@ class NotifyListener:
         while not self.stop.is_set():
             try:
                 data, anc, _, _ = self.sock.recvmsg(4096, creds_size)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             for level, kind, payload in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:

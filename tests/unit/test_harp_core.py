@@ -194,7 +194,7 @@ def test_negative_cache_entries_are_dropped_when_they_expire():
     core.outgoing()
     for k in range(1000):
         core.resolve(A(f"192.0.2.{k % 250 + 3}"), 1.0)
-        for d, raw in core.outgoing():
+        for _d, raw in core.outgoing():
             core.receive(SRV, nak(raw), 1.0)
     assert len(lis.negative) == 250 and not lis.pending
     core.resolve(A("192.0.2.3"), 2.0)

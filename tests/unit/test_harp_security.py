@@ -331,5 +331,5 @@ def test_fuzz_nothing_from_a_non_server_changes_a_client(msgs, outstanding, reva
         core.receive(src, raw, t)
         assert snapshot(core) == before
         assert not [e for e in core.events() if isinstance(e, (Resolved, Gone, Unresolved))]
-        for d, out in core.outgoing():  # it may answer a request for its own address, to the sender
+        for d, _out in core.outgoing():  # it may answer a request for its own address, to the sender
             assert d == src

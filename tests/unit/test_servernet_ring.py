@@ -54,7 +54,7 @@ def test_message_goes_into_a_slot_then_the_doorbell():
 
 def test_busy_slots_and_a_full_ring():
     got, log = [], []
-    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    (ea, la), (eb, _lb) = ring_node(A, B, []), ring_node(B, A, got)
     for i in range(RING_SLOTS):
         assert la.send(route(B), bytes([i]) * 8, 0.0)
     assert not la.send(route(B), b"x" * 8, 0.0) and la.counters["tx_drop_ring_full"] == 1

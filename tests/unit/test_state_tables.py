@@ -80,7 +80,7 @@ def _pair():
     b.listen(7)
     vid = a.connect(B, 7, 0.0)
     for _ in range(4):
-        for dst, core, src in ((B, b, A), (A, a, B)):
+        for _dst, core, src in ((B, b, A), (A, a, B)):
             for _peer, _dc, hdr, payload in (a if core is b else b).outgoing():
                 core.receive(src, hdr + bytes(payload), 0.0)
     (bvc,) = b.vcs.values()
