@@ -4,7 +4,6 @@ resolution (static table, then harpd)."""
 from __future__ import annotations
 
 import base64
-import errno
 import os
 import socket
 from collections import Counter, defaultdict, deque
@@ -16,7 +15,7 @@ from itertools import chain
 import structlog
 import trio
 
-from daemons.runtime.oserrors import NO_FDS_ERRNOS
+from daemons.runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
 from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
@@ -265,15 +264,10 @@ class Stpd:
         try:
             async with trio.open_nursery() as nursery:
                 while True:
-                    await trio.lowlevel.wait_readable(lsock)
-                    try:
-                        conn, _ = lsock.accept()
-                    except BlockingIOError:
-                        continue
-                    except OSError as exc:
-                        name = errno.errorcode.get(exc.errno, "error").lower()
-                        self.api_counters[f"accept_failed_{name}"] += 1
-                        if exc.errno in NO_FDS_ERRNOS:  # out of descriptors/memory: back off, never exit
+                    conn = await accept_ready(lsock)
+                    if isinstance(conn, OSError):
+                        self.api_counters[f"accept_failed_{errno_name(conn).lower()}"] += 1
+                        if conn.errno in NO_FDS_ERRNOS:  # out of descriptors/memory: back off, never exit
                             await trio.sleep(K.API_ACCEPT_BACKOFF)
                         continue
                     if self.api_clients >= self.cfg.api_max_clients:

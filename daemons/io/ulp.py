@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import trio
 
-from ..runtime.oserrors import NO_FDS_ERRNOS, errno_name
+from ..runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
 from ..constants import (
     ETHERTYPE_OUI_EXTENDED,
     ULP_ACCEPT_BACKOFF_S,
@@ -100,16 +100,12 @@ class UlpServer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._timeouts)
                 while True:
-                    await trio.lowlevel.wait_readable(lsock)
-                    try:
-                        conn, _ = lsock.accept()
-                    except BlockingIOError:
-                        continue
-                    except OSError as exc:
-                        if exc.errno in NO_FDS_ERRNOS:
+                    conn = await accept_ready(lsock)
+                    if isinstance(conn, OSError):
+                        if conn.errno in NO_FDS_ERRNOS:
                             await self._refuse_without_fds(lsock)
                         else:
-                            self.counters[f"accept_error_{errno_name(exc)}"] += 1
+                            self.counters[f"accept_error_{errno_name(conn)}"] += 1
                         continue
                     if len(self.clients) >= ULP_MAX_CLIENTS:
                         self.counters["refused_client_cap"] += 1
