@@ -8,6 +8,7 @@ import os
 import socket
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import partial
 from ipaddress import IPv4Address
 from itertools import chain
@@ -100,7 +101,7 @@ class Stpd:
         self.pending: dict[tuple, trio.Event] = {}  # keys somebody waits for
         self.results: dict[tuple, object] = {}
         self.accepted: dict[int, deque] = defaultdict(deque)
-        self.owner: dict[int, ApiClient] = {}  # vc -> the client it belongs to
+        self.owner: dict[int, ApiClient | None] = {}  # vc -> the client it belongs to (None: orphaned)
         self.port_owner: dict[int, ApiClient] = {}  # listened ULP port -> the client listening
         self.accept_wake: dict[int, trio.Event] = {}
         self.read_requests: dict[int, deque] = {}  # vc -> the peer's RTRs waiting for a `serve`
@@ -426,7 +427,7 @@ class Stpd:
             raise ApiError("client went away")
         return result["reply"]
 
-    def _progress(self, conn: socket.socket, xid: int, count) -> callable:
+    def _progress(self, conn: socket.socket, xid: int, count: Callable[[], int]) -> Callable[[], None]:
         def progress() -> None:
             try:
                 api.send_msg(conn, {"progress": count(), "xid": xid})
@@ -606,7 +607,7 @@ class Stpd:
                 self.core.end(vid, x.xid, trio.current_time())
         self.runner.step()
 
-    def _source(self, msg: dict, fds: list[int]) -> tuple[object, FdHandle | None]:
+    def _source(self, msg: dict, fds: list[int]) -> tuple[bytes | memoryview | FileBuffer, FdHandle | None]:
         """What a send/serve sends: the passed file's first ``length`` bytes, or inline data."""
         if fds and "data" in msg:
             raise ApiError(f"{msg['op']}: a file descriptor or inline data, not both")
@@ -639,7 +640,7 @@ class Stpd:
                 req = self.read_requests[vid].popleft()
                 reply_to, asked = req.rid, req.t_len
                 n = min(asked, len(buf))
-                buf = FileBuffer(handle, n) if handle is not None else memoryview(buf)[:n]
+                buf = FileBuffer(handle, n) if handle is not None else memoryview(buf)[:n]  # type: ignore[arg-type]
             xid = self.core.send(vid, buf, trio.current_time(), dc=msg.get("dc"), reply_to=reply_to)
             if xid is None:
                 raise ApiError("cannot send now (connection not open or too many transfers)")
@@ -673,6 +674,7 @@ class Stpd:
         elif size > K.INLINE_MAX:
             raise ApiError(f"inline {msg['op']} is at most {K.INLINE_MAX} bytes; pass a file descriptor")
         try:
+            buf: FileBuffer | bytearray
             if handle is not None:
                 os.ftruncate(handle.fd, size)
                 buf = FileBuffer(handle, size)
