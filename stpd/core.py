@@ -11,6 +11,7 @@ memoryview (or bytes) that follows the header in one GSN Message.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import random
 import struct
@@ -188,6 +189,19 @@ class Lock:
     value: bytes
 
 
+class OpKind(enum.StrEnum):
+    """An op awaiting the peer's answer (its timeout is counted as <kind>_timeout)."""
+
+    RMR = "rmr"
+    PUT = "put"
+    GET = "get"
+    FETCHOP = "fetchop"
+
+    @property
+    def timeout_counter(self) -> str:
+        return f"{self.value}_timeout"
+
+
 @dataclass(eq=False)
 class Vc:
     vid: int
@@ -216,7 +230,7 @@ class Vc:
     exposed: deque[View] = field(default_factory=deque)  # buffers offered for the next RMR
     remote_regions: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # rid -> (mx, bufx, offset, size)
     # gid -> (kind, deadline, header, tries) awaiting answer
-    ops: dict[int, tuple[str, float, Header | None, int]] = field(default_factory=dict)
+    ops: dict[int, tuple[OpKind, float, Header | None, int]] = field(default_factory=dict)
     done_gids: dict[int, Header] = field(default_factory=dict)  # gid -> FOC header, for duplicate DATA
     ends: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)  # (d_id, s_id) -> (deadline, tries)
     rc_key: tuple[bytes, int, int] | tuple[()] = ()
@@ -506,7 +520,7 @@ class StCore:
             if complete and x.done_bytes >= x.t_len:
                 self._finish(x, True)
         op = vc.ops.get(h.d_id)
-        if op is not None and op[0] == "put":
+        if op is not None and op[0] is OpKind.PUT:
             vc.ops.pop(h.d_id)
             self._events.append(OpDone(vc.vid, h.d_id, True))
         if h.d_id == NO_ID or x is None:
@@ -718,7 +732,7 @@ class StCore:
                 self._finish(x, False, why, by_peer=True)
             elif h.d_id in vc.ops:
                 kind = vc.ops.pop(h.d_id)[0]
-                if kind == "rmr":
+                if kind is OpKind.RMR:
                     self._events.append(RegionReady(vc.vid, h.d_id, 0, 0, False, why))
                 else:
                     self._events.append(OpDone(vc.vid, h.d_id, False, reason=why))
@@ -759,7 +773,7 @@ class StCore:
         if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return None
         gid = self._id()
-        vc.ops[gid] = ("rmr", now + self.t.tx, None, 1)
+        vc.ops[gid] = (OpKind.RMR, now + self.t.tx, None, 1)
         self._emit(vc, self._hdr(vc, Op.RMR, s_id=gid).with_t_len(size))
         return gid
 
@@ -794,7 +808,7 @@ class StCore:
             return None
         gid = self._id()
         if ack:
-            vc.ops[gid] = ("put", now + self.t.tx, None, 1)
+            vc.ops[gid] = (OpKind.PUT, now + self.t.tx, None, 1)
         flags = Flag.INTERRUPT | Flag.LAST | (Flag.SEND_STATE if ack else 0)
         d = self._hdr(vc, Op.DATA, flags=flags, bufx=offset >> 32, offset=offset & 0xFFFFFFFF, sync=vc.sync,
                       d_id=rid, s_id=gid)
@@ -830,7 +844,7 @@ class StCore:
         gid = self._id()
         h = self._hdr(vc, Op.GET, function=function, param=length, bufx=offset >> 32, offset=offset & 0xFFFFFFFF,
                       d_id=rid, s_id=gid)
-        vc.ops[gid] = ("fetchop" if function else "get", now + self.t.tx, h, 1)
+        vc.ops[gid] = (OpKind.FETCHOP if function else OpKind.GET, now + self.t.tx, h, 1)
         self._emit(vc, h)
         return gid
 
@@ -914,7 +928,7 @@ class StCore:
             self._emit(vc, vc.done_gids[gid])
             return
         kind, _deadline, req, _tries = vc.ops.pop(gid)
-        if kind == "fetchop":
+        if kind is OpKind.FETCHOP:
             foc = Header(**{**req.__dict__, "function": Function.COMPLETE})
             vc.done_gids[gid] = foc
             if len(vc.done_gids) > 1024:
@@ -1017,8 +1031,8 @@ class StCore:
         for gid, (kind, deadline, _req, _tries) in list(vc.ops.items()):
             if now >= deadline:
                 vc.ops.pop(gid)
-                self.counters[f"{kind}_timeout"] += 1
-                if kind == "rmr":
+                self.counters[kind.timeout_counter] += 1
+                if kind is OpKind.RMR:
                     self._events.append(RegionReady(vc.vid, gid, 0, 0, False, "timed out"))
                 else:
                     self._events.append(OpDone(vc.vid, gid, False, reason="timed out"))
