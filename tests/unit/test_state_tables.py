@@ -111,3 +111,30 @@ def test_close_twice_is_a_no_op_and_the_teardown_completes():
             a.receive(B, hdr + bytes(payload), 1.0)
         out = a.outgoing()
     assert not a.vcs and not b.vcs and avc.state is bvc.state is State.CLOSED
+
+
+def test_a_registration_answer_the_phase_does_not_allow_is_counted_not_obeyed():
+    """HARP: a server's registration answer arriving after the LIS left the phases that
+    register (here: it was switched to broadcast meanwhile) is RemoteProtocolError in
+    PHASE_MACHINE: counted rx_dropped_out_of_state; the server is not marked responsive."""
+    from ipaddress import IPv4Address, IPv4Network
+
+    from daemons.constants import ULA_HARP_SERVER
+    from harpd.constants import Op as HOp
+    from harpd.core import HarpCore, LisConfig
+    from harpd.drops import Drop as HDrop
+    from harpd.wire import decode as hdecode
+
+    c1, srv = bytes.fromhex("020000000002"), bytes.fromhex("020000000001")
+    core = HarpCore([LisConfig(IPv4Network("192.0.2.0/24"), role="client")], 0.0)
+    core.set_port(c1, [IPv4Address("192.0.2.2")], 0.0)
+    t, reg = 0.0, []
+    while not reg:
+        core.handle_timer(t)
+        reg = [hdecode(p) for d, p in core.outgoing() if d == ULA_HARP_SERVER]
+        t += 1.0
+    lis = core.lis[0]
+    lis.phase = Phase.OPER_BCAST  # the fabric turned out to broadcast while the registration was out
+    core.receive(srv, reg[0].reply(IPv4Address("192.0.2.1"), ULA_HARP_SERVER, HOp.INHARP_REPLY).encode(), t)
+    assert core.counters[HDrop.OUT_OF_STATE] == 1 and core.counters["rx_dropped_out_of_state"] == 1
+    assert lis.phase is Phase.OPER_BCAST and not lis.servers[0].responsive
