@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from daemons.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402
+from lab.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402
 
 
 class Pair:

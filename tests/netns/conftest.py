@@ -20,7 +20,7 @@ def pytest_runtest_makereport(item, call):
     (the temporary directory holding them is removed at teardown)."""
     report = yield
     if report.failed and call.when in ("setup", "call"):
-        from daemons.netns import LIVE
+        from lab.netns import LIVE
 
         for _k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
             try:

@@ -4,11 +4,11 @@ defaults, shows every part succeeding, and leaves no namespace behind."""
 import subprocess
 import sys
 
-from daemons.netns import sh
+from lab.netns import sh
 
 
 def test_demo_runs_and_cleans_up():
-    r = subprocess.run([sys.executable, "-m", "daemons.demo"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "lab.demo"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
     assert out.count("link up") == 3 and out.count(" 0% packet loss") == 5 and out.count("auth on") == 3

@@ -8,7 +8,7 @@ from daemons.constants import DEAD_INTERVAL_S
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op
-from daemons.netns import Fabric, poll
+from lab.netns import Fabric, poll
 
 ET = 0x88B5
 

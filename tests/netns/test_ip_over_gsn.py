@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from daemons.netns import Fabric, poll
+from lab.netns import Fabric, poll
 
 SERVER = textwrap.dedent("""
     import hashlib, socket, sys

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 
 GUIDS = {i: 0x0002C90300000000 + i for i in (1, 2, 3)}
 PARTITIONS = f"""
@@ -167,7 +167,7 @@ def test_ipv4_ipv6_ping_mtu_and_tcpdump_sees_plain_ip(ibf):
 
 
 def test_iperf3_over_ib0(ibf):
-    from daemons.netns import iperf3_run
+    from lab.netns import iperf3_run
 
     gbps = iperf3_run(lambda *a: ibf.fab.ns_exec(1, *a, check=False, timeout=120),
                       ["ip", "netns", "exec", ibf.fab.host_ns[1]], "192.0.2.2", "-t", "2")

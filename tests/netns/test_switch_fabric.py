@@ -11,7 +11,7 @@ import time
 import pytest
 
 from daemons import constants as C
-from daemons.netns import SwitchedFabric, poll
+from lab.netns import SwitchedFabric, poll
 from daemons.ulpclient import UlpClient
 from daemons.wire.ulp import Op
 

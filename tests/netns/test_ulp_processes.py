@@ -10,7 +10,7 @@ import time
 import pytest
 
 from daemons import constants as C
-from daemons.netns import Fabric
+from lab.netns import Fabric
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd.node import Node

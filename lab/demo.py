@@ -19,9 +19,9 @@ import sys
 import time
 
 from .netns import BIN, Fabric, SwitchedFabric, iperf3_run, poll
-from .ulpclient import UlpClient
-from .wire.ula import parse_ula
-from .wire.ulp import Op
+from daemons.ulpclient import UlpClient
+from daemons.wire.ula import parse_ula
+from daemons.wire.ulp import Op
 
 ET = 0x88B5  # IEEE local experimental EtherType
 
@@ -78,7 +78,7 @@ def _packetway(fa: Fabric) -> None:
     use host3's gsnd on A and host1's on B; host1 of A talks to host2 of B."""
     from pktwayd.node import Node
 
-    from .runtime.control import request
+    from daemons.runtime.control import request
 
     print("\nPacketWay: a second fabric (B: 1 switch + 2 hosts) joined to A by router 'rab' (pktwayd),\n"
           "  half 0x50 on A (host3's gsnd), half 0x51 on B (its host1's gsnd); hosts A1 = 0x40, B2 = 0x60")
@@ -119,7 +119,7 @@ def _packetway(fa: Fabric) -> None:
 
 def _ip_over_packetway(fa: Fabric, fb: Fabric, ula_a: list[str], ula_b: list[str]) -> None:
     """pw0 (pktway ip) on A1 and B2: IP across the PacketWay router."""
-    from .runtime.control import request
+    from daemons.runtime.control import request
 
     print("\nIP over PacketWay: pw0 (pktway ip, a TUN) on A1 10.77.0.1 and B2 10.77.0.2")
     for fab, i, me, peer, router, ip, peer_ip in ((fa, 1, 0x40, 0x60, ula_a[2], "10.77.0.1", "10.77.0.2"),

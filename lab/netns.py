@@ -38,7 +38,7 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def write_cable_key(path: Path) -> Path:
     """A new cable key in ``path`` (mode 0600), as `gsnctl genkey -o` writes it."""
-    from .runtime.keyfile import new_key, write_key
+    from daemons.runtime.keyfile import new_key, write_key
 
     write_key(str(path), new_key(), force=True)
     return path
