@@ -26,7 +26,7 @@ from ipaddress import IPv4Address, IPv4Network
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.constants import ETHERTYPE_ARP, ULA_HARP_SERVER  # noqa: E402
-from daemons.netns import BIN, sh  # noqa: E402
+from lab.netns import BIN, sh  # noqa: E402
 from daemons.wire.ulp import Frame, Op as UOp  # noqa: E402
 from harpd.constants import Op  # noqa: E402
 from harpd.core import HarpCore, LisConfig  # noqa: E402

@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from daemons.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402
+from lab.netns import BIN, Fabric, iperf3_run, poll, sh  # noqa: E402
 
 
 class Pair:
@@ -90,13 +90,13 @@ def measure(run, server_ns_exec, addr: str, seconds: float, pids=()) -> dict:
     daemons whose CPU time per GB the single-stream run reports."""
     out = {}
     for label, extra in (("tcp1", []), ("tcp4", ["-P", "4"])):
-        cpu0, t0 = cpu_seconds(pids), time.monotonic()
+        cpu0, _t0 = cpu_seconds(pids), time.monotonic()
         out[label] = iperf3_run(lambda *a: run(1, *a), server_ns_exec, addr, "-t", str(seconds), *extra)
         if label == "tcp1" and pids:
             gb = out[label] * seconds / 8  # Gbit/s x s / 8 = GB
             out["cpu_s_per_gb"] = (cpu_seconds(pids) - cpu0) / gb if gb else float("nan")
     r = run(1, "ping", "-c", "20", "-i", "0.05", "-q", addr)
-    rtt = [l for l in r.stdout.splitlines() if "rtt" in l]
+    rtt = [line for line in r.stdout.splitlines() if "rtt" in line]
     out["rtt_ms"] = float(rtt[0].split("=")[1].split("/")[1]) if rtt else float("nan")
     return out
 

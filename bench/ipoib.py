@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench.ip_over_gsn import Pair, cpu_seconds  # noqa: E402
-from daemons.netns import BIN, Fabric, iperf3_run, poll  # noqa: E402
+from lab.netns import BIN, Fabric, iperf3_run, poll  # noqa: E402
 
 MTU = 2044
 

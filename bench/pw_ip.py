@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from daemons.netns import BIN, Fabric, poll  # noqa: E402
+from lab.netns import BIN, Fabric, poll  # noqa: E402
 from daemons.runtime.control import request  # noqa: E402
 from ip_over_gsn import case_a, measure  # noqa: E402
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from daemons.netns import BIN, Fabric, poll  # noqa: E402
+from lab.netns import BIN, Fabric, poll  # noqa: E402
 from stpd.client import StClient  # noqa: E402
 
 

@@ -38,7 +38,7 @@ def _receiver(path, q, seconds, ethertype=ETHERTYPE, overhead=0, idle=1.0):
     while True:
         try:
             f = c.recv(timeout=idle)
-        except socket.timeout:
+        except TimeoutError:
             break
         if f.op is not Op.RECV:
             continue
@@ -92,7 +92,7 @@ def _udp_rx(port, q, seconds):
     while True:
         try:
             d = s.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         if t0 is None:
             t0 = time.perf_counter()

@@ -80,7 +80,12 @@ ULA_NONE = bytes(6)
 # Switch-assigned ULAs: 02:47:53:<switch-id>:<port>:00 (PC, spec §4.4).
 ULA_ASSIGN_PREFIX = bytes((0x02, 0x47, 0x53))
 
+# --- IP over GSN (RFC 2835 §4, FACT) ----------------------------------------------
+IP_MTU = 65280  # RFC 2835 §4.3: the gsnN interface's MTU
+
 # --- Admin (spec §4.2/4.3, codes PROJECT CHOICE) ------------------------------
+ADMIN_MAX_HOPS = 255  # HOP_COUNT / INIT_HOPS are one byte each (spec §4.3, FACT)
+ADMIN_RETRY_S = 0.5  # PROJECT CHOICE: gsnd repeats an unanswered ASSIGN_ULA this often
 
 
 class AdminCmd(enum.IntEnum):
@@ -259,6 +264,9 @@ AUTH_REPLAY_WINDOW = 4096
 # Largest Message payload (bytes after LLC/SNAP) a client may SEND; the receiving
 # gsnd reassembles and delivers exactly up to this size (M_len = payload + 8).
 ULP_MAX_PAYLOAD = 4 << 20
+# A sender (a ULP client, the TAP reader) waits while more than this many micropackets
+# are queued on its VC: the link drains them before more are read.
+HIGH_WATER_MPS = 8192
 ULP_MAX_CLIENTS = 64  # concurrent ULP connections; more are refused (ERROR, close)
 ULP_MAX_BINDINGS = 64  # EtherTypes one client may bind
 ULP_ACCEPT_BACKOFF_S = 0.1  # pause after an accept that failed for want of fds

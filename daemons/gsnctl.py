@@ -8,20 +8,18 @@ import sys
 
 import click
 
-from .constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, RUNTIME_DIR
-from .wire.admin import ARGS_BYTES
-
-ADMIN_MAX_HOPS = 255  # HOP_COUNT is one byte (spec §4.3)
+from .constants import ADMIN_MAX_HOPS, ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, RUNTIME_DIR
 from .runtime.cliutil import reach_daemon, version_option
-from .runtime.keyfile import encode_key, new_key, write_key
 from .runtime.control import request
+from .runtime.keyfile import encode_key, new_key, write_key
+from .wire.admin import ARGS_BYTES
 
 
 def _ask(path: str, req: dict) -> dict:
     try:
         reply = reach_daemon("gsnctl", path, "the daemon", lambda: request(path, req))
     except (TimeoutError, OSError) as exc:
-        raise click.ClickException(f"{path}: {exc}")
+        raise click.ClickException(f"{path}: {exc}") from None
     if not reply.get("ok"):
         raise click.ClickException(reply.get("error", "failed"))
     return reply
@@ -187,9 +185,9 @@ def genkey(out, force) -> None:
     try:
         write_key(out, key, force=force)
     except FileExistsError:
-        raise click.ClickException(f"{out}: exists (--force replaces it)")
+        raise click.ClickException(f"{out}: exists (--force replaces it)") from None
     except OSError as exc:
-        raise click.ClickException(f"{out}: {exc.strerror}")
+        raise click.ClickException(f"{out}: {exc.strerror}") from None
 
 
 @main.command()
@@ -305,7 +303,7 @@ def install_units(root, bin_dir, network) -> None:
     try:
         done = install(Path(root), bin_dir=Path(bin_dir) if bin_dir else None, network=network)
     except (InstallError, OSError) as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     for path, what in done:
         click.echo(f"{what:<10} {path}")
     if root == "/":
@@ -335,7 +333,7 @@ def reload(path, pid) -> None:
         try:
             os.kill(pid, signal.SIGHUP)
         except OSError as exc:
-            raise click.ClickException(f"pid {pid}: {exc.strerror}")
+            raise click.ClickException(f"pid {pid}: {exc.strerror}") from None
         return
     reply = _ask(path, {"cmd": "reload"})
     if reply.get("reloaded"):

@@ -23,7 +23,7 @@ from collections import deque
 
 import trio
 
-from typing import Callable
+from collections.abc import Callable
 
 from .constants import ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD
 from .wire.errors import DecodeError
@@ -56,7 +56,7 @@ class UlpClient:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, ULP_CLIENT_SOCKET_BYTES)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, ULP_CLIENT_SOCKET_BYTES)
 
-    def __enter__(self) -> "UlpClient":
+    def __enter__(self) -> UlpClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -98,7 +98,7 @@ class AsyncUlpClient:
         self._room = trio.Event()
 
     @classmethod
-    async def connect(cls, path: str) -> "AsyncUlpClient":
+    async def connect(cls, path: str) -> AsyncUlpClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.setblocking(False)
         for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -110,7 +110,7 @@ class AsyncUlpClient:
             raise
         return cls(sock)
 
-    async def __aenter__(self) -> "AsyncUlpClient":
+    async def __aenter__(self) -> AsyncUlpClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -207,7 +207,7 @@ class AsyncUlpClient:
         return self._ready.popleft()
 
 
-async def ulp_session(path: str, ethertype: int, *, on_client: Callable[["AsyncUlpClient | None"], None],
+async def ulp_session(path: str, ethertype: int, *, on_client: Callable[[AsyncUlpClient | None], None],
                       on_status: Callable[[bytes | None], None], on_frame: Callable[[Frame, float], None],
                       after_burst: Callable[[], None], reconnect: float = 1.0,
                       on_error: Callable[[Frame], None] | None = None) -> None:

@@ -4,9 +4,9 @@ rejection, and a small seed corpus of valid (structure-built) inputs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
-TARGETS: dict[str, "Target"] = {}
+TARGETS: dict[str, Target] = {}
 
 
 @dataclass

@@ -238,13 +238,19 @@ def harp_core(data: bytes) -> None:
     now = 1.0
     for _ in range(1 + d.below(5)):
         core = d.choice(cores)
-        if d.bool():
-            ip = lambda: IPv4Address(d.choice([0xC0000201, 0xC0000202, 0xC0000203, 0xC0000263, 0x0A010101])
-                                     if d.below(8) != 7 else d.int(4))  # input used up: the LIS
-        else:
-            ip = lambda: IPv6Address((0x20010DB8 << 96) | d.int(1) if d.below(8) != 7 else d.int(16))
+        v4 = d.bool()
+
+        def ip(v4: bool = v4) -> IPv4Address | IPv6Address:
+            if v4:
+                return IPv4Address(d.choice([0xC0000201, 0xC0000202, 0xC0000203, 0xC0000263, 0x0A010101])
+                                   if d.below(8) != 7 else d.int(4))  # input used up: the LIS
+            return IPv6Address((0x20010DB8 << 96) | d.int(1) if d.below(8) != 7 else d.int(16))
+
         known = HARP_ULAS + [ULA_HARP_SERVER, C.ULA_BROADCAST]
-        ula = lambda: d.choice(known) if d.bool() else d.take(6).ljust(6, b"\0")
+
+        def ula(known: list[bytes] = known) -> bytes:
+            return d.choice(known) if d.bool() else d.take(6).ljust(6, b"\0")
+
         hrd = Harp.__dataclass_fields__["hrd"].default
         rha = ula()  # the sender's own ULA, mostly also the source of the Message (else a spoof)
         raw = Harp(d.choice(list(Op)), ip(), ip(), rha, ula(), hrd if d.below(4) else d.choice([1, 6])).encode()
@@ -264,12 +270,11 @@ ST_A, ST_B = b"\x02\x00\x00\x00\x00\x0a", b"\x02\x00\x00\x00\x00\x0b"
 
 
 def _st_pump(a, b, now, rounds=30):
-    from stpd.core import Accepted
 
     for _ in range(rounds):
         moved = False
         for me, core, other in ((ST_A, a, b), (ST_B, b, a)):
-            for ula, vc, hdr, payload in core.outgoing():
+            for _ula, _vc, hdr, payload in core.outgoing():
                 moved = True
                 other.receive(me, hdr + bytes(payload), now)
             core.events()
@@ -363,7 +368,7 @@ def pktway_engine(data: bytes) -> None:
             dialect = d.choice(["pw0", "mw5"])
             acts = rab.from_san_bytes(wire(d, dts, dialect), dialect,
                                       src_route=d.choice(ROUTES + [None]))
-        for where, to, pkt in acts:
+        for where, _to, pkt in acts:
             assert where in ("san", "twin", "local", "route")
             pkt.encode()
 

@@ -48,7 +48,6 @@ GENERIC = ["gsn0", "192.0.2.1", "02:00:00:00:00:01", "0a", "inc"]
 
 def field_value(d: Draw, spec, field: str = ""):
     """A plausible value for one schema field (either schema flavour)."""
-    from daemons.runtime import schema as S
 
     name = type(spec).__name__
     lo, hi = getattr(spec, "lo", 0), getattr(spec, "hi", 255)

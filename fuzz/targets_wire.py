@@ -248,7 +248,7 @@ def netlink(data: bytes) -> None:
         body = nd + attrs
         msgs.append(struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body)
     raw = mutate_bytes(d, b"".join(msgs), offsets=[0, 1, 4, 16, 20, 28, 29, 30])
-    for ifindex, addr in parse_neigh_requests(raw):
+    for _ifindex, addr in parse_neigh_requests(raw):
         assert addr.version in (4, 6)
 
 

@@ -91,8 +91,8 @@ def lookup(host: str) -> list[str]:
         _die(f"{host}: unknown host ({getattr(exc, 'strerror', None) or exc})")
     out: list[str] = []
     for family, _t, _p, _c, addr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6) and addr[0] not in out:
-            out.append(addr[0])
+        if family in (socket.AF_INET, socket.AF_INET6) and str(addr[0]) not in out:
+            out.append(str(addr[0]))
     if not out:
         _die(f"{host}: unknown host (no IPv4 or IPv6 address)")
     return out

@@ -9,24 +9,25 @@ also gets the link-local LIS fe80::/64, see harpd.options).
 
 from __future__ import annotations
 
-import enum
 import heapq
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER, ULA_NONE
-from daemons.wire.errors import DecodeError
+from daemons.wire.errors import DecodeError, LocalProtocolError, RemoteProtocolError
 
 from . import constants as K
 from .constants import Op
+from .drops import Drop, Removal
+from .states import PHASE_MACHINE, REVAL_MACHINE, Phase, PhaseEvent, Reval, RevalEvent
 from .wire import Address, Harp, decode, nak
 
 Network = IPv4Network | IPv6Network
 ZERO = IPv4Address(0)
 ZERO6 = IPv6Address(0)
-LETTING_EXPIRE = 3  # Entry.revalidating: unused at revalidation time, left to expire
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,9 @@ class Timers:
     resolve_attempts: int = K.RESOLVE_ATTEMPTS
     negative_cache: float = K.NEGATIVE_CACHE
 
-    def scaled(self, factor: float) -> "Timers":
+    def scaled(self, factor: float) -> Timers:
         """All durations multiplied by ``factor`` (for short test runs)."""
-        return Timers(**{k: (v * factor if isinstance(v, float) else v) for k, v in self.__dict__.items()})
-
-
-class Phase(enum.Enum):
-    DOWN = "down"
-    PROBE = "probe"
-    REGISTER = "register"
-    OPER_SERVER = "operational"
-    OPER_BCAST = "broadcast"
+        return Timers(**{k: (v * factor if isinstance(v, float) else v) for k, v in self.__dict__.items()})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -86,7 +79,7 @@ class Entry:
     static: bool
     validated: float
     used: float = 0.0
-    revalidating: int = 0  # 0 none, 1 asked the server, 2 asked the host itself, 3 letting expire
+    reval: Reval = Reval.NONE  # harpd.states.REVAL_MACHINE
     asked_at: float = 0.0
 
 
@@ -104,7 +97,7 @@ class _Server:
     real_ula: bytes | None = None  # the port that answers for it
     next_register: float = 0.0
     awaiting_since: float | None = None
-    unanswered: list = field(default_factory=list)  # times of unanswered HARP_REQUESTs
+    unanswered: list[float] = field(default_factory=list)  # times of unanswered HARP_REQUESTs
 
 
 @dataclass
@@ -147,9 +140,9 @@ class Lis:
         if e.static:
             return None
         end = e.validated + self.t.client_lifetime
-        if e.revalidating in (1, 2):
+        if e.reval in (Reval.ASK_SERVER, Reval.ASK_HOST):
             return min(end, e.asked_at + self.t.resolve_retry * self.t.resolve_attempts)
-        if e.revalidating == LETTING_EXPIRE:
+        if e.reval is Reval.LETTING_EXPIRE:
             return end
         return e.validated + self.t.revalidate_at
 
@@ -185,6 +178,13 @@ class Lis:
             self.schedule("srv", ip, e.validated + self.t.server_lifetime)
 
     @property
+    def addr(self) -> Address:
+        """This host's address in the LIS (only sent from while the LIS is up)."""
+        if self.ip is None:
+            raise LocalProtocolError("harp lis", self.phase.name, "SEND_WITHOUT_ADDRESS")
+        return self.ip
+
+    @property
     def is_server(self) -> bool:
         return self.cfg.role == "server" or bool(self.serving)
 
@@ -209,15 +209,22 @@ class HarpCore:
         self.ula: bytes | None = None
         self.counters: Counter[str] = Counter()
         self._out: list[tuple[bytes, bytes]] = []
-        self._events: list = []
+        self._events: list[Any] = []
         self.now = now
 
     # --- plumbing -----------------------------------------------------------------
+    @property
+    def port_ula(self) -> bytes:
+        """The port's ULA (only sent from while the port is up)."""
+        if self.ula is None:
+            raise LocalProtocolError("harp port", "DOWN", "SEND_WITHOUT_ULA")
+        return self.ula
+
     def outgoing(self) -> list[tuple[bytes, bytes]]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
+    def events(self) -> list[Any]:
         ev, self._events = self._events, []
         return ev
 
@@ -225,7 +232,9 @@ class HarpCore:
         self._out.append((d_ula, msg if isinstance(msg, bytes) else msg.encode()))
         self.counters["tx"] += 1
 
-    def _phase(self, lis: Lis, phase: Phase, now: float) -> None:
+    def _phase(self, lis: Lis, event: PhaseEvent, now: float) -> None:
+        """Move ``lis`` along PHASE_MACHINE; a change is an event for the driver."""
+        phase = PHASE_MACHINE.next(lis.phase, event)
         if lis.phase is not phase:
             lis.phase = phase
             self._events.append(PhaseChanged(lis.net, phase))
@@ -245,7 +254,7 @@ class HarpCore:
             ip = next((a for a in addresses if a in lis.net), None)
             if ula is None or ip is None:
                 lis.ip = ip
-                self._phase(lis, Phase.DOWN, now)
+                self._phase(lis, PhaseEvent.PORT_DOWN, now)
                 continue
             if changed_ula or ip != lis.ip or lis.phase is Phase.DOWN:
                 lis.ip = ip
@@ -262,7 +271,7 @@ class HarpCore:
         lis.serving.clear()
         if lis.cfg.role == "server":
             lis.serving.update(lis.cfg.servers)
-        self._phase(lis, Phase.PROBE, now)
+        self._phase(lis, PhaseEvent.START, now)
 
     # --- timers -----------------------------------------------------------------------
     def timer(self) -> float:
@@ -294,11 +303,11 @@ class HarpCore:
             return
         if lis.probes < lis.t.probe_count:
             lis.probes += 1
-            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, ULA_BROADCAST))
+            self._send(ULA_BROADCAST, Harp(Op.INHARP_REQUEST, lis.addr, lis.zero, self.port_ula, ULA_BROADCAST))
             lis.next_probe = now + lis.t.probe_interval
         else:
             self.counters["probe_not_echoed"] += 1
-            self._phase(lis, Phase.REGISTER, now)
+            self._phase(lis, PhaseEvent.PROBES_UNANSWERED, now)
             for s in lis.servers:
                 s.next_register = now
 
@@ -312,7 +321,7 @@ class HarpCore:
                     self.counters["server_silent_dropped"] += 1
                     self._server_down(lis, s, now)
             if now >= s.next_register:
-                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, s.address))
+                self._send(s.address, Harp(Op.INHARP_REQUEST, lis.addr, lis.zero, self.port_ula, s.address))
                 s.awaiting_since = now
                 s.next_register = now + (lis.t.reregister if s.responsive else lis.t.registration_retry)
 
@@ -321,7 +330,7 @@ class HarpCore:
         s.real_ula = None
         s.next_register = now + lis.t.registration_retry
         if lis.phase is Phase.OPER_SERVER and lis.authority() is None:
-            self._phase(lis, Phase.REGISTER, now)
+            self._phase(lis, PhaseEvent.SERVERS_LOST, now)
 
     def _resolve_timer(self, lis: Lis, now: float) -> None:
         for ip, p in list(lis.pending.items()):
@@ -349,7 +358,7 @@ class HarpCore:
             return
         p.attempts += 1
         p.next_try = now + lis.t.resolve_retry
-        self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+        self._send(auth[0], Harp(Op.HARP_REQUEST, lis.addr, ip, self.port_ula, ULA_NONE))
 
     def _negative(self, lis: Lis, ip: Address, now: float) -> None:
         lis.negative[ip] = now + lis.t.negative_cache
@@ -382,29 +391,29 @@ class HarpCore:
             if due > now:
                 lis.schedule_cache(ip)  # the entry moved on
                 continue
+            assert e is not None  # a due time comes from an entry
             self._cache_entry_due(lis, ip, e, now)
             lis.schedule_cache(ip)
 
     def _cache_entry_due(self, lis: Lis, ip: Address, e: Entry, now: float) -> None:
         if now >= e.validated + lis.t.client_lifetime:
-            self._forget(lis, ip, "expired")
-        elif e.revalidating == 1:
-            e.revalidating, e.asked_at = 2, now  # server silent: ask the host itself
-            self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.ip, lis.zero, self.ula, e.ula))
-        elif e.revalidating == 2:
-            self._forget(lis, ip, "revalidation unanswered")
-        elif not e.revalidating:
-            if now > e.used + lis.t.client_lifetime:
-                e.revalidating = LETTING_EXPIRE  # not in use: let it expire
+            self._forget(lis, ip, Removal.EXPIRED)
+        elif e.reval is Reval.ASK_HOST:
+            self._forget(lis, ip, Removal.UNANSWERED)
+        elif e.reval is Reval.NONE and now > e.used + lis.t.client_lifetime:
+            e.reval = REVAL_MACHINE.next(e.reval, RevalEvent.DUE_UNUSED)  # not in use: let it expire
+        else:
+            e.reval, e.asked_at = REVAL_MACHINE.next(e.reval, RevalEvent.DUE), now
+            if e.reval is Reval.ASK_HOST:  # server silent: ask the host itself
+                self._send(e.ula, Harp(Op.INHARP_REQUEST, lis.addr, lis.zero, self.port_ula, e.ula))
                 return
             auth = lis.authority()
-            e.revalidating, e.asked_at = 1, now
             if auth is not None:
-                self._send(auth[0], Harp(Op.HARP_REQUEST, lis.ip, ip, self.ula, ULA_NONE))
+                self._send(auth[0], Harp(Op.HARP_REQUEST, lis.addr, ip, self.port_ula, ULA_NONE))
 
-    def _forget(self, lis: Lis, ip: Address, reason: str) -> None:
+    def _forget(self, lis: Lis, ip: Address, reason: Removal) -> None:
         del lis.cache[ip]
-        self.counters[f"cache_removed_{reason.replace(' ', '_')}"] += 1
+        self.counters[reason.counter] += 1
         self._events.append(Gone(ip, reason))
 
     # --- resolution requests from the host ---------------------------------------------
@@ -455,7 +464,7 @@ class HarpCore:
     def receive(self, src_ula: bytes, payload: bytes, now: float) -> None:
         self.now = now
         if self.ula is None:
-            self.counters["rx_port_down"] += 1
+            self.counters[Drop.PORT_DOWN] += 1
             return
         try:
             msg = decode(payload)
@@ -467,13 +476,13 @@ class HarpCore:
         else:
             lis = self.lis_for(msg.rpa) or self.lis_for(msg.tpa)
         if lis is None or lis.phase is Phase.DOWN or lis.ip is None:
-            self.counters["rx_outside_lis"] += 1
+            self.counters[Drop.OUTSIDE_LIS] += 1
             return
         self.counters[f"rx_{msg.op.name.lower()}"] += 1
         if msg.is_request and msg.rula != src_ula:
             # the sender fields of a request are learnt (server table, self-detection,
             # the reply's destination): only a port speaking for itself is heard
-            self.counters["rx_dropped_spoofed_sha"] += 1
+            self.counters[Drop.SPOOFED_SHA] += 1
             return
         if msg.op is Op.INHARP_REQUEST and msg.rula == self.ula and msg.rpa == lis.ip:
             self._own_request_back(lis, msg, now)
@@ -487,11 +496,14 @@ class HarpCore:
             self._answer_request(lis, msg)
         elif msg.op is Op.INHARP_REQUEST:
             if msg.tula == self.ula:
-                self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.INHARP_REPLY))
+                self._send(msg.rula, msg.reply(lis.addr, self.port_ula, Op.INHARP_REPLY))
             if lis.phase is Phase.OPER_BCAST:  # with a server, only the server validates entries
                 self._refresh_known(lis, msg.rpa, msg.rula, now)
         elif msg.op is Op.INHARP_REPLY:
-            self._inharp_reply(lis, msg, src_ula, now)
+            try:
+                self._inharp_reply(lis, msg, src_ula, now)
+            except RemoteProtocolError:  # a registration answer the LIS's phase does not allow
+                self.counters[Drop.OUT_OF_STATE] += 1
         elif msg.op is Op.HARP_REPLY:
             self._harp_reply(lis, msg, src_ula, now)
         elif msg.op is Op.HARP_NAK:
@@ -500,7 +512,7 @@ class HarpCore:
     def _own_request_back(self, lis: Lis, msg: Harp, now: float) -> None:
         if msg.tula == ULA_BROADCAST:
             if lis.phase is Phase.PROBE:
-                self._phase(lis, Phase.OPER_BCAST, now)  # the fabric broadcasts: plain ARP from now on
+                self._phase(lis, PhaseEvent.BROADCAST_ECHO, now)  # the fabric broadcasts: plain ARP from now on
             return
         if lis.cfg.role in ("auto", "server") and msg.tula not in lis.serving:
             lis.serving.add(msg.tula)  # we are the HARP server behind this address
@@ -515,11 +527,11 @@ class HarpCore:
     # client: answer requests that target us
     def _answer_request(self, lis: Lis, msg: Harp) -> None:
         if msg.tpa == lis.ip:
-            self._send(msg.rula, msg.reply(lis.ip, self.ula, Op.HARP_REPLY))
+            self._send(msg.rula, msg.reply(lis.addr, self.port_ula, Op.HARP_REPLY))
 
     def _inharp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
         if msg.tula != self.ula or msg.tpa != lis.ip:
-            self.counters["rx_reply_not_for_us"] += 1
+            self.counters[Drop.REPLY_NOT_FOR_US] += 1
             return
         for s in lis.servers:
             if s.address == msg.rula and s.awaiting_since is not None:  # answer to a registration
@@ -527,8 +539,9 @@ class HarpCore:
                     # the port behind this server address is known: nobody else answers for it
                     # (should the address move to another port, the silent registration drops
                     # the server and the next one learns the new port)
-                    self.counters["rx_dropped_reply_not_from_server"] += 1
+                    self.counters[Drop.REPLY_NOT_FROM_SERVER] += 1
                     return
+                self._phase(lis, PhaseEvent.REGISTERED, now)  # first: raises when not allowed
                 s.awaiting_since = None
                 s.unanswered.clear()
                 s.real_ula = src_ula
@@ -536,16 +549,19 @@ class HarpCore:
                 if not s.responsive:
                     s.responsive = True
                     self.counters["server_registered"] += 1
-                if lis.phase in (Phase.REGISTER, Phase.PROBE):
-                    self._phase(lis, Phase.OPER_SERVER, now)
                 return
         e = lis.cache.get(msg.rpa)  # answer to a direct revalidation, from the host asked
-        if e is not None and e.revalidating == 2 and e.ula == msg.rula == src_ula:
-            e.validated, e.revalidating = now, 0
-            lis.schedule_cache(msg.rpa)
-            self._events.append(Resolved(msg.rpa, e.ula))
+        if e is None or not e.ula == msg.rula == src_ula:
+            self.counters[Drop.REPLY_UNSOLICITED] += 1
             return
-        self.counters["rx_dropped_reply_unsolicited"] += 1
+        try:
+            e.reval = REVAL_MACHINE.next(e.reval, RevalEvent.HOST_ANSWERED)
+        except RemoteProtocolError:  # we did not ask that host
+            self.counters[Drop.REPLY_UNSOLICITED] += 1
+            return
+        e.validated = now
+        lis.schedule_cache(msg.rpa)
+        self._events.append(Resolved(msg.rpa, e.ula))
 
     def _trusted_answer(self, lis: Lis, msg: Harp, src_ula: bytes) -> bool:
         """A HARP_REPLY or HARP_NAK comes from whom we asked: one of our servers, or
@@ -557,18 +573,18 @@ class HarpCore:
     def _outstanding(self, lis: Lis, ip: Address) -> bool:
         """A HARP_REQUEST for ``ip`` is outstanding: a resolution or a revalidation."""
         e = lis.cache.get(ip)
-        return ip in lis.pending or (e is not None and e.revalidating == 1)
+        return ip in lis.pending or (e is not None and e.reval is Reval.ASK_SERVER)
 
     def _harp_reply(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
         if msg.tula != self.ula or msg.tpa != lis.ip:
-            self.counters["rx_reply_not_for_us"] += 1
+            self.counters[Drop.REPLY_NOT_FOR_US] += 1
             return
         ip = msg.rpa
         if not self._trusted_answer(lis, msg, src_ula):
-            self.counters["rx_dropped_reply_not_from_server"] += 1
+            self.counters[Drop.REPLY_NOT_FROM_SERVER] += 1
             return
         if not self._outstanding(lis, ip):
-            self.counters["rx_dropped_reply_unsolicited"] += 1
+            self.counters[Drop.REPLY_UNSOLICITED] += 1
             return
         lis.pending.pop(ip, None)
         e = lis.cache.get(ip)
@@ -585,47 +601,47 @@ class HarpCore:
 
     def _harp_nak(self, lis: Lis, msg: Harp, src_ula: bytes, now: float) -> None:
         if msg.rula != self.ula or msg.rpa != lis.ip:
-            self.counters["rx_nak_not_for_us"] += 1
+            self.counters[Drop.NAK_NOT_FOR_US] += 1
             return
         ip = msg.tpa
         if ip == lis.zero:  # our registration echoed back refused (a static entry, a live one)
             s = next((s for s in lis.servers if s.address == msg.tula and s.awaiting_since is not None), None)
             if s is None:
-                self.counters["rx_dropped_nak_unsolicited"] += 1
+                self.counters[Drop.NAK_UNSOLICITED] += 1
             elif s.real_ula not in (None, src_ula):
-                self.counters["rx_dropped_nak_not_from_server"] += 1
+                self.counters[Drop.NAK_NOT_FROM_SERVER] += 1
             else:
                 self.counters["registration_refused"] += 1  # retried; the operator has to look
             return
         if not self._trusted_answer(lis, msg, src_ula):
-            self.counters["rx_dropped_nak_not_from_server"] += 1
+            self.counters[Drop.NAK_NOT_FROM_SERVER] += 1
             return
         if not self._outstanding(lis, ip):
-            self.counters["rx_dropped_nak_unsolicited"] += 1
+            self.counters[Drop.NAK_UNSOLICITED] += 1
             return
         if lis.pending.pop(ip, None) is not None:
             self._negative(lis, ip, now)
             self._events.append(Unresolved(ip, "NAK"))
         e = lis.cache.get(ip)
         if e is not None and not e.static:
-            self._forget(lis, ip, "NAK")
+            self._forget(lis, ip, Removal.NAK)
 
     # --- server ---------------------------------------------------------------------------
     def _serve(self, lis: Lis, msg: Harp, src_ula: bytes, raw: bytes, now: float) -> None:
         if msg.rpa not in lis.net or msg.rpa == lis.zero:
-            self.counters["server_requester_outside_lis"] += 1
+            self.counters[Drop.REQUESTER_OUTSIDE_LIS] += 1
             return
         if not self._register(lis, msg.rpa, msg.rula, now):
             self._send(msg.rula, nak(raw))  # to the sender itself (ar$sha = S_ULA)
             return
         if msg.op is Op.INHARP_REQUEST:
             self.counters["server_registrations"] += 1
-            answer_ula = msg.tula if msg.tula in lis.serving else self.ula
-            self._send(msg.rula, msg.reply(lis.ip, answer_ula, Op.INHARP_REPLY))
+            answer_ula = msg.tula if msg.tula in lis.serving else self.port_ula
+            self._send(msg.rula, msg.reply(lis.addr, answer_ula, Op.INHARP_REPLY))
             return
         target = msg.tpa
         if target == lis.ip:
-            self._send(msg.rula, msg.reply(target, self.ula, Op.HARP_REPLY))
+            self._send(msg.rula, msg.reply(target, self.port_ula, Op.HARP_REPLY))
             self.counters["server_replies"] += 1
         elif (e := lis.server_table.get(target)) is not None:
             self._send(msg.rula, msg.reply(target, e.ula, Op.HARP_REPLY))
@@ -654,7 +670,7 @@ class HarpCore:
         return False
 
     # --- status -------------------------------------------------------------------------------
-    def table(self, now: float) -> list[dict]:
+    def table(self, now: float) -> list[dict[str, Any]]:
         from daemons.wire.ula import format_ula
 
         rows = []
@@ -670,7 +686,7 @@ class HarpCore:
                                  "age": None if e.static else round(now - e.validated, 1)})
         return rows
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[dict[str, Any]]:
         from daemons.wire.ula import format_ula
 
         return [{"lis": str(lis.net), "ip": str(lis.ip) if lis.ip else None, "phase": lis.phase.value,

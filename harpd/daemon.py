@@ -23,7 +23,8 @@ from daemons.ulpclient import AsyncUlpClient, ulp_session
 from daemons.wire.errors import DecodeError
 from daemons.wire.ula import format_ula, parse_ula
 
-from .core import Gone, HarpCore, Phase, PhaseChanged, Resolved, Unresolved
+from .core import Gone, HarpCore, PhaseChanged, Resolved, Unresolved
+from .states import Phase
 from .wire import Address
 from .kernel import Neighbours, open_neigh_listener, parse_neigh_requests, set_solicit
 from .options import Options
@@ -255,7 +256,7 @@ class Harpd:
         except ValueError:
             raise ValueError(f"{text!r} is not an IPv4 or IPv6 address") from None
 
-    def _agent_for(self, ip: Address, interface: str | None) -> "Agent | None":
+    def _agent_for(self, ip: Address, interface: str | None) -> Agent | None:
         agents = [a for i, a in self.agents.items() if interface in (None, i)]
         return next((a for a in agents if a.core.lis_for(ip) is not None), None)
 
@@ -305,6 +306,7 @@ class Harpd:
             if cmd == "resolve":
                 return await agent.resolve(ip)
             if cmd == "set":
+                assert ula is not None  # parsed above for "set"
                 agent.core.set_static(ip, ula)
                 self.dynamic_statics = [e for e in self.dynamic_statics if (e[0], e[1]) != (agent.ifname, ip)] + \
                     [(agent.ifname, ip, ula)]

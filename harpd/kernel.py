@@ -29,7 +29,7 @@ _RTA = struct.Struct("=HH")
 
 
 _FAMILY_LEN = {socket.AF_INET: 4, socket.AF_INET6: 16}
-_FAMILY_ADDR = {socket.AF_INET: IPv4Address, socket.AF_INET6: IPv6Address}
+_FAMILY_ADDR: dict[int, type[IPv4Address] | type[IPv6Address]] = {socket.AF_INET: IPv4Address, socket.AF_INET6: IPv6Address}
 NUD_NAMES = {0x01: "incomplete", 0x02: "reachable", 0x04: "stale", 0x08: "delay", 0x10: "probe",
              0x20: "failed", 0x40: "noarp", 0x80: "permanent"}
 
@@ -54,7 +54,8 @@ def parse_neigh_requests(data: bytes) -> list[tuple[int, IPv4Address | IPv6Addre
                 if alen < _RTA.size:
                     raise DecodeError("rta_len", a, f"attribute length {alen}")
                 if atype == NDA_DST and alen == _RTA.size + n and a + alen <= off + length:
-                    out.append((ifindex, _FAMILY_ADDR[family](bytes(data[a + 4 : a + 4 + n]))))
+                    addr: IPv4Address | IPv6Address = _FAMILY_ADDR[family](bytes(data[a + 4 : a + 4 + n]))
+                    out.append((ifindex, addr))
                 a += (alen + 3) & ~3
         off += (length + 3) & ~3
     return out

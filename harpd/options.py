@@ -96,10 +96,10 @@ def parse(text: str, source: str, base: Options | None = None) -> Options:
             if iface in servers:
                 lis.servers = servers[iface]
     for iface, ip, ula, n in statics:
-        lis = next((x for x in opts.lises.get(iface, []) if ip in x.network), None)
-        if lis is None:
+        found = next((x for x in opts.lises.get(iface, []) if ip in x.network), None)
+        if found is None:
             raise ConfigError(f"{source}:{n}: static {ip} is in no LIS of {iface}")
-        lis.statics[ip] = ula
+        found.statics[ip] = ula
     for iface in set(roles) | set(servers):
         if iface not in opts.lises:
             raise ConfigError(f"{source}: {iface} has role/server lines but no 'lis' line")

@@ -45,7 +45,7 @@ class Harp:
             raise ValueError("the generic ARP format carries 6-byte hardware addresses")
         return _GEN.pack(self.hrd, pro, 6, pln, self.op) + self.rha + self.rpa.packed + self.tha + self.tpa.packed
 
-    def reply(self, rpa: Address, rha: bytes, op: Op) -> "Harp":
+    def reply(self, rpa: Address, rha: bytes, op: Op) -> Harp:
         """A reply in the request's format: answer in rha/rpa, requester swapped into tha/tpa."""
         return Harp(op, rpa, self.rpa, rha, self.rha, self.hrd)
 

@@ -35,7 +35,7 @@ class HwAddr:
         return bytes([self.flags]) + self.qpn.to_bytes(3, "big") + self.gid
 
     @classmethod
-    def unpack(cls, b: bytes) -> "HwAddr":
+    def unpack(cls, b: bytes) -> HwAddr:
         if len(b) != IPOIB_HWADDR_BYTES:
             raise ValueError(f"an IPoIB hardware address is {IPOIB_HWADDR_BYTES} bytes, not {len(b)}")
         return cls(int.from_bytes(b[1:4], "big"), bytes(b[4:]), b[0])

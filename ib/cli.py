@@ -75,7 +75,8 @@ def switch_main(config_path, runtime_dir, log_level, check) -> None:
 
         return SwitchDaemon(cfg)
 
-    daemon.serve(lambda: config.load_switch(config_path, dict(runtime_dir=runtime_dir, log_level=log_level)), config_path, make, check=check)
+    daemon.serve(lambda: config.load_switch(config_path, dict(runtime_dir=runtime_dir, log_level=log_level)), config_path,
+                 make, check=check)
 
 
 @click.command(context_settings=CTX)

@@ -7,12 +7,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemons.runtime.config import ConfigError, Section, in_range, load_toml
+from daemons.runtime.config import LOG_LEVELS, ConfigError, Section, in_range, load_toml, one_of
 
 from .constants import GID_PREFIX_DEFAULT, SM_PORT_DEFAULT
 from .udp import resolve
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
 IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 
 
@@ -33,10 +32,7 @@ def _guid(v) -> int:
     return g
 
 
-def _level(v: str) -> str:
-    if v not in LOG_LEVELS:
-        raise ValueError(f"{v!r} is not one of {', '.join(LOG_LEVELS)}")
-    return v
+_level = one_of(*LOG_LEVELS)
 
 
 def _get(s: Section, key: str, default: str, check) -> object:

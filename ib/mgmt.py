@@ -108,7 +108,7 @@ class PortInfo:
             p.to_bytes(2, "big") for p in self.pkeys)
 
     @classmethod
-    def decode(cls, body: bytes) -> "PortInfo":
+    def decode(cls, body: bytes) -> PortInfo:
         if len(body) < _REG_REPLY.size:
             raise MgmtError("bad_port_info")
         lid, sm_lid, prefix, rereg, n = _REG_REPLY.unpack_from(body)
@@ -146,7 +146,7 @@ class SwitchReport:
             _SW_PORT.pack(*p) for p in self.ports)
 
     @classmethod
-    def decode(cls, body: bytes) -> "SwitchReport":
+    def decode(cls, body: bytes) -> SwitchReport:
         if len(body) < _SW_HDR.size:
             raise MgmtError("bad_switch_report")
         guid, lv, mv, n = _SW_HDR.unpack_from(body)

@@ -5,7 +5,7 @@ address) with the payload length and ICMPv6 checksum fixed (spec 2.5, 2.10)."""
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from .constants import IPOIB_HWADDR_BYTES, ND_OPT_ETH_BYTES, ND_OPT_IB_BYTES
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from daemons.runtime.config import ConfigError, Section, in_range, load_toml
+from daemons.runtime.config import ConfigError, Section, in_range, load_toml, one_of
 
 from .constants import (IB_MTU_2048, IB_MTU_BYTES, PKEY_FULL, PKEY_PARTITION_MASK, QKEY_IPOIB_DEFAULT, RATE_10G,
                         SL_DEFAULT)
@@ -92,10 +92,7 @@ def load(path: str | None) -> list[Partition]:
     return parts
 
 
-def _member_check(v: str) -> str:
-    if v not in MEMBERSHIPS:
-        raise ValueError(f"{v!r} is not one of {', '.join(MEMBERSHIPS)}")
-    return v
+_member_check = one_of(*MEMBERSHIPS)
 
 
 def pkey_table(parts: list[Partition], guid: int) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ costs no extra task switch)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 

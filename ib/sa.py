@@ -58,7 +58,7 @@ class PathRecord:
                         _sel(self.mtu), _sel(self.rate), _sel(self.packet_lifetime), self.preference)
 
     @classmethod
-    def decode(cls, b: bytes) -> "PathRecord":
+    def decode(cls, b: bytes) -> PathRecord:
         if len(b) < PATH_RECORD_BYTES:
             raise ValueError("PathRecord: short")
         (sid, dgid, sgid, dlid, slid, hf, tc, np, pkey, qsl, mtu, rate, life, pref) = _PR.unpack_from(b)
@@ -91,7 +91,7 @@ class MCMemberRecord:
                         (self.scope & 0xF) << 4 | (self.join_state & 0xF), 0x80 if self.proxy_join else 0)
 
     @classmethod
-    def decode(cls, b: bytes) -> "MCMemberRecord":
+    def decode(cls, b: bytes) -> MCMemberRecord:
         if len(b) < MCMEMBER_RECORD_BYTES:
             raise ValueError("MCMemberRecord: short")
         mgid, pgid, qkey, mlid, mtu, tc, pkey, rate, life, sfh, ss, pj = _MC.unpack_from(b)

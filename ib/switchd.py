@@ -30,7 +30,7 @@ class SwitchDaemon:
         self.core = SwitchCore(cfg.guid, [p.number for p in cfg.ports])
         self.cables = {p.number: Udp(p.local, p.peer) for p in cfg.ports}
         self.mgmt = Udp(cfg.mgmt_local or ("0.0.0.0", 0), cfg.sm)
-        self.fast = SwitchFast(self.core, Switch([(n, u.sock.fileno(), *u.peer) for n, u in self.cables.items()]))
+        self.fast = SwitchFast(self.core, Switch([(p.number, self.cables[p.number].sock.fileno(), *p.peer) for p in cfg.ports]))
         self.runner = Runner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()

@@ -11,7 +11,6 @@ pktwayd half (the ``send_nowait``/``run`` of pktwayd.udpsan.AsyncSanPort);
 from __future__ import annotations
 
 import select
-import socket
 import time
 from collections import Counter, deque
 
@@ -225,7 +224,7 @@ class BlockingIbPort(_Sockets):
         while not self._pending:
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout("no packet")
+                raise TimeoutError("no packet")
             self._pending.extend(self._pump(min(left, 0.2)))
         back, pkt = self._pending.popleft()
         return Frame(Op.RECV, 1, self._ethertype, back, pkt)

@@ -153,7 +153,8 @@ NODE_OPTS = [
                  "GUID,LOCAL_HOST:PORT,SWITCH_HOST:PORT,SM_HOST:PORT[,PKEY]."),
     click.option("--servernet", type=click.Path(exists=True, dir_okay=False),
                  help="A node on a ServerNet SAN: its snetd-style TOML (ID, fabric X and Y sockets, [[peer]]s, "
-                      "and windows pktway-ring (16 pages, per_source = true) and pktway-bell (the next page, interrupt = true))."),
+                      "and windows pktway-ring (16 pages, per_source = true) and pktway-bell "
+                      "(the next page, interrupt = true))."),
     click.option("--addr", required=True, help="This node's PacketWay address (e.g. 0x40)."),
     click.option("--router", required=True, help="The half-router on this SAN: its ULA (GSN), port number (--san), "
                  "LID[:QPN] (--ib) or ServerNet ID (--servernet)."),

@@ -148,7 +148,8 @@ def load(path: str) -> RouterConfig:
     want = 1 if twin else 2
     if not isinstance(halves_raw, list) or len(halves_raw) != want:
         raise ConfigError(f"{path}: [[half]]: a router has two halves; give both, or one and a [twin] table "
-                          f"for the other's process" if not twin else f"{path}: [[half]]: with [twin], give only this process's half")
+                          f"for the other's process" if not twin
+                          else f"{path}: [[half]]: with [twin], give only this process's half")
     halves = []
     for i, raw in enumerate(halves_raw):
         h = Section(path, f"half[{i}]", raw)

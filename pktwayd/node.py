@@ -15,7 +15,6 @@ discovers its SAN's nodes (WRU to Hey-You on every port).
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import Counter, deque
 from dataclasses import replace
@@ -77,7 +76,7 @@ class Node:
     def close(self) -> None:
         self.ulp.close()
 
-    def __enter__(self) -> "Node":
+    def __enter__(self) -> Node:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -101,7 +100,7 @@ class Node:
         returns a packet for me, or None (nothing, or nothing for me)."""
         try:
             frame = self.ulp.recv(timeout)
-        except (socket.timeout, BlockingIOError):
+        except (TimeoutError, BlockingIOError):
             raise TimeoutError("no packet") from None
         c = self.counters
         if frame.op is not Op.RECV or frame.ethertype != self.et:

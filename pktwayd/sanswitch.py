@@ -68,7 +68,8 @@ class SanSwitchd:
         self.sock.setblocking(False)
 
     def metrics(self) -> list[Family]:
-        return [Family("gsn_san_ports", "gauge", "Ports of the emulated SAN switch.").add(len(self.cfg.ports), kind=self.cfg.kind),
+        return [Family("gsn_san_ports", "gauge", "Ports of the emulated SAN switch.")
+                .add(len(self.cfg.ports), kind=self.cfg.kind),
                 *counter_families(self.core.counters, "san", kind=self.cfg.kind),
                 *counter_families(self.control_counters, "control")]
 

@@ -7,7 +7,7 @@ per VC, loses none, and says when the twin has gone."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 

@@ -1,5 +1,6 @@
 """Other SANs, emulated over UDP (spec pktway.md §3.8): a generic datagram fabric
-is one switch process with numbered ports, each port a UDP address.  A node sends ``[out port, 0x03, 0x00] + packet`` to the switch;
+is one switch process with numbered ports, each port a UDP address.  A node sends
+``[out port, 0x03, 0x00] + packet`` to the switch;
 the switch consumes the port byte and delivers ``[in port, 0x03, 0x00] + packet``
 (the route back, PC) to the output port.  A native route, and the L2RH of such a
 SAN, is those three bytes.

@@ -14,7 +14,7 @@ import struct
 import zlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from .codec import Packet, encode_datagram, max_data
 from .constants import (DOORBELL_BYTES, PAGE_BYTES, PENDING_OPS, RESPONSE_TIMEOUT_S, RETRIES_SAME_FABRIC,
@@ -46,7 +46,7 @@ class Op:
     doorbell: int | None = None  # a block's doorbell address
     bell_data: bytes | None = None  # what the doorbell WRITE carries (default: address, length, seq, crc32)
     seq: int = 0
-    on_done: Callable[["Op"], None] | None = None
+    on_done: Callable[[Op], None] | None = None
     done: bool = False
     error: str | None = None
     result: bytes | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter, deque
-from typing import Callable
+from collections.abc import Callable
 
 from daemons.wire.errors import DecodeError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from .constants import HARD_DOWN_TIMEOUTS, PROBE_ACKS_UP, PROBE_INTERVAL_S
 

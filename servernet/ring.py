@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections import Counter, deque
-from typing import Callable
+from collections.abc import Callable
 
 from .avt import Interrupt, Window
 from .bte import Op

@@ -43,6 +43,7 @@ import base64
 import binascii
 import json
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import constants as K
@@ -79,7 +80,7 @@ ID = Int(*K.U32_ID)
 UPORT = Int(0, K.ULP_PORT_MAX)
 NBYTES = Int(0, K.API_MAX_BYTES)
 
-SCHEMA: dict[str, dict[str, object]] = {
+SCHEMA: dict[str, dict[str, Int | Str | B64]] = {
     "listen": {"uport": UPORT},
     "accept": {"uport": UPORT},
     "connect": {"host": Str(), "uport": UPORT},
@@ -219,7 +220,7 @@ def decode_reply(data: bytes) -> dict:
     return msg
 
 
-def send_msg(sock: socket.socket, msg: dict, fds: list[int] = ()) -> None:
+def send_msg(sock: socket.socket, msg: dict, fds: Sequence[int] = ()) -> None:
     data = encode(msg)
     if fds:
         socket.send_fds(sock, [data], list(fds))

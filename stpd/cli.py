@@ -98,7 +98,8 @@ class Bar:
         click.echo(f"\r{self.label} [{bar:<30}] {frac * 100:5.1f}% {rate:8.1f} MB/s", err=True, nl=False)
         self.shown = True
 
-    def finish(self, done: int) -> None:
+    def finish(self, done: int) -> float:
+        """Seconds since the start (the bar, if shown, completed)."""
         dt = time.monotonic() - self.t0
         if self.shown:
             self(done)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 from . import api
 
@@ -38,7 +38,7 @@ class StClient:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(path)
 
-    def __enter__(self) -> "StClient":
+    def __enter__(self) -> StClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -17,13 +17,23 @@ import random
 import struct
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from daemons.wire.errors import DecodeError
+from daemons.wire.buffers import Bytes
+from daemons.wire.errors import DecodeError, RemoteProtocolError
 
 from . import constants as K
 from .constants import NO_ID, Flag, Function, Op, Reason
+from .drops import Drop
 from .membuf import BufferGone, FileBuffer
+from .states import TRANSFER_MACHINE, VC_MACHINE, State, VcEvent, XEvent, XState
 from .wire import Header, decode, decode_options, encode_options, error_code_option, reason_of
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+View: TypeAlias = "memoryview | FileBuffer"  # what a transfer or region reads and writes
+Out: TypeAlias = "tuple[bytes, int, bytes, Buffer]"  # (peer ULA, VC, header, payload) to send
 
 
 @dataclass(frozen=True)
@@ -54,19 +64,11 @@ class Timers:
 SLOT_RS_EVERY = 1.0  # [PC] slot wait: RS type 1 each second
 
 
-def _view(buf):
+def _view(buf: Buffer | FileBuffer) -> View:
     """A plain buffer as a byte memoryview; a FileBuffer (read and written through its
     descriptor, see stpd.membuf) as it is.  Every access to a FileBuffer may raise
     BufferGone, which fails that one transfer or op."""
     return buf if isinstance(buf, FileBuffer) else memoryview(buf).cast("B")
-
-
-class State(enum.Enum):
-    RC_SENT = "rc_sent"
-    CONNECTED = "connected"
-    RD_SENT = "rd_sent"
-    DA_SENT = "da_sent"
-    CLOSED = "closed"
 
 
 # --- events for the driver ----------------------------------------------------------------
@@ -147,27 +149,27 @@ class StatusReply:
 @dataclass(eq=False)
 class Transfer:
     xid: int  # our id
-    vc: "Vc"
-    buf: memoryview
+    vc: Vc
+    buf: View
     t_len: int
     peer_id: int = NO_ID
     blocksize: int = 0
     granted: int = 0  # CTSs sent (receiver) / blocks done
     outstanding: int = 0  # CTSs not yet filled (receiver)
     done_bytes: int = 0
-    block_bytes: dict = field(default_factory=dict)
+    block_bytes: dict[int, int] = field(default_factory=dict)
     highest_block: int = -1
     deadline: float = 0.0
     send_state: bool = True
     sending: bool = True
-    ended: bool = False
+    state: XState = XState.OPEN
     cts_req: int = 1
 
 
 @dataclass(eq=False)
 class Region:
     rid: int
-    buf: memoryview
+    buf: View
 
     def word(self, off: int) -> tuple[int, int]:
         """The identity of an 8-byte word.  Regions start at their buffer object's
@@ -177,7 +179,7 @@ class Region:
 
 @dataclass(eq=False)
 class Lock:
-    vc: "Vc"
+    vc: Vc
     region: Region
     off: int
     gid: int
@@ -185,6 +187,19 @@ class Lock:
     deadline: float
     tries: int
     value: bytes
+
+
+class OpKind(enum.StrEnum):
+    """An op awaiting the peer's answer (its timeout is counted as <kind>_timeout)."""
+
+    RMR = "rmr"
+    PUT = "put"
+    GET = "get"
+    FETCHOP = "fetchop"
+
+    @property
+    def timeout_counter(self) -> str:
+        return f"{self.value}_timeout"
 
 
 @dataclass(eq=False)
@@ -205,19 +220,20 @@ class Vc:
     sync: int = 0
     tries: int = 0
     deadline: float = 0.0
-    held: deque = field(default_factory=deque)  # ops waiting for a peer slot
+    held: deque[tuple[Header, Buffer, int]] = field(default_factory=deque)  # ops waiting for a peer slot
     rs_out: float | None = None  # when our outstanding RS (type 1) was sent
-    tx: dict = field(default_factory=dict)  # our id -> Transfer (we send)
-    rx: dict = field(default_factory=dict)  # our id -> Transfer (we receive)
-    posted: deque = field(default_factory=deque)  # receive buffers waiting for an RTS
-    paused: deque = field(default_factory=deque)  # RTS headers waiting for a receive
-    regions: dict = field(default_factory=dict)  # rid -> Region (ours, exposed to the peer)
-    exposed: deque = field(default_factory=deque)  # buffers offered for the next RMR
-    remote_regions: dict = field(default_factory=dict)  # rid -> (mx, bufx, offset, size)
-    ops: dict = field(default_factory=dict)  # gid -> (kind, deadline, header, tries) awaiting answer
-    done_gids: dict = field(default_factory=dict)  # gid -> FOC header, for duplicate DATA
-    ends: dict = field(default_factory=dict)  # (d_id, s_id) -> (deadline, tries)
-    rc_key: tuple = ()
+    tx: dict[int, Transfer] = field(default_factory=dict)  # our id -> Transfer (we send)
+    rx: dict[int, Transfer] = field(default_factory=dict)  # our id -> Transfer (we receive)
+    posted: deque[View] = field(default_factory=deque)  # receive buffers waiting for an RTS
+    paused: deque[Header] = field(default_factory=deque)  # RTS headers waiting for a receive
+    regions: dict[int, Region] = field(default_factory=dict)  # rid -> Region (ours, exposed to the peer)
+    exposed: deque[View] = field(default_factory=deque)  # buffers offered for the next RMR
+    remote_regions: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # rid -> (mx, bufx, offset, size)
+    # gid -> (kind, deadline, header, tries) awaiting answer
+    ops: dict[int, tuple[OpKind, float, Header | None, int]] = field(default_factory=dict)
+    done_gids: dict[int, Header] = field(default_factory=dict)  # gid -> FOC header, for duplicate DATA
+    ends: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)  # (d_id, s_id) -> (deadline, tries)
+    rc_key: tuple[bytes, int, int] | tuple[()] = ()
 
 
 class StCore:
@@ -230,21 +246,21 @@ class StCore:
         self.vcs: dict[int, Vc] = {}
         self.by_port: dict[int, Vc] = {}
         self.listeners: set[int] = set()
-        self.rc_seen: dict[tuple, Vc] = {}  # (peer, I_Port, I_Key) -> VC, duplicate RC
+        self.rc_seen: dict[tuple[bytes, int, int], Vc] = {}  # (peer, I_Port, I_Key) -> VC, duplicate RC
         self.counters: Counter[str] = Counter()
-        self._out: list = []
-        self._events: list = []
+        self._out: list[Out] = []
+        self._events: list[Any] = []
         self._ids = itertools.count(1)
         self.locks: dict[tuple[int, int], Lock] = {}  # FETCHOP word -> the op holding it
-        self.lock_waiting: dict[tuple[int, int], deque] = {}  # word -> (vc, region, header) queued
+        self.lock_waiting: dict[tuple[int, int], deque[tuple[Vc, Region, Header]]] = {}  # word -> (vc, region, header) queued
         self._next_port = 1
 
     # --- plumbing ------------------------------------------------------------------------------
-    def outgoing(self) -> list:
+    def outgoing(self) -> list[Out]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
+    def events(self) -> list[Any]:
         ev, self._events = self._events, []
         return ev
 
@@ -263,7 +279,7 @@ class StCore:
     def _key(self) -> int:
         return self.rng.getrandbits(32) or 1
 
-    def _emit(self, vc: Vc, h: Header, payload=b"", *, dc: int = 0, slot: bool = True) -> None:
+    def _emit(self, vc: Vc, h: Header, payload: Buffer = b"", *, dc: int = 0, slot: bool = True) -> None:
         """Send an op on VC ``vc``; ops that take a peer slot wait while none is left."""
         if slot and vc.peer_slots != K.SLOTS_OFF and h.op not in K.NO_SLOT_OPS and not h.flags & Flag.SILENT:
             if vc.peer_slots <= 0:
@@ -280,11 +296,11 @@ class StCore:
         self.counters[f"tx_{h.op.name}"] += 1
 
     def _ask_slots(self, vc: Vc) -> None:
-        if vc.rs_out is None and vc.state is State.CONNECTED:
+        if vc.rs_out is None and VC_MACHINE.allows(vc.state, VcEvent.USE):
             vc.rs_out = self.now
             self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
 
-    def _hdr(self, vc: Vc, op: Op, **kw) -> Header:
+    def _hdr(self, vc: Vc, op: Op, **kw: Any) -> Header:
         return Header(op, kw.pop("flags", Flag.INTERRUPT), d_port=vc.peer_port, s_port=vc.local_port,
                       d_key=vc.peer_key, **kw)
 
@@ -320,17 +336,26 @@ class StCore:
     def close(self, vid: int, now: float) -> None:
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
-            if vc is not None and vc.state is State.RC_SENT:
-                self._free(vc, "closed before connected")
+        if vc is None:
             return
+        was, vc.state = vc.state, VC_MACHINE.next(vc.state, VcEvent.CLOSE)
+        if vc.state is State.CLOSED:
+            self._free(vc, "closed before connected")
+            return
+        if vc.state is was:
+            return  # already closing
         self._abort_all(vc, "connection closing")
-        vc.state, vc.tries, vc.deadline = State.RD_SENT, 1, now + self.t.teardown
+        vc.tries, vc.deadline = 1, now + self.t.teardown
         self._emit(vc, self._hdr(vc, Op.RD, offset=vc.local_key))
 
+    def _move(self, vc: Vc, event: VcEvent) -> State:
+        """Move ``vc`` along VC_MACHINE (raises on an undefined pair)."""
+        vc.state = VC_MACHINE.next(vc.state, event)
+        return vc.state
+
     def _free(self, vc: Vc, reason: str) -> None:
+        """Forget a VC that VC_MACHINE moved to CLOSED."""
         self._abort_all(vc, reason)
-        vc.state = State.CLOSED
         self.vcs.pop(vc.vid, None)
         self.by_port.pop(vc.local_port, None)
         if vc.rc_key:
@@ -353,7 +378,7 @@ class StCore:
         vc.ends.clear()
 
     # --- receive ------------------------------------------------------------------------------------
-    def receive(self, src: bytes, packet, now: float) -> None:
+    def receive(self, src: bytes, packet: Bytes, now: float) -> None:
         self.now = now
         try:
             h, rest = decode(packet)
@@ -366,18 +391,18 @@ class StCore:
             return
         vc = self.by_port.get(h.d_port)
         if vc is None:
-            self.counters["rx_drop_unknown_port"] += 1
+            self.counters[Drop.UNKNOWN_PORT] += 1
             return
         if h.op is Op.CA:
             self._on_ca(vc, src, h, rest)
             return
         if src != vc.peer or h.s_port != vc.peer_port or h.d_key != vc.local_key:
-            self.counters["rx_drop_bad_tuple"] += 1  # wrong peer, port or key
+            self.counters[Drop.BAD_TUPLE] += 1  # wrong peer, port or key
             return
         if h.op not in K.NO_SLOT_OPS and not (h.op is Op.DATA and h.flags & Flag.SILENT) and \
                 vc.our_slots_left != K.SLOTS_OFF:
             if vc.our_slots_left <= 0:
-                self.counters["rx_drop_slot_overrun"] += 1
+                self.counters[Drop.SLOT_OVERRUN] += 1
                 return
             vc.our_slots_left -= 1
             vc.freed += 1  # processed at once: the slot is free again
@@ -385,7 +410,11 @@ class StCore:
         if handler is None:
             self.counters[f"rx_ignored_{h.op.name}"] += 1
             return
-        handler(vc, h, rest)
+        try:
+            handler(vc, h, rest)
+        except RemoteProtocolError:
+            self.counters[Drop.OUT_OF_STATE] += 1  # RD, DA or DC the VC's state does not allow
+            return
         if h.flags & Flag.SEND_STATE and h.op not in (Op.DATA, Op.RS, Op.RSR):
             self._rsr(vc, h, 2)
 
@@ -418,29 +447,37 @@ class StCore:
         self.counters["tx_CA"] += 1
 
     def _on_ca(self, vc: Vc, src: bytes, h: Header, rest: bytes) -> None:
-        if vc.state is not State.RC_SENT or src != vc.peer or h.d_key != vc.local_key:
-            self.counters["rx_drop_stray_CA"] += 1
+        if src != vc.peer or h.d_key != vc.local_key:
+            self.counters[Drop.STRAY_CA] += 1
             return
-        if h.flags & Flag.REJECT:
+        try:
+            self._move(vc, VcEvent.CA_REJECT if h.flags & Flag.REJECT else VcEvent.CA)
+        except RemoteProtocolError:
+            self.counters[Drop.STRAY_CA] += 1
+            return
+        if vc.state is State.CLOSED:
             reason = reason_of(decode_options(rest)) if rest else None
-            self._free(vc, f"refused ({Reason(reason).name if reason in Reason._value2member_map_ else reason})")
+            name = Reason(reason).name if reason is not None and reason in Reason._value2member_map_ else reason
+            self._free(vc, f"refused ({name})")
             return
         vc.peer_port, vc.peer_key = h.s_port, h.offset
         vc.peer_slots, vc.peer_bufsize, vc.peer_max_stu = h.param, h.bufx, h.sync
-        vc.state = State.CONNECTED
         vc.our_slots_left = self.p.slots
         self._events.append(Connected(vc.vid))
 
     def _on_rd(self, vc: Vc, h: Header, rest: bytes) -> None:
+        self._move(vc, VcEvent.RD)
         self._abort_all(vc, "peer closed the connection")
-        vc.state, vc.tries, vc.deadline = State.DA_SENT, 1, self.now + self.t.teardown
+        vc.tries, vc.deadline = 1, self.now + self.t.teardown
         self._emit(vc, self._hdr(vc, Op.DA, offset=vc.local_key), slot=False)
 
     def _on_da(self, vc: Vc, h: Header, rest: bytes) -> None:
+        self._move(vc, VcEvent.DA)
         self._emit(vc, self._hdr(vc, Op.DC, offset=vc.local_key), slot=False)
         self._free(vc, "closed")
 
     def _on_dc(self, vc: Vc, h: Header, rest: bytes) -> None:
+        self._move(vc, VcEvent.DC)
         self._free(vc, "closed")
 
     def _on_nop(self, vc: Vc, h: Header, rest: bytes) -> None:
@@ -483,7 +520,7 @@ class StCore:
             if complete and x.done_bytes >= x.t_len:
                 self._finish(x, True)
         op = vc.ops.get(h.d_id)
-        if op is not None and op[0] == "put":
+        if op is not None and op[0] is OpKind.PUT:
             vc.ops.pop(h.d_id)
             self._events.append(OpDone(vc.vid, h.d_id, True))
         if h.d_id == NO_ID or x is None:
@@ -492,17 +529,17 @@ class StCore:
     def status(self, vid: int, now: float) -> bool:
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return False
         self._emit(vc, self._hdr(vc, Op.RS, d_id=NO_ID, sync=vc.sync), slot=False)
         return True
 
     # --- single-use writes: RTS -> CTS* -> DATA* -------------------------------------------------------
-    def send(self, vid: int, buf, now: float, *, reply_to: int = NO_ID, dc: int | None = None) -> int | None:
+    def send(self, vid: int, buf: Buffer | FileBuffer, now: float, *, reply_to: int = NO_ID, dc: int | None = None) -> int | None:
         """Write ``buf`` to the peer (which must post a receive); returns the transfer id."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED or len(vc.tx) >= K.MAX_TRANSFERS:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or len(vc.tx) >= K.MAX_TRANSFERS:
             return None
         mv = _view(buf)
         x = Transfer(self._id(), vc, mv, len(mv), deadline=now + self.t.tx)
@@ -512,18 +549,18 @@ class StCore:
         self._emit(vc, Header(**{**rts.__dict__, "dc": dc if dc is not None else self.p.data_vc}))
         return x.xid
 
-    def post_receive(self, vid: int, buf, now: float) -> bool:
+    def post_receive(self, vid: int, buf: Buffer | FileBuffer, now: float) -> bool:
         """Offer a receive buffer for the next (or a paused) incoming write."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return False
         vc.posted.append(_view(buf))
         if vc.paused:
             self._accept_rts(vc, vc.paused.popleft())
         return True
 
-    def unpost(self, vid: int, buf) -> bool:
+    def unpost(self, vid: int, buf: object) -> bool:
         """Withdraw a receive buffer that no RTS has taken yet (its owner went away)."""
         vc = self.vcs.get(vid)
         if vc is None:
@@ -592,15 +629,15 @@ class StCore:
 
     def _on_cts(self, vc: Vc, h: Header, rest: bytes) -> None:
         x = vc.tx.get(h.d_id)
-        if x is None or x.ended:
-            self.counters["rx_drop_CTS_unknown_id"] += 1
+        if x is None:
+            self.counters[Drop.CTS_UNKNOWN_ID] += 1
             return
         x.peer_id, x.blocksize = h.s_id, h.param
         x.deadline = self.now + self.t.tx
         start = h.b_num << h.param
         end = min(x.t_len, start + (1 << h.param))
         if start >= x.t_len and x.t_len:
-            self.counters["rx_drop_CTS_beyond_t_len"] += 1
+            self.counters[Drop.CTS_BEYOND_T_LEN] += 1
             return
         dc = self.p.data_vc
         stu = min(1 << min(vc.peer_max_stu, vc.peer_bufsize, self.p.max_stu), K.VC_MAX_ST_PAYLOAD[dc])
@@ -639,13 +676,13 @@ class StCore:
             self._on_get_data(vc, h, rest)
             return
         x = vc.rx.get(h.d_id)
-        if x is None or x.ended:
-            self.counters["rx_drop_DATA_unknown_id"] += 1
+        if x is None:
+            self.counters[Drop.DATA_UNKNOWN_ID] += 1
             return
         pos = (h.bufx << self.p.bufsize) + h.offset
         b0, b1 = h.b_num << x.blocksize, (h.b_num + 1) << x.blocksize
         if not (b0 <= pos and pos + len(rest) <= min(b1, x.t_len)):
-            self.counters["rx_drop_DATA_out_of_block"] += 1
+            self.counters[Drop.DATA_OUT_OF_BLOCK] += 1
             return
         try:
             x.buf[pos : pos + len(rest)] = rest
@@ -668,13 +705,14 @@ class StCore:
         if x.done_bytes >= x.t_len:
             self._finish(x, True)
 
-    def _finish(self, x: Transfer, ok: bool, reason: str = "") -> None:
+    def _finish(self, x: Transfer, ok: bool, reason: str = "", *, by_peer: bool = False) -> None:
         vc = x.vc
         tab = vc.tx if x.sending else vc.rx
         if tab.pop(x.xid, None) is None:
             return
-        if not ok and not x.ended and vc.state is State.CONNECTED:
-            x.ended = True
+        x.state = TRANSFER_MACHINE.next(
+            x.state, XEvent.COMPLETE if ok else XEvent.PEER_END if by_peer else XEvent.FAIL)
+        if x.state is XState.FAILED and VC_MACHINE.allows(vc.state, VcEvent.USE):
             d_id, s_id = (x.peer_id, x.xid)
             vc.ends[(d_id, s_id)] = (self.now + self.t.end, 1)
             self._emit(vc, self._hdr(vc, Op.END, d_id=d_id, s_id=s_id))
@@ -687,15 +725,14 @@ class StCore:
 
     def _on_ra(self, vc: Vc, h: Header, rest: bytes) -> None:
         reason = reason_of(decode_options(rest)) if rest else None
-        why = Reason(reason).name.lower() if reason in Reason._value2member_map_ else "refused"
+        why = Reason(reason).name.lower() if reason is not None and reason in Reason._value2member_map_ else "refused"
         if h.flags & Flag.REJECT:
             x = vc.tx.get(h.d_id) or vc.rx.get(h.d_id)
             if x is not None:
-                x.ended = True
-                self._finish(x, False, why)
+                self._finish(x, False, why, by_peer=True)
             elif h.d_id in vc.ops:
                 kind = vc.ops.pop(h.d_id)[0]
-                if kind == "rmr":
+                if kind is OpKind.RMR:
                     self._events.append(RegionReady(vc.vid, h.d_id, 0, 0, False, why))
                 else:
                     self._events.append(OpDone(vc.vid, h.d_id, False, reason=why))
@@ -705,13 +742,14 @@ class StCore:
                 x.deadline = self.now + self.t.tx  # paused: the peer is waiting for a buffer
 
     # --- reads: RTR -> RTS ... ---------------------------------------------------------------------------
-    def read(self, vid: int, buf, t_len: int, now: float) -> int | None:
+    def read(self, vid: int, buf: Buffer | FileBuffer, t_len: int, now: float) -> int | None:
         """Ask the peer to send ``t_len`` bytes into ``buf``; returns the transfer id."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED or t_len > len(buf):
+        view = _view(buf)
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or t_len > len(view):
             return None
-        x = Transfer(self._id(), vc, _view(buf), t_len, sending=False, deadline=now + self.t.rx)
+        x = Transfer(self._id(), vc, view, t_len, sending=False, deadline=now + self.t.rx)
         vc.rx[x.xid] = x
         self._emit(vc, self._hdr(vc, Op.RTR, s_id=x.xid).with_t_len(t_len))
         return x.xid
@@ -721,7 +759,7 @@ class StCore:
         self._events.append(ReadRequested(vc.vid, h.s_id, h.t_len))
 
     # --- persistent memory ---------------------------------------------------------------------------------
-    def expose(self, vid: int, buf) -> bool:
+    def expose(self, vid: int, buf: Buffer | FileBuffer) -> bool:
         """Offer ``buf`` as the region for the peer's next RMR."""
         vc = self.vcs.get(vid)
         if vc is None:
@@ -732,10 +770,10 @@ class StCore:
     def request_region(self, vid: int, size: int, now: float) -> int | None:
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED:
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE):
             return None
         gid = self._id()
-        vc.ops[gid] = ("rmr", now + self.t.tx, None, 1)
+        vc.ops[gid] = (OpKind.RMR, now + self.t.tx, None, 1)
         self._emit(vc, self._hdr(vc, Op.RMR, s_id=gid).with_t_len(size))
         return gid
 
@@ -750,7 +788,7 @@ class StCore:
 
     def _on_mra(self, vc: Vc, h: Header, rest: bytes) -> None:
         if vc.ops.pop(h.d_id, None) is None:
-            self.counters["rx_drop_MRA_unknown"] += 1
+            self.counters[Drop.MRA_UNKNOWN] += 1
             return
         vc.remote_regions[h.s_id] = (h.mx, h.bufx, h.offset, h.t_len)
         self._events.append(RegionReady(vc.vid, h.d_id, h.s_id, h.t_len, True))
@@ -761,15 +799,16 @@ class StCore:
             return None
         return offset
 
-    def put(self, vid: int, rid: int, offset: int, data, now: float, *, ack: bool = True) -> int | None:
+    def put(self, vid: int, rid: int, offset: int, data: Buffer, now: float, *, ack: bool = True) -> int | None:
         """One DATA into the peer's region; with ``ack`` an RSR confirms it (OpDone)."""
         self.now = now
         vc = self.vcs.get(vid)
-        if vc is None or vc.state is not State.CONNECTED or self._region_pos(vc, rid, offset, len(data)) is None:
+        data = memoryview(data).cast("B")
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or self._region_pos(vc, rid, offset, len(data)) is None:
             return None
         gid = self._id()
         if ack:
-            vc.ops[gid] = ("put", now + self.t.tx, None, 1)
+            vc.ops[gid] = (OpKind.PUT, now + self.t.tx, None, 1)
         flags = Flag.INTERRUPT | Flag.LAST | (Flag.SEND_STATE if ack else 0)
         d = self._hdr(vc, Op.DATA, flags=flags, bufx=offset >> 32, offset=offset & 0xFFFFFFFF, sync=vc.sync,
                       d_id=rid, s_id=gid)
@@ -780,7 +819,7 @@ class StCore:
         reg = vc.regions[h.d_id]
         off = (h.bufx << 32) | h.offset
         if off + len(rest) > len(reg.buf):
-            self.counters["rx_drop_PUT_out_of_bounds"] += 1
+            self.counters[Drop.PUT_OUT_OF_BOUNDS] += 1
             return
         try:
             reg.buf[off : off + len(rest)] = rest
@@ -799,13 +838,13 @@ class StCore:
         vc = self.vcs.get(vid)
         if function != Function.GET:
             length = 8
-        if vc is None or vc.state is not State.CONNECTED or not 0 < length < 65536 or \
+        if vc is None or not VC_MACHINE.allows(vc.state, VcEvent.USE) or not 0 < length < 65536 or \
                 self._region_pos(vc, rid, offset, length) is None:
             return None
         gid = self._id()
         h = self._hdr(vc, Op.GET, function=function, param=length, bufx=offset >> 32, offset=offset & 0xFFFFFFFF,
                       d_id=rid, s_id=gid)
-        vc.ops[gid] = ("fetchop" if function else "get", now + self.t.tx, h, 1)
+        vc.ops[gid] = (OpKind.FETCHOP if function else OpKind.GET, now + self.t.tx, h, 1)
         self._emit(vc, h)
         return gid
 
@@ -868,12 +907,12 @@ class StCore:
         word = reg.word(off)
         lock = self.locks.get(word)
         if lock is None or lock.vc is not vc or lock.gid != h.s_id:
-            self.counters["rx_FOC_stale"] += 1
+            self.counters[Drop.FOC_STALE] += 1
             return
         try:
             (value,) = struct.unpack(">Q", reg.buf[off : off + 8])
             value = {Function.INCREMENT: value + 1, Function.DECREMENT: value - 1,
-                     Function.CLEAR: 0}[lock.function] % (1 << 64)
+                     Function.CLEAR: 0}[Function(lock.function)] % (1 << 64)
             reg.buf[off : off + 8] = struct.pack(">Q", value)
         except BufferGone:
             self.counters["rx_FOC_region_gone"] += 1  # the word stays as it was
@@ -889,7 +928,7 @@ class StCore:
             self._emit(vc, vc.done_gids[gid])
             return
         kind, _deadline, req, _tries = vc.ops.pop(gid)
-        if kind == "fetchop":
+        if kind is OpKind.FETCHOP:
             foc = Header(**{**req.__dict__, "function": Function.COMPLETE})
             vc.done_gids[gid] = foc
             if len(vc.done_gids) > 1024:
@@ -920,8 +959,7 @@ class StCore:
     def _on_end(self, vc: Vc, h: Header, rest: bytes) -> None:
         x = vc.rx.get(h.d_id) or vc.tx.get(h.d_id)
         if x is not None:
-            x.ended = True
-            self._finish(x, False, "ended by peer")
+            self._finish(x, False, "ended by peer", by_peer=True)
         vc.regions.pop(h.d_id, None)
         self._emit(vc, self._hdr(vc, Op.END_ACK, d_id=h.s_id, s_id=h.d_id))
 
@@ -966,12 +1004,14 @@ class StCore:
         if vc.state is not State.CONNECTED and now >= vc.deadline:
             if vc.state is State.RC_SENT:
                 if vc.tries >= self.t.rc_tries:
+                    self._move(vc, VcEvent.GIVE_UP)
                     self._free(vc, "connect timed out")
                     return
                 vc.tries += 1
                 vc.deadline = now + self.t.rc_retry
                 self._send_rc(vc)
             elif vc.tries >= self.t.teardown_tries:
+                self._move(vc, VcEvent.GIVE_UP)
                 self._free(vc, "teardown timed out")
                 return
             else:
@@ -988,11 +1028,11 @@ class StCore:
             if now >= x.deadline:
                 self.counters["transfer_timeout"] += 1
                 self._finish(x, False, "timed out (peer silent)")
-        for gid, (kind, deadline, req, tries) in list(vc.ops.items()):
+        for gid, (kind, deadline, _req, _tries) in list(vc.ops.items()):
             if now >= deadline:
                 vc.ops.pop(gid)
-                self.counters[f"{kind}_timeout"] += 1
-                if kind == "rmr":
+                self.counters[kind.timeout_counter] += 1
+                if kind is OpKind.RMR:
                     self._events.append(RegionReady(vc.vid, gid, 0, 0, False, "timed out"))
                 else:
                     self._events.append(OpDone(vc.vid, gid, False, reason="timed out"))
@@ -1005,7 +1045,7 @@ class StCore:
                     self._emit(vc, self._hdr(vc, Op.END, d_id=key[0], s_id=key[1]))
 
     # --- status ---------------------------------------------------------------------------------------------
-    def status_table(self) -> list[dict]:
+    def status_table(self) -> list[dict[str, Any]]:
         from daemons.wire.ula import format_ula
 
         return [{"vc": vc.vid, "peer": format_ula(vc.peer), "state": vc.state.value, "uport": vc.uport,

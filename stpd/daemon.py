@@ -4,11 +4,11 @@ resolution (static table, then harpd)."""
 from __future__ import annotations
 
 import base64
-import errno
 import os
 import socket
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import partial
 from ipaddress import IPv4Address
 from itertools import chain
@@ -16,6 +16,7 @@ from itertools import chain
 import structlog
 import trio
 
+from daemons.runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
 from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
 from daemons.runtime.corerunner import CoreRunner
 from daemons.runtime.log import CounterLog
@@ -33,11 +34,6 @@ from .membuf import BufferGone, FdHandle, FileBuffer
 
 log = structlog.get_logger("stpd")
 FUNCTIONS = {"inc": Function.INCREMENT, "dec": Function.DECREMENT, "clear": Function.CLEAR}
-PROGRESS_EVERY = 0.25
-INLINE_MAX = K.INLINE_MAX
-REPLY_TIMEOUT = 10.0  # a client that does not read its answer for this long is dropped
-ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-UNBOUNDED_OPS = frozenset({"accept", "connect", "send", "recv", "read", "serve"})  # may wait for the peer for long
 
 
 @dataclass
@@ -69,7 +65,7 @@ class ApiClient:
     vcs: set = field(default_factory=set)  # connections it made or accepted (and those waiting to be)
 
     @classmethod
-    def of(cls, conn: socket.socket) -> "ApiClient":
+    def of(cls, conn: socket.socket) -> ApiClient:
         try:
             pid, uid, _gid = peer_cred(conn)
         except OSError:
@@ -105,7 +101,7 @@ class Stpd:
         self.pending: dict[tuple, trio.Event] = {}  # keys somebody waits for
         self.results: dict[tuple, object] = {}
         self.accepted: dict[int, deque] = defaultdict(deque)
-        self.owner: dict[int, ApiClient] = {}  # vc -> the client it belongs to
+        self.owner: dict[int, ApiClient | None] = {}  # vc -> the client it belongs to (None: orphaned)
         self.port_owner: dict[int, ApiClient] = {}  # listened ULP port -> the client listening
         self.accept_wake: dict[int, trio.Event] = {}
         self.read_requests: dict[int, deque] = {}  # vc -> the peer's RTRs waiting for a `serve`
@@ -218,7 +214,7 @@ class Stpd:
         try:
             with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
                 while not ev.is_set():
-                    with trio.move_on_after(PROGRESS_EVERY):
+                    with trio.move_on_after(K.API_PROGRESS_EVERY):
                         await ev.wait()
                     if progress is not None and not ev.is_set():
                         progress()
@@ -269,15 +265,10 @@ class Stpd:
         try:
             async with trio.open_nursery() as nursery:
                 while True:
-                    await trio.lowlevel.wait_readable(lsock)
-                    try:
-                        conn, _ = lsock.accept()
-                    except BlockingIOError:
-                        continue
-                    except OSError as exc:
-                        name = errno.errorcode.get(exc.errno, "error").lower()
-                        self.api_counters[f"accept_failed_{name}"] += 1
-                        if exc.errno in ACCEPT_ERRNOS:  # out of descriptors/memory: back off, never exit
+                    conn = await accept_ready(lsock)
+                    if isinstance(conn, OSError):
+                        self.api_counters[f"accept_failed_{errno_name(conn).lower()}"] += 1
+                        if conn.errno in NO_FDS_ERRNOS:  # out of descriptors/memory: back off, never exit
                             await trio.sleep(K.API_ACCEPT_BACKOFF)
                         continue
                     if self.api_clients >= self.cfg.api_max_clients:
@@ -336,7 +327,7 @@ class Stpd:
             pass
         except OSError:
             return False
-        with trio.move_on_after(REPLY_TIMEOUT):  # a client slow to read its answers
+        with trio.move_on_after(K.API_REPLY_TIMEOUT):  # a client slow to read its answers
             while True:
                 await trio.lowlevel.wait_writable(conn)
                 try:
@@ -377,7 +368,7 @@ class Stpd:
                     raise api.RequestError(f"request larger than {api.MAX_MSG} bytes or {api.MAX_FDS} descriptors")
                 msg = api.decode(data)
                 op = msg["op"]
-                if op in UNBOUNDED_OPS:
+                if op in K.API_UNBOUNDED_OPS:
                     reply = await self._guarded(msg, fds, client)
                 else:  # bounded by a core or API timeout: no hang-up watch needed
                     reply = await self._api(msg, fds, client)
@@ -436,7 +427,7 @@ class Stpd:
             raise ApiError("client went away")
         return result["reply"]
 
-    def _progress(self, conn: socket.socket, xid: int, count) -> callable:
+    def _progress(self, conn: socket.socket, xid: int, count: Callable[[], int]) -> Callable[[], None]:
         def progress() -> None:
             try:
                 api.send_msg(conn, {"progress": count(), "xid": xid})
@@ -477,7 +468,6 @@ class Stpd:
 
     async def _api(self, msg: dict, fds: list[int], client: ApiClient) -> dict:
         op = msg["op"]
-        conn = client.conn
         now = trio.current_time()
         core = self.core
         if fds and op not in ("send", "recv", "read", "serve", "expose"):
@@ -617,7 +607,7 @@ class Stpd:
                 self.core.end(vid, x.xid, trio.current_time())
         self.runner.step()
 
-    def _source(self, msg: dict, fds: list[int]) -> tuple[object, FdHandle | None]:
+    def _source(self, msg: dict, fds: list[int]) -> tuple[bytes | memoryview | FileBuffer, FdHandle | None]:
         """What a send/serve sends: the passed file's first ``length`` bytes, or inline data."""
         if fds and "data" in msg:
             raise ApiError(f"{msg['op']}: a file descriptor or inline data, not both")
@@ -650,7 +640,7 @@ class Stpd:
                 req = self.read_requests[vid].popleft()
                 reply_to, asked = req.rid, req.t_len
                 n = min(asked, len(buf))
-                buf = FileBuffer(handle, n) if handle is not None else memoryview(buf)[:n]
+                buf = FileBuffer(handle, n) if handle is not None else memoryview(buf)[:n]  # type: ignore[arg-type]
             xid = self.core.send(vid, buf, trio.current_time(), dc=msg.get("dc"), reply_to=reply_to)
             if xid is None:
                 raise ApiError("cannot send now (connection not open or too many transfers)")
@@ -681,9 +671,10 @@ class Stpd:
         handle = None
         if fds:
             handle = self._take(fds)
-        elif size > INLINE_MAX:
-            raise ApiError(f"inline {msg['op']} is at most {INLINE_MAX} bytes; pass a file descriptor")
+        elif size > K.INLINE_MAX:
+            raise ApiError(f"inline {msg['op']} is at most {K.INLINE_MAX} bytes; pass a file descriptor")
         try:
+            buf: FileBuffer | bytearray
             if handle is not None:
                 os.ftruncate(handle.fd, size)
                 buf = FileBuffer(handle, size)

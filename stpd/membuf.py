@@ -11,7 +11,12 @@ program that maps its memfd sees what stpd writes, as before.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 
 class BufferGone(Exception):
@@ -24,7 +29,7 @@ class FdHandle:
 
     __slots__ = ("fd", "key", "__weakref__")
 
-    def __init__(self, fd: int, key=None) -> None:
+    def __init__(self, fd: int, key: object = None) -> None:
         self.fd = fd
         self.key = key
 
@@ -60,13 +65,13 @@ class FileBuffer:
     def __len__(self) -> int:
         return self.length
 
-    def _range(self, s) -> tuple[int, int]:
+    def _range(self, s: slice) -> tuple[int, int]:
         if not isinstance(s, slice) or s.step not in (None, 1):
             raise TypeError("FileBuffer supports contiguous slices only")
         start, stop, _ = s.indices(self.length)
         return start, max(start, stop)
 
-    def __getitem__(self, s) -> bytes:
+    def __getitem__(self, s: slice) -> bytes:
         start, stop = self._range(s)
         fd = self.handle.fd
         if fd < 0:
@@ -79,7 +84,7 @@ class FileBuffer:
             raise BufferGone(f"file truncated (needed bytes {start}..{stop}, it has {start + len(data)})")
         return data
 
-    def __setitem__(self, s, data) -> None:
+    def __setitem__(self, s: slice, data: Buffer) -> None:
         start, stop = self._range(s)
         data = memoryview(data).cast("B")
         if len(data) != stop - start:

@@ -22,6 +22,8 @@ from .constants import (
     Op,
 )
 
+from daemons.wire.buffers import Bytes
+
 HEADER = struct.Struct(">HHHHIHHIIIIII")
 assert HEADER.size == HEADER_BYTES
 FLAG_BITS = 0x00FC
@@ -51,7 +53,7 @@ class Header:
     def t_len(self) -> int:
         return (self.sync << 32) | self.b_num
 
-    def with_t_len(self, t_len: int) -> "Header":
+    def with_t_len(self, t_len: int) -> Header:
         return replace(self, sync=t_len >> 32, b_num=t_len & 0xFFFFFFFF)
 
     def encode(self) -> bytes:
@@ -61,7 +63,7 @@ class Header:
                            self.bufx, self.offset, self.sync, self.b_num, self.d_id, self.s_id)
 
 
-def decode_header(data) -> Header:
+def decode_header(data: Bytes) -> Header:
     if len(data) < HEADER_BYTES:
         raise DecodeError("header", len(data), f"{len(data)} bytes is shorter than the 40-byte header")
     (opflags, param, d_port, s_port, d_key, checksum, mx, bufx, offset, sync, b_num, d_id,
@@ -95,7 +97,7 @@ def verify_checksum(packet: bytes) -> bool:
     (stored,) = struct.unpack_from(">H", packet, 12)
     if stored == 0:
         return True
-    return checksum(packet[:12] + b"\0\0" + packet[14:]) == stored
+    return bool(checksum(packet[:12] + b"\0\0" + packet[14:]) == stored)
 
 
 def encode_options(options: list[tuple[int, bytes]]) -> bytes:
@@ -130,11 +132,11 @@ def error_code_option(code: int) -> tuple[int, bytes]:
 def reason_of(options: list[tuple[int, bytes]]) -> int | None:
     for t, v in options:
         if t == OPT_ERROR_CODE and len(v) == 2:
-            return struct.unpack(">H", v)[0]
+            return int.from_bytes(v, "big")
     return None
 
 
-def decode(packet) -> tuple[Header, bytes]:
+def decode(packet: Bytes) -> tuple[Header, bytes]:
     """Header and what follows it (options for control ops, the STU for DATA)."""
     h = decode_header(packet)
     rest = bytes(packet[HEADER_BYTES:])

@@ -75,7 +75,7 @@ def rewrite_pcap(src: Path, dst: Path, packets: list[tuple[bytes, bytes]], linkt
 _HOME = tempfile.TemporaryDirectory(prefix="tshark-home-")  # removed when the interpreter exits
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _environment() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """(the -X options that load wireshark/*.lua, the environment for tshark).
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..constants import IP_MTU
 from ..io.pmtu import check_mtu, family_of
 from ..io.udp import resolve
 from ..runtime.keyfile import cable_key, overhead
 from ..link.link import Timers
-from ..runtime.config import ConfigError, Section, in_range, load_toml
+from ..runtime.config import LOG_LEVELS, ConfigError, Section, in_range, load_toml, one_of
 from ..runtime.linkconfig import parse_link
 from ..wire.ula import parse_ula
 from .. import constants as C
@@ -38,7 +39,7 @@ class GsndConfig:
     timers: Timers = field(default_factory=Timers)
     buffers: tuple = C.VC_BUFFER_MPS
     tap: str | None = "gsn0"  # None: no TAP (ULP socket only)
-    mtu: int = 65280
+    mtu: int = IP_MTU
     arp: str = "fabric"  # fabric: kernel ARP/ND cross the fabric; off: left to harpd
 
     @property
@@ -50,16 +51,8 @@ class GsndConfig:
         return f"{self.runtime_dir}/{self.interface}.ctl"
 
 
-def _level(v: str) -> str:
-    if v not in ("debug", "info", "warning", "error"):
-        raise ValueError(f"{v!r} is not one of debug, info, warning, error")
-    return v
-
-
-def _arp(v: str) -> str:
-    if v not in ("fabric", "off"):
-        raise ValueError(f"{v!r} is not one of fabric, off")
-    return v
+_level = one_of(*LOG_LEVELS)
+_arp = one_of("fabric", "off")
 
 
 def load(path: str | None, overrides: dict) -> GsndConfig:
@@ -88,7 +81,7 @@ def load(path: str | None, overrides: dict) -> GsndConfig:
     ip = Section(src, "ip", data.get("ip", {}))
     enabled = ip.get("enabled", bool, True)
     cfg.tap = ip.get("tap", str, None, check=_ifname)
-    cfg.mtu = ip.get("mtu", int, cfg.mtu, check=in_range(68, 65280))
+    cfg.mtu = ip.get("mtu", int, cfg.mtu, check=in_range(68, IP_MTU))
     cfg.arp = ip.get("arp", str, cfg.arp, check=_arp)
     ip.finish()
     checks = {"interface": _ifname, "ula": parse_ula, "local": resolve, "peer": resolve, "log_level": _level,

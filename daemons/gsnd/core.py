@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .. import constants as C
-from ..constants import AdminCmd, AdminStatus, ElementType, MpType
+from ..constants import ADMIN_RETRY_S, AdminCmd, AdminStatus, ElementType, MpType
 from ..link.clink import CLink
 from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import AdminIn, Delivered, Reassembler
@@ -20,7 +20,6 @@ from ..wire.admin import Admin, i_am_args, parse_i_am
 from ..wire.errors import DecodeError
 from ..wire.message import Message, encode_stream, max_payload, single_records, stream_records
 
-ADMIN_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)

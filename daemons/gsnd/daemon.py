@@ -20,7 +20,7 @@ from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import sd_notify
 from ..io.tap import Tap
 from ..wire.admin import parse_ula_list
-from ..wire.ether import IP_ETHERTYPES, frame_to_message, message_to_frame
+from ..wire.ether import IP_ETHERTYPES, FrameDrop, frame_to_message, message_to_frame
 from ..wire.message import max_payload
 from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
@@ -28,12 +28,10 @@ from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
 from .dataplane import DataPlane, usable
 from .delivery import is_notice, notice_in, settle
-from ..constants import ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, SWITCH_TABLE_MAX, AdminCmd
+from ..constants import ADMIN_MAX_HOPS, ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, HIGH_WATER_MPS, SWITCH_TABLE_MAX, AdminCmd
 from ..wire.admin import ARGS_BYTES
 
 log = structlog.get_logger("gsnd")
-HIGH_WATER_MPS = 8192
-ADMIN_MAX_HOPS = 255  # HOP_COUNT / INIT_HOPS are one byte each (spec §4.3)
 
 # The control socket's requests (gsnctl; pktwayd and the pktway CLI ask "ulas").
 CONTROL_SCHEMA = Schema({
@@ -153,8 +151,8 @@ class Gsnd:
             await tap.wait_readable()
             for frame in tap.drain():
                 out = frame_to_message(frame, mtu)
-                if isinstance(out, str):
-                    counters[f"tx_drop_{out}"] += 1
+                if isinstance(out, FrameDrop):
+                    counters[out.counter] += 1
                 elif out[1] == ETHERTYPE_ARP and self.cfg.arp == "off":
                     counters["tx_drop_arp_off"] += 1
                 elif ep.send(VC_IP, *out):
@@ -254,7 +252,8 @@ class Gsnd:
                 return {"ok": False, "error": f"admin: a route of {len(route)} ports needs at least "
                                               f"{len(route) + 1} hops (one per switch the request passes)"}
             resps = await self._admin(command, bytes.fromhex(args), hops=hops, route=route)
-            return {"ok": True, "responses": [{"command": AdminCmd(r.command).name if r.command in AdminCmd._value2member_map_ else r.command,
+            names = AdminCmd._value2member_map_
+            return {"ok": True, "responses": [{"command": AdminCmd(r.command).name if r.command in names else r.command,
                                                "status": r.status, "args": r.args.hex()} for r in resps]}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
@@ -329,8 +328,9 @@ class Gsnd:
                                         counters=self.control_counters))
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
-            log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap, local=f"{self.cfg.local[0]}:{self.cfg.local[1]}",
-                     peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}", ulp=self.cfg.ulp_path)
+            log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap,
+                     local=f"{self.cfg.local[0]}:{self.cfg.local[1]}", peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}",
+                     ulp=self.cfg.ulp_path)
             sd_notify("READY=1")
             self._notify_status()
             task_status.started()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 from .. import constants as C
 from ..wire.message import Message

@@ -14,7 +14,7 @@ import trio
 
 
 class _End:
-    def __init__(self, cable: "MemoryCable", index: int) -> None:
+    def __init__(self, cable: MemoryCable, index: int) -> None:
         self.cable = cable
         self.index = index
         self.inbox: deque[bytes] = deque()

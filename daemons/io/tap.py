@@ -15,6 +15,8 @@ from collections import Counter
 import trio
 from pyroute2 import IPRoute
 
+from ..runtime.oserrors import errno_name
+
 TUNSETIFF = 0x400454CA
 TUNSETCARRIER = 0x400454E2
 TUNSETPERSIST = 0x400454CB
@@ -104,7 +106,7 @@ class Tap:
         try:
             fcntl.ioctl(self.fd, TUNSETCARRIER, struct.pack("i", int(up)))
         except OSError as exc:  # kernels before 4.18 lack TUNSETCARRIER
-            self.counters[f"carrier_ioctl_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+            self.counters[f"carrier_ioctl_{errno_name(exc)}"] += 1
 
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.fd)
@@ -118,7 +120,7 @@ class Tap:
             except BlockingIOError:
                 break
             except OSError as exc:  # EIO while the interface is down
-                self.counters[f"read_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                self.counters[f"read_{errno_name(exc)}"] += 1
                 break
         return out
 
@@ -128,7 +130,7 @@ class Tap:
         except BlockingIOError:
             self.counters["tx_dropped_tap_full"] += 1
         except OSError as exc:
-            self.counters[f"tx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+            self.counters[f"tx_error_{errno_name(exc)}"] += 1
 
     def close(self) -> None:
         os.close(self.fd)

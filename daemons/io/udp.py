@@ -8,10 +8,11 @@ import struct
 import sys
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 
+from ..runtime.oserrors import errno_name
 from ..constants import AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES, SOCKET_BUFFER_BYTES
 from ..wire.cableauth import CableAuth, direction
 from . import pmtu
@@ -168,7 +169,7 @@ class UdpTransport:
             except BlockingIOError:
                 break
             except OSError as exc:  # ICMP errors from a previous send surface here
-                self.counters[f"rx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                self.counters[f"rx_error_{errno_name(exc)}"] += 1
                 continue
             if self.peer is not None and addr[:2] != self.peer:
                 self.counters["rx_foreign_datagram"] += 1
@@ -239,9 +240,9 @@ class UdpTransport:
                 pass  # the path MTU dropped under the segment size (GSO says EINVAL): re-cut below
             elif exc.errno in (errno.ENOPROTOOPT, errno.EINVAL, errno.EIO, errno.EOPNOTSUPP):
                 self.gso = False  # detected once: per-datagram from now on
-                self.counters[f"gso_unsupported_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                self.counters[f"gso_unsupported_{errno_name(exc)}"] += 1
             elif exc.errno != errno.EMSGSIZE:
-                self.counters[f"tx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += len(run)
+                self.counters[f"tx_error_{errno_name(exc)}"] += len(run)
                 return
             for d in run:  # EMSGSIZE or no GSO: one at a time (re-cut if the path shrank)
                 self._send_one(d)
@@ -261,7 +262,7 @@ class UdpTransport:
             if exc.errno == errno.EMSGSIZE and retry:
                 self._too_big(data)
             else:
-                self.counters[f"tx_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                self.counters[f"tx_error_{errno_name(exc)}"] += 1
             return
         if len(data) > self.max_sent:
             self.max_sent = len(data)

@@ -14,17 +14,17 @@ gsnd, the link's credits) while a client's socket is full.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import socket
 import struct
 import termios
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 
+from ..runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
 from ..constants import (
     ETHERTYPE_OUI_EXTENDED,
     ULP_ACCEPT_BACKOFF_S,
@@ -46,7 +46,6 @@ BURST = 64  # frames taken from one client before flushing and yielding
 _FRAME_MAX = HEADER.size + ULP_MAX_PAYLOAD
 _CREDS = socket.CMSG_SPACE(12)  # struct ucred: every record carries one, EOF none
 _REFUSE_DRAIN = 16  # frames read and discarded from a refused client
-_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class _Client:
@@ -101,16 +100,12 @@ class UlpServer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._timeouts)
                 while True:
-                    await trio.lowlevel.wait_readable(lsock)
-                    try:
-                        conn, _ = lsock.accept()
-                    except BlockingIOError:
-                        continue
-                    except OSError as exc:
-                        if exc.errno in _NO_FDS:
+                    conn = await accept_ready(lsock)
+                    if isinstance(conn, OSError):
+                        if conn.errno in NO_FDS_ERRNOS:
                             await self._refuse_without_fds(lsock)
                         else:
-                            self.counters[f"accept_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                            self.counters[f"accept_error_{errno_name(conn)}"] += 1
                         continue
                     if len(self.clients) >= ULP_MAX_CLIENTS:
                         self.counters["refused_client_cap"] += 1

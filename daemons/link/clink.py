@@ -45,7 +45,7 @@ class _Counters(Mapping):
 
     __slots__ = ("_core",)
 
-    def __init__(self, core: "CLink") -> None:
+    def __init__(self, core: CLink) -> None:
         self._core = core
 
     def __getitem__(self, name: str) -> int:
@@ -83,7 +83,7 @@ class _LedgerList(list):
 class _LedgerView:
     """Read-mostly view of the C credit ledger with CreditLedger's attributes."""
 
-    def __init__(self, core: "CLink") -> None:
+    def __init__(self, core: CLink) -> None:
         self._core = core
 
     def _row(self, i: int) -> list:

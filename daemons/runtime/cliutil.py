@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 import click
 

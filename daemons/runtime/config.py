@@ -6,7 +6,8 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
+from collections.abc import Callable
 
 from ..constants import EX_CONFIG
 
@@ -71,6 +72,20 @@ class Section:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             raise ConfigError(f"{self._where(unknown[0])}: unknown key")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    """A check for ``Section.get``: the value is one of ``choices``."""
+
+    def check(v: str) -> str:
+        if v not in choices:
+            raise ValueError(f"{v!r} is not one of {', '.join(choices)}")
+        return v
+
+    return check
 
 
 def in_range(lo: float, hi: float) -> Callable[[Any], Any]:

@@ -19,11 +19,12 @@ import socket
 import struct
 import weakref
 from collections import Counter
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 import trio
 
+from .oserrors import NO_FDS_ERRNOS
 from .reload import reload_now
 from .schema import Schema, SchemaError
 
@@ -35,7 +36,6 @@ MAX_CLIENTS = 32  # connections served at once
 IDLE_TIMEOUT_S = 3.0  # to send the request line
 SEND_TIMEOUT_S = 3.0  # to take the reply
 ACCEPT_BACKOFF_S = 0.05  # after accept() failed for want of file descriptors
-_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -58,7 +58,7 @@ def privileged(uid: int) -> bool:
 
 
 # socket -> inode of the file bind_unix bound it to, for unlink_unix
-_BOUND: "weakref.WeakKeyDictionary[socket.socket, int]" = weakref.WeakKeyDictionary()
+_BOUND: weakref.WeakKeyDictionary[socket.socket, int] = weakref.WeakKeyDictionary()
 
 
 class SocketInUse(OSError):
@@ -192,7 +192,7 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
                 try:
                     conn, _ = await sock.accept()
                 except OSError as exc:
-                    if exc.errno not in _NO_FDS:
+                    if exc.errno not in NO_FDS_ERRNOS:
                         counters["accept_error"] += 1
                         log.warning("control.accept_failed", error=exc.strerror or str(exc))
                         await trio.sleep(ACCEPT_BACKOFF_S)

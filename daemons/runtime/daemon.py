@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 import trio

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections import Counter, OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 

@@ -15,21 +15,20 @@ refusal is counted and exposed as ``gsn_metrics_refused_total{reason}``.
 
 from __future__ import annotations
 
-import errno
 import os
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import trio
 
+from .oserrors import NO_FDS_ERRNOS
 from ..constants import METRICS_MAX_CLIENTS, METRICS_MAX_REQUEST, METRICS_TIMEOUT_S
 from .log import is_drop
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ACCEPT_BACKOFF_S = 0.05
-_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 @dataclass
@@ -41,7 +40,7 @@ class Family:
     help: str
     samples: list[tuple[dict, float]] = field(default_factory=list)
 
-    def add(self, value: float, **labels) -> "Family":
+    def add(self, value: float, **labels) -> Family:
         self.samples.append((labels, value))
         return self
 
@@ -147,7 +146,7 @@ async def serve_metrics(listen: tuple[str, int], collect: Callable[[], list[Fami
             try:
                 stream = await listener.accept()
             except OSError as exc:
-                if exc.errno in _NO_FDS:
+                if exc.errno in NO_FDS_ERRNOS:
                     counters["refused_no_fds"] += 1
                 await trio.sleep(ACCEPT_BACKOFF_S)
                 continue

@@ -9,7 +9,7 @@ reload with what was re-read (or why it failed).  The control socket answers
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 

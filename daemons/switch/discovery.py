@@ -35,7 +35,8 @@ import heapq
 import itertools
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, Register

@@ -3,7 +3,7 @@ start, a request to give up on), run it, flush what it queued."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 

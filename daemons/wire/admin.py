@@ -39,7 +39,7 @@ class Admin:
         ) + args
 
     @classmethod
-    def decode(cls, data: bytes) -> "Admin":
+    def decode(cls, data: bytes) -> Admin:
         """Decode the 32-byte data area.  Unknown commands decode (the receiver
         answers them with INVALID_ADMIN); only structural problems raise."""
         if len(data) != MP_DATA_BYTES:
@@ -51,13 +51,13 @@ class Admin:
             raise DecodeError("HOP_COUNT", 1, f"hop count {hop} exceeds INIT_HOPS {init}")
         return cls(cmd, xid, hop, init, idx, tuple(route), status, bytes(data[_FIXED.size :]))
 
-    def response(self, command: int, args: bytes = b"", status: int = AdminStatus.OK) -> "Admin":
+    def response(self, command: int, args: bytes = b"", status: int = AdminStatus.OK) -> Admin:
         """The response to this request: same XID, hop count reset to INIT_HOPS."""
         return replace(
             self, command=command, hop_count=self.init_hops, status=status, args=bytes(args).ljust(ARGS_BYTES, b"\0")
         )
 
-    def invalid(self) -> "Admin":
+    def invalid(self) -> Admin:
         return self.response(AdminCmd.INVALID_ADMIN, bytes([self.command]), AdminStatus.NOT_SUPPORTED)
 
 
@@ -93,7 +93,8 @@ def element_address_args(address: int) -> bytes:
 
 
 def parse_element_address(args: bytes) -> int:
-    return struct.unpack_from("!I", args)[0]
+    (value,) = struct.unpack_from("!I", args)
+    return int(value)
 
 
 def ula_list_args(index: int, total: int, ula: bytes, port: int, more: bool) -> bytes:

@@ -61,12 +61,15 @@ bring the new link up on a stale nonce, which the dead interval resets again.
 
 from __future__ import annotations
 
+import enum
 import hmac
 import ipaddress
 import struct
 from collections import Counter
 
 from ..constants import AUTH_KEY_BYTES, AUTH_REPLAY_WINDOW, AUTH_TAG_BYTES, AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES
+
+from .buffers import Bytes
 
 _IDS = struct.Struct("!QQ")
 _DIGEST = "sha256"
@@ -96,9 +99,21 @@ def direction(local: tuple[str, int], peer: tuple[str, int]) -> int:
     return int(mine.packed > theirs.packed)
 
 
-def tag(key: bytes, signed) -> bytes:
+def tag(key: bytes, signed: Bytes) -> bytes:
     """The 16-byte tag over ``signed`` (the sealed datagram without its tag)."""
     return hmac.digest(key, signed, _DIGEST)[:AUTH_TAG_BYTES]
+
+
+class AuthDrop(enum.StrEnum):
+    """Why a sealed datagram is refused (counted as rx_auth_<reason>)."""
+
+    UNAUTHENTICATED = "unauthenticated"
+    TRUNCATED = "truncated"
+    REFLECTED = "reflected"
+    BAD_MAC = "bad_mac"
+    OLD_SESSION = "old_session"
+    TOO_OLD = "too_old"
+    REPLAYED = "replayed"
 
 
 class ReplayWindow:
@@ -117,13 +132,13 @@ class ReplayWindow:
         self.top = 0
         self.bits = 0
 
-    def check(self, session: int, counter: int) -> str | None:
+    def check(self, session: int, counter: int) -> AuthDrop | None:
         """Record (session, counter) and return None, or return why it is refused."""
         if self.session is None or session > self.session:
             self.session, self.top, self.bits = session, counter, 1
             return None
         if session < self.session:
-            return "old_session"
+            return AuthDrop.OLD_SESSION
         ahead = counter - self.top
         if ahead > 0:
             self.bits = ((self.bits << ahead) | 1) & self._mask if ahead < self.size else 1
@@ -131,10 +146,10 @@ class ReplayWindow:
             return None
         behind = -ahead
         if behind >= self.size:
-            return "too_old"
+            return AuthDrop.TOO_OLD
         bit = 1 << behind
         if self.bits & bit:
-            return "replayed"
+            return AuthDrop.REPLAYED
         self.bits |= bit
         return None
 
@@ -147,7 +162,7 @@ class CableAuth:
     in ``counters`` as ``rx_auth_<reason>``, accepted datagrams as ``rx_auth_ok``.
     """
 
-    def __init__(self, key: bytes, direction: int, session: int, counters: Counter | None = None,
+    def __init__(self, key: bytes, direction: int, session: int, counters: Counter[str] | None = None,
                  window: int = AUTH_REPLAY_WINDOW) -> None:
         if len(key) != AUTH_KEY_BYTES:
             raise ValueError(f"a cable key is {AUTH_KEY_BYTES} bytes, not {len(key)}")
@@ -161,23 +176,23 @@ class CableAuth:
         self.window = ReplayWindow(window)
         self.counters: Counter[str] = Counter() if counters is None else counters
 
-    def seal(self, body) -> bytes:
+    def seal(self, body: Bytes) -> bytes:
         """``body || session || counter || tag``; every call uses the next counter."""
         signed = bytes(body) + _IDS.pack(self.session, self.counter)
         self.counter += 1
         return signed + tag(self.tx_key, signed)
 
-    def open(self, datagram) -> bytes | None:
+    def open(self, datagram: Bytes) -> bytes | None:
         """The link's datagram inside ``datagram``, or None (the reason counted)."""
         n = len(datagram)
         if n % MP_BYTES == SHIM_BYTES % MP_BYTES:
-            return self._drop("unauthenticated")
+            return self._drop(AuthDrop.UNAUTHENTICATED)
         if n < _MIN_SEALED or (n - AUTH_TRAILER_BYTES - SHIM_BYTES) % MP_BYTES:
-            return self._drop("truncated")
+            return self._drop(AuthDrop.TRUNCATED)
         view = memoryview(datagram)
         signed, got = view[:-AUTH_TAG_BYTES], view[-AUTH_TAG_BYTES:]
         if not hmac.compare_digest(tag(self.rx_key, signed), got):
-            return self._drop("reflected" if hmac.compare_digest(tag(self.tx_key, signed), got) else "bad_mac")
+            return self._drop(AuthDrop.REFLECTED if hmac.compare_digest(tag(self.tx_key, signed), got) else AuthDrop.BAD_MAC)
         session, counter = _IDS.unpack_from(view, n - AUTH_TRAILER_BYTES)
         why = self.window.check(session, counter)
         if why is not None:
@@ -185,6 +200,7 @@ class CableAuth:
         self.counters["rx_auth_ok"] += 1
         return bytes(view[:-AUTH_TRAILER_BYTES])
 
-    def _drop(self, reason: str) -> None:
+    def _drop(self, reason: AuthDrop) -> bytes | None:
+        """Count ``reason``; None, for ``open`` to return."""
         self.counters[f"rx_auth_{reason}"] += 1
         return None

@@ -14,7 +14,7 @@ with a zero initial value the CRC is linear over GF(2), so
 from __future__ import annotations
 
 import binascii
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _crc0(data: bytes) -> int:
     return binascii.crc_hqx(data, 0)
 
 
-@lru_cache(maxsize=None)
+@cache
 def position_tables(length: int) -> np.ndarray:
     """``T[p, v]`` = zero-init CRC of a ``length``-byte string holding only byte v at p."""
     table = np.zeros((length, 256), np.uint16)
@@ -41,7 +41,7 @@ def position_tables(length: int) -> np.ndarray:
     return table
 
 
-@lru_cache(maxsize=None)
+@cache
 def word_tables(length: int) -> np.ndarray:
     """``W[p, v]`` for the little-endian 16-bit word v at word position p."""
     assert length % 2 == 0
@@ -50,7 +50,7 @@ def word_tables(length: int) -> np.ndarray:
     return np.stack([t8[2 * p][v & 0xFF] ^ t8[2 * p + 1][v >> 8] for p in range(length // 2)])
 
 
-@lru_cache(maxsize=None)
+@cache
 def shift_table(nbytes: int, power: int = 1) -> np.ndarray:
     """Table of the linear map "feed ``nbytes`` zero bytes", applied ``power`` times."""
     assert nbytes >= 2
@@ -79,7 +79,7 @@ def block_crc0(blocks: np.ndarray) -> np.ndarray:
     acc = tables[0][words[:, 0]]
     for p in range(1, length // 2):
         acc ^= tables[p][words[:, p]]
-    return acc
+    return np.asarray(acc)
 
 
 def running_crc(block_crcs: np.ndarray, init: int = CRC_INIT) -> np.ndarray:

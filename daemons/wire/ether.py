@@ -10,34 +10,47 @@ the multicast MAC rebuilt from the IP destination.
 
 from __future__ import annotations
 
+import enum
 import struct
 
-from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULA_BROADCAST, ULA_NONE
+from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IP_MTU, ULA_BROADCAST, ULA_NONE
 
 IP_ETHERTYPES = frozenset({ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ARP})
 ETH_HEADER = 14
-MTU = 65280  # RFC 2835 §4.3
 
 
-def frame_to_message(frame: bytes, mtu: int = MTU) -> tuple[bytes, int, bytes] | str:
+class FrameDrop(enum.StrEnum):
+    """Why a TAP frame is not sent (counted as tx_drop_<reason>)."""
+
+    RUNT = "runt_frame"
+    NOT_IP = "not_ip_or_arp"
+    OVER_MTU = "over_mtu"
+    UNKNOWN_ULA = "unknown_ula"
+
+    @property
+    def counter(self) -> str:
+        return f"tx_drop_{self.value}"
+
+
+def frame_to_message(frame: bytes, mtu: int = IP_MTU) -> tuple[bytes, int, bytes] | FrameDrop:
     """(D_ULA, EtherType, payload) for a TAP frame, or the reason it is dropped."""
     if len(frame) < ETH_HEADER:
-        return "runt_frame"
+        return FrameDrop.RUNT
     dst = frame[:6]
     (ethertype,) = struct.unpack_from("!H", frame, 12)
     if ethertype not in IP_ETHERTYPES:
-        return "not_ip_or_arp"
+        return FrameDrop.NOT_IP
     payload = frame[ETH_HEADER:]
     if ethertype == ETHERTYPE_IPV4 and len(payload) >= 20:
         (total,) = struct.unpack_from("!H", payload, 2)
         if 20 <= total <= len(payload):
             payload = payload[:total]
     if len(payload) > mtu:
-        return "over_mtu"
+        return FrameDrop.OVER_MTU
     if dst[0] & 1:
         dst = ULA_BROADCAST  # broadcast and multicast: the authoritative address
     elif dst == ULA_NONE:
-        return "unknown_ula"
+        return FrameDrop.UNKNOWN_ULA
     return dst, ethertype, payload
 
 

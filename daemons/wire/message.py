@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _fastpath
+import daemons._fastpath as _fastpath
+from .buffers import Bytes
 from ..constants import (
     LLC_SNAP_BYTES,
     LLC_SNAP_PREFIX,
@@ -57,7 +58,7 @@ class MessageHeader:
     ethertype: int
 
     @classmethod
-    def decode(cls, data: bytes) -> "MessageHeader":
+    def decode(cls, data: bytes) -> MessageHeader:
         if len(data) < _PREFIX:
             raise DecodeError("header", len(data), "shorter than MAC header + LLC/SNAP")
         d_ula, s_ula, m_len = _MAC.unpack_from(data)
@@ -77,7 +78,7 @@ class Message:
     ethertype: int
     payload: bytes
 
-    def stream(self) -> bytes:
+    def stream(self) -> bytearray:
         """The padded byte stream (HEADER + DATA micropacket data areas)."""
         return encode_stream(self.vc, self.d_ula, self.s_ula, self.ethertype, self.payload)
 
@@ -85,7 +86,7 @@ class Message:
         return stream_records(self.vc, self.stream())
 
 
-def encode_stream(vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload) -> bytearray:
+def encode_stream(vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload: Bytes) -> bytearray:
     if not 0 <= vc < NUM_VCS:
         raise ValueError(f"VC {vc} out of range 0..3")
     if len(d_ula) != 6 or len(s_ula) != 6:
@@ -101,7 +102,7 @@ def encode_stream(vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload) 
     return buf
 
 
-def stream_records(vc: int, stream, first_type: int = MpType.HEADER) -> np.ndarray:
+def stream_records(vc: int, stream: Bytes, first_type: int = MpType.HEADER) -> np.ndarray:
     """Micropackets for a whole padded stream: types, TAIL, ECRC and LCRC set,
     link fields (VCR/CR/RSEQ/TSEQ) zero.  Compiled: copy, ECRC and LCRC in one pass
     per 32-byte block (:func:`daemons._fastpath.encode`)."""
@@ -112,7 +113,7 @@ def stream_records(vc: int, stream, first_type: int = MpType.HEADER) -> np.ndarr
     return recs
 
 
-def stream_records_numpy(vc: int, stream, first_type: int = MpType.HEADER) -> np.ndarray:
+def stream_records_numpy(vc: int, stream: Bytes, first_type: int = MpType.HEADER) -> np.ndarray:
     """numpy oracle of :func:`stream_records` (tests only).  Vectorised: no loop per
     micropacket."""
     blocks = np.frombuffer(stream, np.uint8).reshape(-1, MP_DATA_BYTES)

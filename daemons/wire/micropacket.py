@@ -12,7 +12,8 @@ Two views of the same format:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
+from typing import overload
 
 import numpy as np
 
@@ -53,7 +54,8 @@ CTRL_FIELDS = (
 _U64 = np.uint64
 
 
-def pack_ctrl(*, vc=0, type=0, tail=0, error=0, vcr=0, cr=0, rseq=0, tseq=0, ecrc=0) -> int:
+def pack_ctrl(*, vc: int = 0, type: int = 0, tail: int = 0, error: int = 0, vcr: int = 0, cr: int = 0, rseq: int = 0,
+              tseq: int = 0, ecrc: int = 0) -> int:
     """Control word without LCRC (the low 16 bits are zero)."""
     values = dict(vc=vc, type=type, tail=tail, error=error, vcr=vcr, cr=cr, rseq=rseq, tseq=tseq, ecrc=ecrc)
     word = 0
@@ -65,7 +67,11 @@ def pack_ctrl(*, vc=0, type=0, tail=0, error=0, vcr=0, cr=0, rseq=0, tseq=0, ecr
     return word
 
 
-def field(ctrl, shift: int, width: int):
+@overload
+def field(ctrl: int, shift: int, width: int) -> int: ...
+@overload
+def field(ctrl: np.ndarray, shift: int, width: int) -> np.ndarray: ...
+def field(ctrl: int | np.ndarray, shift: int, width: int) -> int | np.ndarray:
     """Extract a control field from a scalar or a uint64 array."""
     if isinstance(ctrl, np.ndarray):
         return (ctrl >> _U64(shift)) & _U64((1 << width) - 1)
@@ -77,7 +83,7 @@ def lcrc_scalar(data: bytes, ctrl: int) -> int:
     return crc16(data + ctrl.to_bytes(8, "big")[:6])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _c6_tables() -> np.ndarray:
     """Zero-init CRC contribution of each big-endian 16-bit word of the 6 control bytes."""
     t8 = position_tables(6)
@@ -89,15 +95,14 @@ def ctrl_crc0(ctrl: np.ndarray) -> np.ndarray:
     """Zero-init CRC of the first 6 bytes of each (native uint64) control word."""
     t = _c6_tables()
     c = ctrl >> _U64(16)
-    return t[0][(c >> _U64(32)).astype(np.intp) & 0xFFFF] ^ t[1][(c >> _U64(16)).astype(np.intp) & 0xFFFF] ^ t[2][
-        c.astype(np.intp) & 0xFFFF
-    ]
+    return np.asarray(t[0][(c >> _U64(32)).astype(np.intp) & 0xFFFF] ^ t[1][(c >> _U64(16)).astype(np.intp) & 0xFFFF]
+                      ^ t[2][c.astype(np.intp) & 0xFFFF])
 
 
 def lcrc_from_blocks(data_crc0: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
     """LCRC for each micropacket from its data's zero-init CRC and its control word."""
     after_data = data_crc0 ^ np.uint16(shift_table(MP_DATA_BYTES)[CRC_INIT])
-    return shift_table(6)[after_data] ^ ctrl_crc0(ctrl)
+    return np.asarray(shift_table(6)[after_data] ^ ctrl_crc0(ctrl))
 
 
 def restamp(recs: np.ndarray, new_ctrl: np.ndarray) -> None:
@@ -111,7 +116,7 @@ def restamp(recs: np.ndarray, new_ctrl: np.ndarray) -> None:
     recs["ctrl"] = (new_ctrl & ~_U64(0xFFFF)) | lcrc.astype(np.uint64)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _k38() -> int:
     return int(shift_table(38)[CRC_INIT])
 
@@ -137,7 +142,7 @@ def lcrc_exact(recs: np.ndarray) -> np.ndarray:
     n = len(recs)
     raw = recs.view(np.uint8).reshape(n, MP_BYTES)
     computed = block_crc0(raw[:, :38]) ^ np.uint16(_k38())
-    return computed == (recs["ctrl"].astype(np.uint64) & _U64(0xFFFF)).astype(np.uint16)
+    return np.asarray(computed == (recs["ctrl"].astype(np.uint64) & _U64(0xFFFF)).astype(np.uint16))
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ class Micropacket:
         return bytes(self.data) + self.ctrl().to_bytes(8, "big")
 
     @classmethod
-    def decode(cls, buf: bytes) -> "Micropacket":
+    def decode(cls, buf: bytes) -> Micropacket:
         if len(buf) != MP_BYTES:
             raise DecodeError("micropacket", min(len(buf), MP_BYTES), f"length {len(buf)}, expected {MP_BYTES}")
         data, ctrl = bytes(buf[:MP_DATA_BYTES]), int.from_bytes(buf[MP_DATA_BYTES:], "big")

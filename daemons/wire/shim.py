@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from ..constants import MAX_DATAGRAM_MPS, MP_BYTES, SHIM_BYTES, SHIM_FLAG_SEQUENCED, SHIM_MAGIC, SHIM_VERSION
 from .errors import DecodeError
 
+from .buffers import Bytes
+
 _SHIM = struct.Struct("!HBBIIIQQ")
 assert _SHIM.size == SHIM_BYTES
 
@@ -52,7 +54,7 @@ class Shim:
                           self.seq, self.ack)
 
 
-def decode_datagram(datagram) -> tuple[Shim, int]:
+def decode_datagram(datagram: Bytes) -> tuple[Shim, int]:
     """Validate a datagram's shim; return it and the number of micropackets."""
     if len(datagram) < SHIM_BYTES:
         raise DecodeError("shim", len(datagram), f"datagram of {len(datagram)} bytes is shorter than the shim")

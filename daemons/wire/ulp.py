@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from ..constants import ULP_NOTICE_PROTOCOL
 from .errors import DecodeError
 
+from .buffers import Bytes
+
 HEADER = struct.Struct("!BBH6s")
 
 
@@ -50,7 +52,7 @@ class Frame:
         return HEADER.pack(self.op, self.vc, self.ethertype, self.ula) + bytes(self.payload)
 
     @classmethod
-    def decode(cls, data) -> "Frame":
+    def decode(cls, data: Bytes) -> Frame:
         if len(data) < HEADER.size:
             raise DecodeError("ulp", len(data), f"frame of {len(data)} bytes is shorter than the header")
         op, vc, ethertype, ula = HEADER.unpack_from(data)
@@ -90,7 +92,7 @@ class DropNotice:
         return NOTICE.pack(ULP_NOTICE_PROTOCOL, NOTICE_VERSION, self.reason, self.vc, self.ethertype, self.count)
 
     @classmethod
-    def decode(cls, data) -> "DropNotice":
+    def decode(cls, data: Bytes) -> DropNotice:
         if len(data) != NOTICE.size:
             raise DecodeError("notice", 0, f"{len(data)} bytes, not {NOTICE.size}")
         proto, version, reason, vc, ethertype, count = NOTICE.unpack(data)

@@ -7,17 +7,11 @@ Coverage feedback comes from the Python oracles and the harness only.
 
 from __future__ import annotations
 
-import sys
+from tests.fuzz.harness import run
 
 
 def main() -> None:
-    import atheris
-
-    with atheris.instrument_imports(include=["tests.fuzz.dataplane_target", "daemons.link.reassembly",
-                                             "daemons.wire.ether"]):
-        from tests.fuzz.dataplane_target import one_input
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    run("tests.fuzz.dataplane_target", ["daemons.link.reassembly", "daemons.wire.ether"])
 
 
 if __name__ == "__main__":

@@ -10,31 +10,11 @@ built with gcc, without libFuzzer instrumentation.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
-
-def _load_override() -> None:
-    so = os.environ.get("GSN_FASTPATH_SO")
-    if so:
-        spec = importlib.util.spec_from_file_location("daemons._fastpath", so)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules["daemons._fastpath"] = mod
-        import daemons
-
-        daemons._fastpath = mod
+from tests.fuzz.harness import run
 
 
 def main() -> None:
-    import atheris
-
-    _load_override()
-    with atheris.instrument_imports(include=["tests.fuzz.fastpath_target"]):
-        from tests.fuzz.fastpath_target import one_input
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    run("tests.fuzz.fastpath_target", [], so_env="GSN_FASTPATH_SO", extension="daemons._fastpath")
 
 
 if __name__ == "__main__":

@@ -8,16 +8,11 @@ Coverage feedback comes from the Python oracle and harness only.
 
 from __future__ import annotations
 
-import sys
+from tests.fuzz.harness import run
 
 
 def main() -> None:
-    import atheris
-
-    with atheris.instrument_imports(include=["tests.fuzz.switchfwd_target", "daemons.switch.forward"]):
-        from tests.fuzz.switchfwd_target import one_input
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    run("tests.fuzz.switchfwd_target", ["daemons.switch.forward"])
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ def pytest_runtest_makereport(item, call):
     (the temporary directory holding them is removed at teardown)."""
     report = yield
     if report.failed and call.when in ("setup", "call"):
-        from daemons.netns import LIVE
+        from lab.netns import LIVE
 
-        for k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
+        for _k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
             try:
                 text = fab.diagnostics()
             except Exception as exc:  # never hide the test's own failure

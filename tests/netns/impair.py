@@ -1,7 +1,8 @@
 """A userspace stand-in for `tc netem delay 1ms loss L duplicate D reorder R` on one
 UDP cable (this kernel has no sch_netem).  Run inside a namespace:
 
-    python impair.py LISTEN_HOST:PORT  INNER_PEER_HOST:PORT  OUTER_BIND_HOST:PORT  OUTER_PEER_HOST:PORT  LOSS DUP REORDER SEED [FRAG_MTU]
+    python impair.py LISTEN_HOST:PORT  INNER_PEER_HOST:PORT  OUTER_BIND_HOST:PORT  OUTER_PEER_HOST:PORT
+                     LOSS DUP REORDER SEED [FRAG_MTU]
 
 Datagrams from the inner peer (gsnd) arriving on LISTEN go out of OUTER_BIND to
 OUTER_PEER (the switch port), and the other way round.  Each datagram is lost with

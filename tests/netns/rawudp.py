@@ -34,7 +34,7 @@ def capture(iface, src, dst, seconds, out):
     while time.monotonic() < end:
         try:
             pkt, (_if, proto, *_rest) = s.recvfrom(70000)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if proto != ETH_P_IP:
             continue

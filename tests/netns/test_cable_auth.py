@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from daemons.netns import BIN, Fabric, poll, write_cable_key
+from lab.netns import BIN, Fabric, poll, write_cable_key
 from daemons.wire.micropacket import Micropacket
 from daemons.wire.shim import Shim
 from daemons.constants import MpType

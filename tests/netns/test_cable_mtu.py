@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from daemons import constants as C
-from daemons.netns import Fabric, poll
+from lab.netns import Fabric, poll
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op

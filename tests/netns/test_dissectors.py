@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from stpd.client import StClient
 from tests.tshark import experts, needs_tshark, read_pcap, rewrite_pcap, tshark_json, values

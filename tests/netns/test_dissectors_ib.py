@@ -7,7 +7,7 @@ import functools
 
 import pytest
 
-from daemons.netns import Fabric
+from lab.netns import Fabric
 from tests.netns.test_dissectors import start_capture, stop_capture
 from tests.netns.test_ipoib_processes import GUIDS, IbFabric
 from tests.tshark import experts, needs_tshark, read_pcap, rewrite_pcap, tshark_json, values

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from tests.netns.test_dissectors import start_capture, stop_capture
 from tests.netns.test_servernet_processes import A, B, BUF, node_toml, snetctl, start_router
 from tests.tshark import experts, needs_tshark, read_pcap, rewrite_pcap, tshark_json, values

@@ -1,7 +1,6 @@
 """gsn-switch + 3 gsnd as real processes in separate network namespaces."""
 
 import signal
-import socket
 
 import pytest
 
@@ -9,7 +8,7 @@ from daemons.constants import DEAD_INTERVAL_S
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op
-from daemons.netns import Fabric, poll
+from lab.netns import Fabric, poll
 
 ET = 0x88B5
 
@@ -26,7 +25,7 @@ def exchange(fab, src, dst, payloads, vc=1):
         while len(got) < len(payloads):
             try:
                 f = rx.recv(timeout=5)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if f.op is Op.RECV:
                 got.append((f.vc, f.payload))

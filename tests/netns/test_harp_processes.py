@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemons.constants import ETHERTYPE_ARP, VC_IP
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from harpd.constants import Op

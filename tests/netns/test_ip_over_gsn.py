@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from daemons.netns import Fabric, poll
+from lab.netns import Fabric, poll
 
 SERVER = textwrap.dedent("""
     import hashlib, socket, sys
@@ -37,7 +37,8 @@ CLIENT = textwrap.dedent("""
 
 def tcp_transfer(fab, src, dst, nbytes, addr=None):
     """Send nbytes over TCP from host src to host dst; (sent, digest) == (received, digest)?"""
-    import subprocess, sys
+    import subprocess
+    import sys
     addr = addr or f"192.0.2.{dst}"
     ns = fab.host_ns
     srv = subprocess.Popen(["ip", "netns", "exec", ns[dst - 1], sys.executable, "-c", SERVER, addr],

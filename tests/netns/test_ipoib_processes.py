@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 
 GUIDS = {i: 0x0002C90300000000 + i for i in (1, 2, 3)}
 PARTITIONS = f"""
@@ -39,13 +39,13 @@ class IbFabric:
         self.fab = fabric(3, prefix="ib")
         self.tmp = self.fab.tmp
         (self.tmp / "partitions.toml").write_text(PARTITIONS)
-        sw_a = ("[switch]\nguid = \"0x1001\"\nsm = \"127.0.0.1:4791\"\nruntime_dir = \"{t}/swa\"\n"
+        sw_a = (f"[switch]\nguid = \"0x1001\"\nsm = \"127.0.0.1:4791\"\nruntime_dir = \"{self.tmp}/swa\"\n"
                 "[[port]]\nnumber = 1\nlocal = \"198.18.1.1:4701\"\npeer = \"198.18.1.2:4800\"\n"
-                "[[port]]\nnumber = 3\nlocal = \"127.0.0.1:4713\"\npeer = \"127.0.0.1:4723\"\n").format(t=self.tmp)
-        sw_b = ("[switch]\nguid = \"0x1002\"\nsm = \"127.0.0.1:4791\"\nruntime_dir = \"{t}/swb\"\n"
+                "[[port]]\nnumber = 3\nlocal = \"127.0.0.1:4713\"\npeer = \"127.0.0.1:4723\"\n")
+        sw_b = (f"[switch]\nguid = \"0x1002\"\nsm = \"127.0.0.1:4791\"\nruntime_dir = \"{self.tmp}/swb\"\n"
                 "[[port]]\nnumber = 1\nlocal = \"198.18.2.1:4701\"\npeer = \"198.18.2.2:4800\"\n"
                 "[[port]]\nnumber = 2\nlocal = \"198.18.3.1:4701\"\npeer = \"198.18.3.2:4800\"\n"
-                "[[port]]\nnumber = 3\nlocal = \"127.0.0.1:4723\"\npeer = \"127.0.0.1:4713\"\n").format(t=self.tmp)
+                "[[port]]\nnumber = 3\nlocal = \"127.0.0.1:4723\"\npeer = \"127.0.0.1:4713\"\n")
         (self.tmp / "swa.toml").write_text(sw_a)
         (self.tmp / "swb.toml").write_text(sw_b)
 
@@ -167,7 +167,7 @@ def test_ipv4_ipv6_ping_mtu_and_tcpdump_sees_plain_ip(ibf):
 
 
 def test_iperf3_over_ib0(ibf):
-    from daemons.netns import iperf3_run
+    from lab.netns import iperf3_run
 
     gbps = iperf3_run(lambda *a: ibf.fab.ns_exec(1, *a, check=False, timeout=120),
                       ["ip", "netns", "exec", ibf.fab.host_ns[1]], "192.0.2.2", "-t", "2")

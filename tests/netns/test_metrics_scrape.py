@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from stpd.client import StClient
 
 OPTIONS = "lis gsn0 192.0.2.0/24\nrole gsn0 auto\nserver gsn0 00:10:3b:ff:ff:e0\n"

@@ -4,7 +4,7 @@ gsn-switch running, with the drop counted."""
 
 import sys
 
-from daemons.netns import Fabric, poll
+from lab.netns import Fabric, poll
 from tests.unit.test_packet_of_death import DEATH
 
 SEND = """

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd.node import Node
@@ -41,7 +41,7 @@ def differences(got, want) -> dict:
 class AppendixB:
     def __init__(self, stack: contextlib.ExitStack) -> None:
         self.slot, self.ula, self.fab = {}, {}, {}
-        for san, (hrs, hosts, _mtu) in SANS.items():
+        for san, (hrs, _hosts, _mtu) in SANS.items():
             members = hrs + [f"h{h}" for h in HOSTS.get(san, [])]
             fab = stack.enter_context(Fabric(len(members), prefix=f"b{san.lower()}"))
             self.fab[san] = fab
@@ -101,7 +101,7 @@ class AppendixB:
     def tables(self, routers=None) -> dict[int, set] | None:
         """Every running half's kept RCVFs, or None while a router is not up yet."""
         out = {}
-        for x, y in ROUTERS if routers is None else routers:
+        for x, _y in ROUTERS if routers is None else routers:
             try:
                 r = request(self.control[x], {"cmd": "routes"}, 2.0)
             except OSError:

@@ -6,7 +6,7 @@ finds nodes by capability, asks which router to use (HRTO), asks a node about it
 
 import subprocess
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
 NODE1, NODE2, NODE3 = 0x41, 0x42, 0x43

@@ -4,7 +4,7 @@ broadcast through the CLI; each member gets each packet once."""
 
 import subprocess
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
 H_A, M_A, M_B, R_A, R_B, GROUP = 0x40, 0x41, 0x60, 0x50, 0x51, 0xE00007

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
 SCRAPE = ("import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from daemons.ulpclient import UlpClient

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll, write_cable_key
+from lab.netns import BIN, Fabric, poll, write_cable_key
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd import messages as M

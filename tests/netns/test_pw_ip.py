@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
 H_A, R_A, H_B, R_B = 0x40, 0x50, 0x60, 0x51

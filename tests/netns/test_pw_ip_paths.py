@@ -9,7 +9,7 @@ import sys
 import time
 
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from tests.netns.test_pw_ip import CLIENT, SERVER
 

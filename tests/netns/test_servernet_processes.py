@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 
 A, B = 0x04001, 0x08001

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from daemons.gsnd import config as gconfig
-from daemons.netns import BIN, poll, sh
+from lab.netns import BIN, poll, sh
 from daemons.switch import config as sconfig
 
 ROOT = Path(__file__).resolve().parents[2]

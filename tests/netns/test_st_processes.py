@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from stpd.client import StClient, StError
 
 

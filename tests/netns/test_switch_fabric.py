@@ -5,14 +5,13 @@ killed with -9 and restarted."""
 
 import re
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
 from daemons import constants as C
-from daemons.netns import SwitchedFabric, poll
+from lab.netns import SwitchedFabric, poll
 from daemons.ulpclient import UlpClient
 from daemons.wire.ulp import Op
 
@@ -38,7 +37,7 @@ def broadcast_counts(fab, sender, payload=b"to everyone"):
             while True:
                 try:
                     f = c.recv(timeout=max(0.05, deadline - time.monotonic()))
-                except socket.timeout:
+                except TimeoutError:
                     break
                 if f.op is Op.RECV and f.payload == payload:
                     n += 1

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from daemons import constants as C
-from daemons.netns import Fabric
+from lab.netns import Fabric
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.ulp import Op
@@ -58,7 +58,7 @@ def test_a_slow_reader_gets_every_message_in_order(fabric):
         while len(got) < n:
             try:
                 f = rx.recv(timeout=10)
-            except socket.timeout:
+            except TimeoutError:
                 raise AssertionError(f"{len(got)} of {n} arrived, then nothing: {states(fabric)}") from None
             if f.op is Op.RECV:
                 got.append(int.from_bytes(f.payload[:4], "big"))
@@ -90,7 +90,7 @@ def test_a_reader_that_stops_past_the_bound_is_counted_and_the_sender_told(fabri
             while True:
                 try:
                     f = tx.recv(timeout=0.2)
-                except socket.timeout:
+                except TimeoutError:
                     break
                 if f.op is Op.STATUS:  # a link flap on a loaded machine says so; not ours to judge
                     continue
@@ -104,7 +104,7 @@ def test_a_reader_that_stops_past_the_bound_is_counted_and_the_sender_told(fabri
         while True:  # what the reader's socket kept, in order, and nothing else
             try:
                 f = rx.recv(timeout=0.5)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if f.op is Op.STATUS:
                 continue

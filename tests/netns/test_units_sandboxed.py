@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd.node import Node
@@ -66,7 +66,7 @@ class NotifyListener:
         while not self.stop.is_set():
             try:
                 data, anc, _, _ = self.sock.recvmsg(4096, creds_size)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             for level, kind, payload in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:

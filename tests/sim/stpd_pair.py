@@ -98,7 +98,7 @@ class PairThread:
         finally:
             self.ready.set()
 
-    def __enter__(self) -> "PairThread":
+    def __enter__(self) -> PairThread:
         self.thread = threading.Thread(target=self._thread, daemon=True)
         self.thread.start()
         self.ready.wait(30)

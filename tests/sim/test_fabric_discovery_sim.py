@@ -24,7 +24,7 @@ async def test_ring_of_three_discovers_and_routes(autojump_clock):
         assert sorted(m.switches) == [1, 2, 3]
         assert m.links == {T.link((1, 10), (2, 11)), T.link((2, 10), (3, 11)), T.link((1, 11), (3, 10))}
         ulas = [ep.ula for ep in mesh.endpoints]
-        for i, src in enumerate(ulas):
+        for i, _src in enumerate(ulas):
             for j, dst in enumerate(ulas):
                 mesh.send(i, dst, f"{i}->{j}".encode())
         await trio.sleep(1.0)

@@ -121,7 +121,7 @@ def wire(draw) -> tuple[Packet, bytes]:
 
 
 def _check(engine, before: int, acts: list) -> None:
-    for where, to, pkt in acts:
+    for where, _to, pkt in acts:
         assert where in ("san", "twin", "local", "route")
         pkt.encode()  # what the driver will send can be sent
     assert acts or sum(engine.counters.values()) > before, "dropped without a counter"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import random
 import socket
 
+from daemons.constants import IP_MTU as MTU
 from daemons.gsnd.core import Endpoint, UlaChanged
 from daemons.gsnd.dataplane import DataPlane
 from daemons.io.udp import UdpTransport
 
 ULAS = (bytes.fromhex("020000000001"), bytes.fromhex("020000000002"))
-MTU = 65280
 
 
 class FakeTap:

@@ -252,7 +252,7 @@ def test_a_keyed_transport_needs_a_peer():
 
 def test_key_file_of_the_demo_fabric_is_private(tmp_path):
     """Whatever generates configs writes keys the daemons accept (mode 0600)."""
-    from daemons.netns import write_cable_key
+    from lab.netns import write_cable_key
     p = write_cable_key(tmp_path / "c.key")
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600 and len(read_key(str(p))) == 32
 

@@ -87,7 +87,7 @@ def test_switch_security_keys_reach_the_core(tmp_path):
             return s.getsockname()[1]
 
     cfg = tmp_path / "sw.toml"
-    cfg.write_text('[switch]\nruntime_dir = "%s"\n' % tmp_path
+    cfg.write_text(f'[switch]\nruntime_dir = "{tmp_path}"\n'
                    + ''.join(f'[[port]]\nnumber = {n}\nlocal = "127.0.0.1:{free_udp()}"\npeer = "127.0.0.1:9"\n'
                              f'{extra}' for n, extra in ((1, ""), (2, "management = true\n"), (3, "trust_source = true\n"),
                                                         (4, "switch = true\n"))))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemons.constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULA_BROADCAST
-from daemons.wire.ether import frame_to_message, message_to_frame
+from daemons.wire.ether import FrameDrop, frame_to_message, message_to_frame
 from tests.unit.dprig import MTU, ULAS, Rig
 
 
@@ -38,8 +38,8 @@ def frame(dst: bytes, ethertype: int, payload: bytes, src: bytes = ULAS[0]) -> b
 def expect(f: bytes, arp: bool = True, mtu: int = MTU):
     """What the Python path does with frame f from side 0: (frame at side 1) or the drop reason."""
     out = frame_to_message(f, mtu)
-    if isinstance(out, str):
-        return f"tx_drop_{out}"
+    if isinstance(out, FrameDrop):
+        return out.counter
     d, et, pl = out
     if et == ETHERTYPE_ARP and not arp:
         return "tx_drop_arp_off"

@@ -136,7 +136,7 @@ class Fabric:
                  f"127.0.0.1:{peer}", "--cable-id", str(i + 1), "--runtime-dir", str(tmp_path), "--log-level",
                  "error"], stderr=subprocess.PIPE))
 
-    def __enter__(self) -> "Fabric":
+    def __enter__(self) -> Fabric:
         try:
             for i in (0, 1):
                 _wait(lambda: self.ula(i))
@@ -211,7 +211,6 @@ def test_gsnctl_admin_change_route_from_the_management_port_is_obeyed(tmp_path):
 async def test_admin_needs_root_or_gsnds_user_status_and_ulas_stay_open():
     """A member of the socket's group (uid 65534 here) may ask for status and ULAs but
     not send Admin requests (it could reassign ULAs, redirect the switch); root may."""
-    from collections import Counter
     from functools import partial
 
     import trio

@@ -8,7 +8,8 @@ from hypothesis import given, strategies as st
 from daemons.constants import ULA_HARP_SERVER
 from daemons.runtime.config import ConfigError
 from harpd.constants import Op
-from harpd.core import HarpCore, LisConfig, Phase, Resolved, Timers
+from harpd.core import HarpCore, LisConfig, Resolved, Timers
+from harpd.states import PhaseEvent
 from harpd.options import parse
 from harpd.wire import Harp, decode, nak
 
@@ -189,11 +190,11 @@ def test_negative_cache_entries_are_dropped_when_they_expire():
     lis = core.lis[0]
     for s in lis.servers:  # registered with the server
         s.responsive, s.real_ula = True, SRV
-    core._phase(lis, Phase.OPER_SERVER, 0.0)
+    core._phase(lis, PhaseEvent.REGISTERED, 0.0)
     core.outgoing()
     for k in range(1000):
         core.resolve(A(f"192.0.2.{k % 250 + 3}"), 1.0)
-        for d, raw in core.outgoing():
+        for _d, raw in core.outgoing():
             core.receive(SRV, nak(raw), 1.0)
     assert len(lis.negative) == 250 and not lis.pending
     core.resolve(A("192.0.2.3"), 2.0)

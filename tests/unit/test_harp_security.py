@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER, ULA_NONE
 from harpd.constants import Op
+from harpd.states import Reval
 from harpd.core import Gone, HarpCore, LisConfig, Phase, Resolved, Timers, Unresolved
 from harpd.wire import Harp, decode, nak
 
@@ -152,7 +153,7 @@ def test_legitimate_client_flows_still_work():
     core.resolve(C2_IP, t + 60)
     core.handle_timer(t + Timers().revalidate_at)
     [(d, ask)] = sent(core)
-    assert d == ULA_HARP_SERVER and ask.tpa == C2_IP and lis.cache[C2_IP].revalidating == 1
+    assert d == ULA_HARP_SERVER and ask.tpa == C2_IP and lis.cache[C2_IP].reval is Reval.ASK_SERVER
     core.receive(SRV, nak(ask.encode()), t + Timers().revalidate_at + 0.1)
     assert Gone(C2_IP, "NAK") in core.events() and C2_IP not in lis.cache
 
@@ -168,14 +169,14 @@ def test_direct_revalidation_is_answered_by_the_host_only():
     core.outgoing()
     core.handle_timer(core.timer())  # the server does not answer
     [(d, ask)] = sent(core)
-    assert d == C2 and ask.op is Op.INHARP_REQUEST and lis.cache[C2_IP].revalidating == 2
+    assert d == C2 and ask.op is Op.INHARP_REQUEST and lis.cache[C2_IP].reval is Reval.ASK_HOST
     core.events()
     answer = Harp(Op.INHARP_REPLY, C2_IP, C1_IP, C2, C1).encode()
     core.receive(ATK, answer, core.now)
-    assert lis.cache[C2_IP].revalidating == 2 and core.events() == []
+    assert lis.cache[C2_IP].reval is Reval.ASK_HOST and core.events() == []
     assert core.counters["rx_dropped_reply_unsolicited"] == 1
     core.receive(C2, answer, core.now)
-    assert lis.cache[C2_IP].revalidating == 0 and core.events() == [Resolved(C2_IP, C2)]
+    assert lis.cache[C2_IP].reval is Reval.NONE and core.events() == [Resolved(C2_IP, C2)]
 
 
 def test_with_a_server_only_the_server_validates_entries():
@@ -187,10 +188,10 @@ def test_with_a_server_only_the_server_validates_entries():
     core.resolve(C2_IP, t + 1)
     core.handle_timer(t + Timers().revalidate_at)
     e = core.lis[0].cache[C2_IP]
-    assert e.revalidating == 1 and e.validated == t
+    assert e.reval is Reval.ASK_SERVER and e.validated == t
     core.receive(C2, Harp(Op.INHARP_REQUEST, C2_IP, C1_IP, C2, C1).encode(), core.now)
     assert core.outgoing()[-1][0] == C2  # answered, to the sender
-    assert e.validated == t and e.revalidating == 1
+    assert e.validated == t and e.reval is Reval.ASK_SERVER
 
 
 def test_spoofed_nak_does_not_remove_an_entry():
@@ -306,7 +307,7 @@ def from_non_server(draw):
 def snapshot(core):
     lis = core.lis[0]
     return (lis.phase, sorted(lis.serving), lis.is_server,
-            {ip: (e.ula, e.static, e.validated, e.revalidating) for ip, e in lis.cache.items()},
+            {ip: (e.ula, e.static, e.validated, e.reval) for ip, e in lis.cache.items()},
             dict(lis.server_table), {ip: p.attempts for ip, p in lis.pending.items()}, dict(lis.negative),
             [(s.responsive, s.real_ula, s.awaiting_since, s.next_register, list(s.unanswered))
              for s in lis.servers])
@@ -330,5 +331,5 @@ def test_fuzz_nothing_from_a_non_server_changes_a_client(msgs, outstanding, reva
         core.receive(src, raw, t)
         assert snapshot(core) == before
         assert not [e for e in core.events() if isinstance(e, (Resolved, Gone, Unresolved))]
-        for d, out in core.outgoing():  # it may answer a request for its own address, to the sender
+        for d, _out in core.outgoing():  # it may answer a request for its own address, to the sender
             assert d == src

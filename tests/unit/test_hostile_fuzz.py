@@ -35,7 +35,8 @@ from fuzz.frames import (CABLE, CONTROL_TYPES, FIELDS, NOT_SEQUENCED, S_ULA, bri
                           get_field, set_field)
 from tests.unit.linkpair import each_impl
 
-SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 # --- what the attacker sends ---------------------------------------------------------

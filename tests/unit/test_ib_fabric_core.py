@@ -110,7 +110,7 @@ def test_failed_path_record_drops_the_queue_and_the_entry():
     shadow = net.hosts[1].ifaces[0].shadow
     shadow.neighs.clear()  # start from ABSENT, then lose the SM
     net.kill_sm()
-    for k in range(2):
+    for _k in range(2):
         net.send(1, "ib0", ip_frame(net.mac(1), remac2, "10.0.0.1", "10.0.0.2", b"lost"))
     net.run(2.5)
     assert shadow.neighs  # still PENDING: retries at 1000 ms

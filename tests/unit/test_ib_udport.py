@@ -101,7 +101,8 @@ lid = {lid}
     h = cfg.halves[1]
     assert h.kind == "infiniband" and h.guid == 0xA1 and h.pkey == 0xFFFF and h.sm == ("127.0.0.1", 4791)
     assert h.nodes[1].sr[0].route == route(9, QPN_PACKETWAY)
-    for guid_text, lid, needle in (("zz", 9, "is not a hexadecimal GUID"), ("0xa1", 0xC000, r"half\[1\]\.node\[0\]\.lid: 49152 is outside")):
+    for guid_text, lid, needle in (("zz", 9, "is not a hexadecimal GUID"),
+                                   ("0xa1", 0xC000, r"half\[1\]\.node\[0\]\.lid: 49152 is outside")):
         p.write_text(base.format(t=tmp_path, guid=guid_text, lid=lid))
         with pytest.raises(pconfig.ConfigError, match=needle):
             pconfig.load(str(p))

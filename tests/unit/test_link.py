@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from daemons import constants as C
-from daemons.link.link import Link, LinkDown, Timers
+from daemons.link.link import LinkDown, Timers
 from daemons.wire.message import Message
 from daemons.wire.micropacket import MP_DTYPE
 from daemons.wire.shim import Shim

@@ -1,7 +1,6 @@
 """The PacketWay node library against a scripted port (no sockets): hostile frames are
 dropped and counted, malformed answers raise PktwayError, optional header fields (§1.8)."""
 
-import socket
 from dataclasses import replace
 
 import pytest
@@ -32,7 +31,7 @@ class ScriptedPort:
 
     def recv(self, timeout=None):
         if not self.frames:
-            raise socket.timeout
+            raise TimeoutError
         return self.frames.pop(0)
 
     def close(self):

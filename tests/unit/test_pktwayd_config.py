@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from daemons.netns import BIN
+from lab.netns import BIN
 from daemons.runtime.config import ConfigError
 from pktwayd.config import load
 

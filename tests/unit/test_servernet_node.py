@@ -229,7 +229,7 @@ def test_path_machine_goes_hard_down_after_more_than_40_timeouts():
     p.on_timeout(0.0)
     assert p.state is State.SUSPECT and p.barrier_due == 0.0
     p.barrier_sent(0.0)  # the barrier is out: only timeouts count now
-    for i in range(HARD_DOWN_TIMEOUTS - 1):
+    for _i in range(HARD_DOWN_TIMEOUTS - 1):
         p.on_timeout(0.0)
     assert p.state is State.SUSPECT
     p.on_timeout(0.0)

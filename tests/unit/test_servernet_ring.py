@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from servernet.avt import Avt, Window
-from servernet.codec import Packet, decode, did_of, envelope, open_envelope
+from servernet.codec import Packet, decode, envelope, open_envelope
 from servernet.constants import CREDIT_OFFSET, PW_BACKLOG, RING_BASE, RING_SLOTS, TType
 from servernet.endpoint import Endpoint
 from servernet.ring import RingLink, parse_route, ring_windows, route
@@ -77,7 +77,7 @@ def test_slots_come_back_by_the_receivers_credit_write():
 
 def test_out_of_credit_the_sender_stalls_and_resumes_on_the_credit_write():
     got, log = [], []
-    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    (ea, la), (eb, _lb) = ring_node(A, B, []), ring_node(B, A, got)
     msgs = [bytes([i]) * 8 for i in range(RING_SLOTS + 3)]
     assert all(la.send(route(B), m, 0.0) for m in msgs)  # 16 go, 3 wait for credit
     assert la.counters["tx_stalled_no_credit"] == 3 and len(la.backlog[B]) == 3
@@ -95,7 +95,7 @@ def test_out_of_credit_the_sender_stalls_and_resumes_on_the_credit_write():
 
 
 def test_a_stale_or_hostile_credit_frees_nothing_newer():
-    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, [])
+    (ea, la), (_eb, _lb) = ring_node(A, B, []), ring_node(B, A, [])
     la.send(route(B), b"message!", 0.0)
     (seq,) = la.busy[B].values()
     for data in (struct.pack(">16I", *([seq - 1] + [0] * 15)), b"short"):
@@ -105,7 +105,7 @@ def test_a_stale_or_hostile_credit_frees_nothing_newer():
 
 def test_one_credit_write_in_flight_per_sender():
     got, log = [], []
-    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, got)
+    (ea, la), (eb, _lb) = ring_node(A, B, []), ring_node(B, A, got)
     for i in range(8):
         la.send(route(B), bytes([i]) * 8, 0.0)
     pump({A: ea, B: eb}, log)
@@ -162,7 +162,7 @@ def test_ring_windows_are_checked():
 def test_a_slot_no_credit_returns_is_taken_back():
     """A receiver that restarted forgets what it took: CREDIT_WAIT_S after the doorbell's
     ACK the sender takes the slot back (counted) and a stalled message goes."""
-    (ea, la), (eb, lb) = ring_node(A, B, []), ring_node(B, A, [])
+    (ea, la), (eb, _lb) = ring_node(A, B, []), ring_node(B, A, [])
     for i in range(RING_SLOTS + 1):
         la.send(route(B), bytes([i]) * 8, 0.0)
     pump({A: ea, B: eb}, [], lose=lambda p: p.address == CREDIT)

@@ -25,8 +25,8 @@ class Pair:
     def pump(self, rounds=50):
         for _ in range(rounds):
             moved = False
-            for me, core, other, peer in ((A, self.a, self.b, B), (B, self.b, self.a, A)):
-                for ula, vc, hdr, payload in core.outgoing():
+            for me, core, other, _peer in ((A, self.a, self.b, B), (B, self.b, self.a, A)):
+                for _ula, _vc, hdr, payload in core.outgoing():
                     moved = True
                     self.wire.append((me, decode(hdr)[0].op))
                     if not self.cut:
@@ -201,7 +201,7 @@ def test_fetchop_data_resent_until_foc():
     rid = [e for e in p.ev[A] if isinstance(e, RegionReady)][0].rid
     p.a.fetchop(a_vc, rid, 8, Function.INCREMENT, p.now)
     # lose the first DATA: deliver the GET, drop what B answers
-    for ula, vc, hdr, payload in p.a.outgoing():
+    for _ula, _vc, hdr, payload in p.a.outgoing():
         p.b.receive(A, hdr + bytes(payload), p.now)
     p.b.outgoing()
     p.tick(0.6)  # FOC timeout: B resends the DATA, A answers with FOC

@@ -142,7 +142,7 @@ def test_held_credits_stop_the_sender_and_come_back_on_release():
     eps, got, step, _ = _pair()
     eps[1].hold(1, True)
     buf = C.VC_BUFFER_MPS[1]
-    for k in range(3 * buf // 2):  # one-micropacket Messages: 1.5 buffers' worth
+    for _k in range(3 * buf // 2):  # one-micropacket Messages: 1.5 buffers' worth
         assert eps[0].send(1, B, 0x88B5, b"")
     for _ in range(50):
         step()
@@ -172,7 +172,7 @@ def test_settle_sends_a_notice_the_sender_turns_into_an_error_frame():
         elif is_notice(m):
             errors.append(notice_in(Delivery(), m))
 
-    for k in range(3):
+    for _k in range(3):
         eps[0].send(2, B, 0x88B5, b"hello")
     for _ in range(30):
         step(on_message)

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import statistics
 import sys
 import time
 
 from .netns import BIN, Fabric, SwitchedFabric, iperf3_run, poll
-from .ulpclient import UlpClient
-from .wire.ula import parse_ula
-from .wire.ulp import Op
+from daemons.ulpclient import UlpClient
+from daemons.wire.ula import parse_ula
+from daemons.wire.ulp import Op
 
 ET = 0x88B5  # IEEE local experimental EtherType
 
@@ -68,7 +67,7 @@ def _throughput(fab: Fabric, a: int, b: int, vc: int, size: int, seconds: float 
         try:
             while True:
                 got += rx.sock.recv_into(buf) - 10
-        except socket.timeout:
+        except TimeoutError:
             pass
         dt = time.perf_counter() - t0
     return got * 8 / dt / 1e9, got
@@ -79,7 +78,7 @@ def _packetway(fa: Fabric) -> None:
     use host3's gsnd on A and host1's on B; host1 of A talks to host2 of B."""
     from pktwayd.node import Node
 
-    from .runtime.control import request
+    from daemons.runtime.control import request
 
     print("\nPacketWay: a second fabric (B: 1 switch + 2 hosts) joined to A by router 'rab' (pktwayd),\n"
           "  half 0x50 on A (host3's gsnd), half 0x51 on B (its host1's gsnd); hosts A1 = 0x40, B2 = 0x60")
@@ -120,7 +119,7 @@ def _packetway(fa: Fabric) -> None:
 
 def _ip_over_packetway(fa: Fabric, fb: Fabric, ula_a: list[str], ula_b: list[str]) -> None:
     """pw0 (pktway ip) on A1 and B2: IP across the PacketWay router."""
-    from .runtime.control import request
+    from daemons.runtime.control import request
 
     print("\nIP over PacketWay: pw0 (pktway ip, a TUN) on A1 10.77.0.1 and B2 10.77.0.2")
     for fab, i, me, peer, router, ip, peer_ip in ((fa, 1, 0x40, 0x60, ula_a[2], "10.77.0.1", "10.77.0.2"),
@@ -186,7 +185,7 @@ def main() -> int:
             for src, dst, extra in ((1, "192.0.2.2", ()), (2, "192.0.2.3", ()), (3, "2001:db8::1", ()),
                                     (1, "192.0.2.3", ("-M", "do", "-s", "65252"))):
                 r = fab.ns_exec(src, "ping", "-c", "5", "-i", "0.2", "-W", "2", *extra, dst, check=False)
-                tail = [l for l in r.stdout.splitlines() if "rtt" in l or "received" in l]
+                tail = [line for line in r.stdout.splitlines() if "rtt" in line or "received" in line]
                 what = f"{' '.join(extra)} " if extra else ""
                 print(f"  ping {what}host{src} -> {dst}: " + ("; ".join(tail) if tail else r.stderr.strip()))
             if shutil.which("iperf3"):

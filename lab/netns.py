@@ -29,7 +29,7 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 _counter = itertools.count()
-LIVE: "set[Fabric]" = set()  # fabrics not yet closed (a test's failure report dumps them)
+LIVE: set[Fabric] = set()  # fabrics not yet closed (a test's failure report dumps them)
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -38,7 +38,7 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def write_cable_key(path: Path) -> Path:
     """A new cable key in ``path`` (mode 0600), as `gsnctl genkey -o` writes it."""
-    from .runtime.keyfile import new_key, write_key
+    from daemons.runtime.keyfile import new_key, write_key
 
     write_key(str(path), new_key(), force=True)
     return path
@@ -100,7 +100,7 @@ class Fabric:
             sh("ip", "netns", "del", ns, check=False)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def __enter__(self) -> "Fabric":
+    def __enter__(self) -> Fabric:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -118,7 +118,7 @@ class Fabric:
         """Any process in host i's namespace, logged and stopped with the fabric."""
         return self._spawn(name, self.host_ns[i - 1], list(argv))
 
-    def link_to(self, other: "Fabric", i: int, j: int, net: int) -> tuple[str, str]:
+    def link_to(self, other: Fabric, i: int, j: int, net: int) -> tuple[str, str]:
         """A veth between my host i and ``other``'s host j, 198.18.<net>.1/30 and .2/30
         (deleted with the namespaces); returns the two addresses."""
         a, b = f"x{self.tag}{net}a"[-15:], f"x{self.tag}{net}b"[-15:]
