@@ -23,7 +23,7 @@
 
 static PyTypeObject CoreType; /* defined after this header, in _link.c */
 
-#define SW_MAX_PORTS 64 /* targets are a bitmask of port indices */
+#define SW_MAX_PORTS 64 /* targets are a bitmask of port indices (constants.SWITCH_PLANE_PORTS) */
 #define SW_FREE (-1)    /* owner of an output VC: none */
 
 typedef struct {
@@ -756,10 +756,10 @@ static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limi
                 seg = v;
             }
         if (seg <= 0 || seg >= len)
-            seg = len;
+            seg = len ? len : 1;
         else if (cnt_add(cnt, pl->s_gro, 1) < 0)
             return -1;
-        for (Py_ssize_t off = 0; off < len; off += seg) {
+        for (Py_ssize_t off = 0; off < len || !off; off += seg) { /* an empty one too: counted bad */
             Py_ssize_t n = len - off < seg ? len - off : seg;
             got++;
             if (receive_raw(link, pl->rx + off, n, NULL, now) < 0)
