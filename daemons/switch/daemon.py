@@ -50,7 +50,7 @@ class SwitchDaemon:
                            trust_source_ports=[p.number for p in cfg.ports if p.trust_source],
                            fabric_ports=[p.number for p in cfg.ports if p.switch],
                            windows={n: cable_window(t.max_mps) for n, t in self.transports.items()},
-                           plane=plane_usable(self.transports))
+                           plane=cfg.data_path == "compiled" and plane_usable(self.transports))
         self.runners = {
             n: LinkRunner(self.core.ports[n].link, self.transports[n],
                           on_input=lambda now, n=n: self._input(n, now), after=self._flush)
@@ -148,6 +148,7 @@ class SwitchDaemon:
             nursery.start_soon(self._stats)
             nursery.start_soon(self.agent_timer.run)
             log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast,
+                     data_path="compiled" if self.core.plane is not None else "python",
                      management=[p.number for p in self.cfg.ports if p.management] or None,
                      trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None,
                      switch_ports=[p.number for p in self.cfg.ports if p.switch] or None)
