@@ -184,11 +184,11 @@ static int targets_mask(SwitchPlane *pl, PyObject *t, uint64_t *mask)
 
 /* --- ingress: Switch._ingress -------------------------------------------------------- */
 
-/* recs (bytes, n micropackets) accepted by port idx's link on vc. */
-static int sw_walk(SwitchPlane *pl, int idx, int vc, PyObject *recs, double now)
+/* n micropackets at buf, accepted by port idx's link on vc; recs: a buffer object over
+ * them for the walk (it does not keep it). */
+static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssize_t n, PyObject *recs, double now)
 {
-    const uint8_t *buf = (const uint8_t *)PyBytes_AS_STRING(recs);
-    Py_ssize_t n = PyBytes_GET_SIZE(recs) / MP_BYTES, pos = 0;
+    Py_ssize_t pos = 0;
     Core *link = pl->links[idx];
     PyObject *bc = PyObject_GetAttrString(pl->sw, "broadcast");
     PyObject *tree = bc ? PyObject_GetAttrString(pl->sw, "tree_ports") : NULL;
@@ -263,21 +263,28 @@ done:
  * contiguous from mps + first, or to be gathered. */
 static int sw_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t first, Py_ssize_t acc, int contiguous, double now)
 {
+    if (contiguous) { /* walked where they lie: the segments are copied out of them */
+        const uint8_t *run = mps + first * MP_BYTES;
+        PyObject *view = PyMemoryView_FromMemory((char *)run, acc * MP_BYTES, PyBUF_READ);
+        if (!view)
+            return -1;
+        int r = sw_walk(s->sw, s->sw_idx, vc, run, acc, view, now);
+        PyObject *ok = r < 0 ? NULL : PyObject_CallMethod(view, "release", NULL); /* nothing keeps it */
+        Py_XDECREF(ok);
+        Py_DECREF(view);
+        return ok ? 0 : -1;
+    }
     PyObject *recs = PyBytes_FromStringAndSize(NULL, acc * MP_BYTES);
     if (!recs)
         return -1;
     uint8_t *q = (uint8_t *)PyBytes_AS_STRING(recs);
-    if (contiguous) {
-        memcpy(q, mps + first * MP_BYTES, acc * MP_BYTES);
-    } else {
-        for (Py_ssize_t i = first, got = 0; got < acc; i++) {
-            const uint8_t *m = mps + i * MP_BYTES;
-            uint64_t c = load_be64(m + MP_DATA);
-            if ((int)(c >> 62) == vc && ((c >> 58) & 0xF) != T_CREDIT)
-                memcpy(q + got++ * MP_BYTES, m, MP_BYTES);
-        }
+    for (Py_ssize_t i = first, got = 0; got < acc; i++) { /* gathered, as Received would be */
+        const uint8_t *m = mps + i * MP_BYTES;
+        uint64_t c = load_be64(m + MP_DATA);
+        if ((int)(c >> 62) == vc && ((c >> 58) & 0xF) != T_CREDIT)
+            memcpy(q + got++ * MP_BYTES, m, MP_BYTES);
     }
-    int r = sw_walk(s->sw, s->sw_idx, vc, recs, now);
+    int r = sw_walk(s->sw, s->sw_idx, vc, q, acc, recs, now);
     Py_DECREF(recs);
     return r;
 }
@@ -562,7 +569,7 @@ static PyObject *Plane_ingress(SwitchPlane *pl, PyObject *args)
     PyBuffer_Release(&b);
     if (!recs)
         return NULL;
-    int r = sw_walk(pl, k, vc, recs, now);
+    int r = sw_walk(pl, k, vc, (const uint8_t *)PyBytes_AS_STRING(recs), PyBytes_GET_SIZE(recs) / MP_BYTES, recs, now);
     Py_DECREF(recs);
     if (r < 0)
         return NULL;
