@@ -8,9 +8,10 @@ and GRO as the daemon uses them), a host link on each.  Host 1 sends Messages of
 --size payload bytes on VC1 to host 2, which frees its buffers at once.  Timed is the
 switch's work alone, per wake-up as the daemon does it (receive every cable, link,
 forward, pump, timers, build and send every port's datagrams), as the thread's CPU
-time (user + system, time.thread_time): once with the compiled path (SwitchPlane.rx,
-one C call for all cables) and once with the Python path (UdpTransport.drain,
-CLink.receive, Switch.process, the Python pump).  Syscalls are included; trio's
+time (user + system, time.thread_time): once with the compiled path (SwitchPlane.rx and
+SwitchPlane.flush, one C call each for all cables) and once with the Python path
+(UdpTransport.drain, CLink.receive, Switch.process, the Python pump, CLink.datagrams,
+UdpTransport.send_many).  Syscalls are included; trio's
 scheduling is not.
 """
 
@@ -45,7 +46,7 @@ def run(plane: bool, messages: int, size: int, mtu: int, base_port: int) -> dict
     for p, t in sw_t.items():
         sw.ports[p].link.max_mps = t.max_mps
         if plane:
-            sw.plane.cable(p, t.sock.fileno(), t.peer, t.counters)
+            sw.plane.cable(p, t)
     hosts = {p: CLink(p, now, rng=random.Random(p), window=cable_window(t.max_mps)) for p, t in host_t.items()}
     for p, h in hosts.items():
         h.max_mps = host_t[p].max_mps
@@ -67,10 +68,14 @@ def run(plane: bool, messages: int, size: int, mtu: int, base_port: int) -> dict
             if rtx:
                 t.send_many(rtx)
             sw.process(p, now)
-        for p, t in sw_t.items():
-            dgrams = sw.ports[p].link.datagrams(now)
-            if dgrams:
-                t.send_many(dgrams)
+        if plane:  # every port's datagrams built and sent in one C call, as the daemon does
+            for p, refused in sw.plane.flush(now).items():
+                sw_t[p].send_many(refused)
+        else:
+            for p, t in sw_t.items():
+                dgrams = sw.ports[p].link.datagrams(now)
+                if dgrams:
+                    t.send_many(dgrams)
         cpu += time.thread_time() - t0
         wakeups += 1
 

@@ -48,6 +48,7 @@ struct SwitchPlane {
     PyObject *names;                        /* the walk's counter names */
     PyObject *sw_counters;                  /* Switch.counters */
     PyObject *s_tx_mps, *s_dropped, *s_aborted, *s_rx_dgrams, *s_foreign, *s_trunc, *s_gro;
+    PyObject *s_tx_dgrams, *s_gso_sends, *s_gso_dgrams;
     PyObject *numbers[SW_MAX_PORTS];        /* port numbers (int) */
     long nums[SW_MAX_PORTS];
     PyObject *pcounters[SW_MAX_PORTS];      /* Port.counters */
@@ -60,6 +61,7 @@ struct SwitchPlane {
     int fd[SW_MAX_PORTS];                   /* cables, -1: fed by Python */
     struct sockaddr_storage peer[SW_MAX_PORTS];
     PyObject *ccounters[SW_MAX_PORTS];      /* the cable transport's counters */
+    PyObject *cables[SW_MAX_PORTS];         /* the cable transports (io/udp.py UdpTransport) */
     uint8_t *rx;                            /* DP_RECV_BYTES */
 };
 
@@ -382,6 +384,7 @@ static int Plane_traverse(SwitchPlane *pl, visitproc visit, void *arg)
         Py_VISIT(pl->pcounters[i]);
         Py_VISIT(pl->links[i]);
         Py_VISIT(pl->ccounters[i]);
+        Py_VISIT(pl->cables[i]);
         for (int v = 0; v < NUM_VCS; v++)
             Py_VISIT(pl->current[i][v]);
     }
@@ -401,6 +404,7 @@ static int Plane_clear(SwitchPlane *pl)
         Py_CLEAR(pl->pcounters[i]);
         Py_CLEAR(pl->links[i]);
         Py_CLEAR(pl->ccounters[i]);
+        Py_CLEAR(pl->cables[i]);
         for (int v = 0; v < NUM_VCS; v++)
             Py_CLEAR(pl->current[i][v]);
     }
@@ -421,6 +425,7 @@ static void Plane_dealloc(SwitchPlane *pl)
     Py_XDECREF(pl->names);
     Py_XDECREF(pl->s_tx_mps), Py_XDECREF(pl->s_dropped), Py_XDECREF(pl->s_aborted);
     Py_XDECREF(pl->s_rx_dgrams), Py_XDECREF(pl->s_foreign), Py_XDECREF(pl->s_trunc), Py_XDECREF(pl->s_gro);
+    Py_XDECREF(pl->s_tx_dgrams), Py_XDECREF(pl->s_gso_sends), Py_XDECREF(pl->s_gso_dgrams);
     PyMem_Free(pl->rx);
     Py_TYPE(pl)->tp_free((PyObject *)pl);
 }
@@ -479,9 +484,13 @@ static int Plane_init(SwitchPlane *pl, PyObject *args, PyObject *kw)
     pl->s_foreign = PyUnicode_InternFromString("rx_foreign_datagram");
     pl->s_trunc = PyUnicode_InternFromString("rx_truncated");
     pl->s_gro = PyUnicode_InternFromString("rx_gro_coalesced");
+    pl->s_tx_dgrams = PyUnicode_InternFromString("tx_datagrams");
+    pl->s_gso_sends = PyUnicode_InternFromString("tx_gso_sends");
+    pl->s_gso_dgrams = PyUnicode_InternFromString("tx_gso_datagrams");
     int rc = -1;
     if (!pl->walk || !pl->on_admin || !pl->on_events || !pl->shuffle || !pl->sw_counters || !bufs || !pl->s_tx_mps
-        || !pl->s_dropped || !pl->s_aborted || !pl->s_rx_dgrams || !pl->s_foreign || !pl->s_trunc || !pl->s_gro)
+        || !pl->s_dropped || !pl->s_aborted || !pl->s_rx_dgrams || !pl->s_foreign || !pl->s_trunc || !pl->s_gro
+        || !pl->s_tx_dgrams || !pl->s_gso_sends || !pl->s_gso_dgrams)
         goto done;
     if (!PyDict_Check(pl->sw_counters)) {
         PyErr_SetString(PyExc_TypeError, "switch.counters must be a dict (Counter)");
@@ -671,34 +680,55 @@ static PyObject *Plane_state(SwitchPlane *pl, PyObject *Py_UNUSED(ignored))
     return out;
 }
 
-/* cable(port, fd, (host, port), counters): rx() receives that port's datagrams. */
+/* cable(port, transport): rx() receives that port's datagrams from transport.sock (from
+ * transport.peer only, counted in transport.counters), flush() sends them. */
 static PyObject *Plane_cable(SwitchPlane *pl, PyObject *args)
 {
-    PyObject *po, *cnt;
-    int fd, port;
+    PyObject *po, *tr;
+    int port;
     const char *host;
     PLANE_READY(pl);
-    if (!PyArg_ParseTuple(args, "Oi(si)O!:cable", &po, &fd, &host, &port, &PyDict_Type, &cnt))
+    if (!PyArg_ParseTuple(args, "OO:cable", &po, &tr))
         return NULL;
     int k = port_arg(pl, po);
     if (k < 0)
         return NULL;
+    PyObject *sock = PyObject_GetAttrString(tr, "sock");
+    PyObject *fdo = sock ? PyObject_CallMethod(sock, "fileno", NULL) : NULL;
+    PyObject *peer = fdo ? PyObject_GetAttrString(tr, "peer") : NULL;
+    PyObject *cnt = peer ? PyObject_GetAttrString(tr, "counters") : NULL;
+    Py_XDECREF(sock);
+    int fd = fdo ? (int)PyLong_AsLong(fdo) : -1, ok = cnt && !PyErr_Occurred();
+    Py_XDECREF(fdo);
+    if (ok && (!PyDict_Check(cnt) || !PyArg_ParseTuple(peer, "si", &host, &port))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cable: transport.counters must be a Counter");
+        ok = 0;
+    }
     struct sockaddr_storage *ss = &pl->peer[k];
     struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-    memset(ss, 0, sizeof *ss);
-    if (port < 0 || port > 65535)
-        return PyErr_Format(PyExc_ValueError, "cable: port %d", port);
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
-        v4->sin_family = AF_INET, v4->sin_port = htons((uint16_t)port);
-    else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1)
-        v6->sin6_family = AF_INET6, v6->sin6_port = htons((uint16_t)port);
-    else
-        return PyErr_Format(PyExc_ValueError, "cable: %s is not a numeric IP address", host);
-    if (!pl->rx && !(pl->rx = PyMem_Malloc(DP_RECV_BYTES)))
-        return PyErr_NoMemory();
-    Py_INCREF(cnt);
+    if (ok) {
+        memset(ss, 0, sizeof *ss);
+        if (port < 0 || port > 65535)
+            ok = 0, PyErr_Format(PyExc_ValueError, "cable: port %d", port);
+        else if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
+            v4->sin_family = AF_INET, v4->sin_port = htons((uint16_t)port);
+        else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1)
+            v6->sin6_family = AF_INET6, v6->sin6_port = htons((uint16_t)port);
+        else
+            ok = 0, PyErr_Format(PyExc_ValueError, "cable: %s is not a numeric IP address", host);
+    }
+    Py_XDECREF(peer);
+    if (ok && !pl->rx && !(pl->rx = PyMem_Malloc(DP_RECV_BYTES)))
+        ok = 0, PyErr_NoMemory();
+    if (!ok) {
+        Py_XDECREF(cnt);
+        return NULL;
+    }
     Py_XSETREF(pl->ccounters[k], cnt);
+    Py_INCREF(tr);
+    Py_XSETREF(pl->cables[k], tr);
     pl->fd[k] = fd;
     Py_RETURN_NONE;
 }
@@ -817,13 +847,115 @@ static PyObject *Plane_rx(SwitchPlane *pl, PyObject *args)
     return out;
 }
 
+/* One port's datagrams (a list of bytes) to its peer: runs of equal size (the last may be
+ * shorter) as one GSO sendmsg when transport.gso.  Returns how many left; stops at the
+ * first refusal, for the Python path (re-cut after EMSGSIZE, learn no-GSO, count). */
+static Py_ssize_t sw_send(SwitchPlane *pl, int k, PyObject *list)
+{
+    PyObject *tr = pl->cables[k], *cnt = pl->ccounters[k];
+    PyObject *g = PyObject_GetAttrString(tr, "gso");
+    int gso = g ? PyObject_IsTrue(g) : -1;
+    Py_XDECREF(g);
+    if (gso < 0)
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list), i = 0, sends = 0, segs = 0, biggest = 0;
+    while (i < n) {
+        Py_ssize_t size = PyBytes_GET_SIZE(PyList_GET_ITEM(list, i)), j = i + 1, total = size;
+        if (gso)
+            while (j < n && j - i < DP_GSO_SEGMENTS) {
+                Py_ssize_t l = PyBytes_GET_SIZE(PyList_GET_ITEM(list, j));
+                if (total + l > DP_GSO_BYTES || l > size)
+                    break;
+                total += l;
+                j++;
+                if (l < size)
+                    break; /* only the last segment may be shorter */
+            }
+        struct iovec iov[DP_GSO_SEGMENTS];
+        for (Py_ssize_t m = i; m < j; m++) {
+            iov[m - i].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(list, m));
+            iov[m - i].iov_len = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(list, m));
+        }
+        union {
+            char buf[CMSG_SPACE(sizeof(uint16_t))];
+            struct cmsghdr align;
+        } cbuf;
+        struct msghdr mh = {.msg_name = &pl->peer[k], .msg_iov = iov, .msg_iovlen = (size_t)(j - i),
+                            .msg_namelen = pl->peer[k].ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                            : sizeof(struct sockaddr_in6)};
+        if (j - i > 1) {
+            memset(&cbuf, 0, sizeof cbuf);
+            mh.msg_control = cbuf.buf, mh.msg_controllen = sizeof cbuf.buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_UDP, c->cmsg_type = UDP_SEGMENT, c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t seg = (uint16_t)size;
+            memcpy(CMSG_DATA(c), &seg, sizeof seg);
+        }
+        if (sendmsg(pl->fd[k], &mh, MSG_DONTWAIT) < 0)
+            break;
+        if (j - i > 1)
+            sends++, segs += j - i;
+        if (size > biggest)
+            biggest = size;
+        i = j;
+    }
+    if ((i && cnt_add(cnt, pl->s_tx_dgrams, i) < 0) || (sends && cnt_add(cnt, pl->s_gso_sends, sends) < 0)
+        || (segs && cnt_add(cnt, pl->s_gso_dgrams, segs) < 0))
+        return -1;
+    if (biggest) {
+        PyObject *m = PyObject_GetAttrString(tr, "max_sent");
+        long long was = m ? PyLong_AsLongLong(m) : -1;
+        Py_XDECREF(m);
+        if (was == -1 && PyErr_Occurred())
+            return -1;
+        if (biggest > was) {
+            PyObject *b = PyLong_FromSsize_t(biggest);
+            int r = b ? PyObject_SetAttrString(tr, "max_sent", b) : -1;
+            Py_XDECREF(b);
+            if (r < 0)
+                return -1;
+        }
+    }
+    return n - i;
+}
+
+/* flush(now) -> {port: [datagrams the kernel refused, in order]}: every cabled port's
+ * datagrams due now (Core.datagrams), sent (empty dict: all went). */
+static PyObject *Plane_flush(SwitchPlane *pl, PyObject *nowo)
+{
+    PLANE_READY(pl);
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int k = 0; k < pl->n; k++) {
+        if (pl->fd[k] < 0)
+            continue;
+        PyObject *list = Core_datagrams(pl->links[k], nowo);
+        if (!list)
+            goto fail;
+        Py_ssize_t left = PyList_GET_SIZE(list) ? sw_send(pl, k, list) : 0;
+        PyObject *rest = left > 0 ? PyList_GetSlice(list, PyList_GET_SIZE(list) - left, PyList_GET_SIZE(list)) : NULL;
+        Py_DECREF(list);
+        if (left < 0 || (left > 0 && (!rest || PyDict_SetItem(out, pl->numbers[k], rest) < 0))) {
+            Py_XDECREF(rest);
+            goto fail;
+        }
+        Py_XDECREF(rest);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef Plane_methods[] = {
+    {"flush", (PyCFunction)Plane_flush, METH_O, "flush(now) -> {port: datagrams refused}: send what is due"},
     {"ingress", (PyCFunction)Plane_ingress, METH_VARARGS, "ingress(port, vc, recs, now): a Received batch"},
     {"pump", (PyCFunction)Plane_pump, METH_NOARGS, "move input segments to free (or owned) output VCs"},
     {"admin", (PyCFunction)Plane_admin, METH_VARARGS, "admin(vc, out, recs): queue Admin micropackets"},
     {"port_down", (PyCFunction)Plane_port_down, METH_O, "port_down(port): drop its queues, abort its Messages"},
     {"state", (PyCFunction)Plane_state, METH_NOARGS, "{port: {inq: [(segments, mps)], current, owner}}"},
-    {"cable", (PyCFunction)Plane_cable, METH_VARARGS, "cable(port, fd, (host, port), counters): rx() reads it"},
+    {"cable", (PyCFunction)Plane_cable, METH_VARARGS, "cable(port, transport): rx() and flush() use its socket"},
     {"rx", (PyCFunction)Plane_rx, METH_VARARGS, "rx(now, limit) -> {port: datagrams received}"},
     {NULL},
 };

@@ -59,7 +59,7 @@ class SwitchDaemon:
         if self.core.plane is not None:
             # per wake-up one C call receives every cable's ready datagrams, forwards and pumps
             for n, t in self.transports.items():
-                self.core.plane.cable(n, t.sock.fileno(), tuple(t.peer), t.counters)
+                self.core.plane.cable(n, t)
                 self.runners[n].use(lambda now, n=n: self._rx(now).get(n, 0), t.send_many)
         self.agent_timer = AgentTimer(self.core, self._flush)
         self._generation = 0
@@ -90,8 +90,16 @@ class SwitchDaemon:
                 log.warning("port.down", port=n)
 
     def _flush(self, now: float) -> None:
-        for r in self.runners.values():
-            r.flush(now)
+        if self.core.plane is not None:  # every port's datagrams built and sent in one C call
+            for r in self.runners.values():
+                r.fit()
+            for n, refused in self.core.plane.flush(now).items():
+                self.transports[n].send_many(refused)  # the Python path re-cuts, learns, counts
+            for r in self.runners.values():
+                r.rearm()
+        else:
+            for r in self.runners.values():
+                r.flush(now)
         self.agent_timer.poke()
         agent = self.core.agent
         if agent.generation != self._generation:

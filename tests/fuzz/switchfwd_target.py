@@ -18,6 +18,7 @@ import random
 import socket
 import struct
 from collections import Counter
+from types import SimpleNamespace
 
 from daemons import constants as C
 from daemons.constants import MpType
@@ -106,8 +107,10 @@ def _switch_run(impl, data: bytes, plane: bool = False) -> list:
         for s in socks:
             s.bind(("127.0.0.1", 0))
         socks[0].setblocking(False)
-        sw.plane.cable(1, socks[0].fileno(), socks[1].getsockname(), cable)
-    sent = strangers = 0
+        socks[1].setblocking(False)
+        sw.plane.cable(1, SimpleNamespace(sock=socks[0], peer=socks[1].getsockname(), counters=cable,
+                                                 gso=True, max_sent=0))
+    sent = strangers = rtx = 0
     try:
         for _ in range(1 + d.below(4)):
             for dgram in attack(d, attacker, sw.ports[1].link, targets, now, history):
@@ -122,7 +125,15 @@ def _switch_run(impl, data: bytes, plane: bool = False) -> list:
                 sent += 1
                 assert sw.plane.rx(now, 64) == {1: 1}
             for p, peer in ((2, other), (1, attacker)):
-                for dg in sw.ports[p].link.handle_timer(now) + sw.ports[p].link.datagrams(now):
+                out = sw.ports[p].link.handle_timer(now)
+                if p == 1:
+                    rtx += len(out)
+                if plane and p == 1:  # SwitchPlane.flush builds and sends them: read them off the wire
+                    assert sw.plane.flush(now) == {}
+                    out += _received(socks[1])
+                else:
+                    out += sw.ports[p].link.datagrams(now)
+                for dg in out:
                     seen.append((p, bytes(dg)))
                     peer.receive(dg, now)
                 for dg in peer.handle_timer(now) + peer.datagrams(now):
@@ -137,8 +148,19 @@ def _switch_run(impl, data: bytes, plane: bool = False) -> list:
     for port in st["ports"].values():
         port["counters"] = {k: v for k, v in port["counters"].items() if v}
     if plane:  # every datagram counted once, the stranger's as foreign
-        assert cable == Counter({k: v for k, v in (("rx_datagrams", sent), ("rx_foreign_datagram", strangers)) if v})
+        rx = {k: v for k, v in cable.items() if k.startswith("rx_")}
+        assert rx == {k: v for k, v in (("rx_datagrams", sent), ("rx_foreign_datagram", strangers)) if v}
+        assert cable["tx_datagrams"] == sum(1 for p, _ in seen if p == 1) - rtx
     return [seen, st]
+
+
+def _received(sock) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(65536))
+        except BlockingIOError:
+            return out
 
 
 def switch_input(data: bytes) -> None:
