@@ -104,7 +104,20 @@ def run(plane: bool, seed: int, msgs, faults, release_every: int, rounds: int = 
         sw.handle_timer(now)
     st = sw.status()
     links = {n: dict(sw.ports[n].link.counters) for n in sw.ports}
-    return out, got, st, links
+    return out, got, st, links, queues(sw)
+
+
+def queues(sw) -> dict:
+    """What waits in the switch: per input (and the Admin engine) and VC the segments and
+    micropackets queued, the open Message's targets, and the owner of each output VC --
+    SwitchPlane.state() for the compiled path, read off the Python Switch otherwise."""
+    if sw.plane is not None:
+        return sw.plane.state()
+    def inq(qs):
+        return [(len(q), sum(len(seg.recs) for seg in q)) for q in qs]
+    out = {n: {"inq": inq(p.inq), "current": list(p.current), "owner": list(sw.owner[n])} for n, p in sw.ports.items()}
+    out["admin"] = {"inq": inq(sw.admin_q), "current": [None] * C.NUM_VCS, "owner": [None] * C.NUM_VCS}
+    return out
 
 
 

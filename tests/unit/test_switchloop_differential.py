@@ -34,6 +34,7 @@ def test_compiled_switch_matches_python(seed, msgs, faults, release_every):
     assert got[1] == want[1]  # what the hosts received
     assert got[2] == want[2]  # switch and port counters, tables
     assert got[3] == want[3]  # link counters
+    assert got[4] == want[4]  # what is left queued, open Messages, output VC owners
 
 
 def test_two_inputs_contend_for_one_output_and_credits_run_out():
@@ -42,7 +43,7 @@ def test_two_inputs_contend_for_one_output_and_credits_run_out():
     the switch's output queue at the VC's buffer."""
     msgs = [(1, 1, 3, False, 900, 6), (2, 1, 3, False, 900, 6), (1, 1, 3, False, 300, 6), (2, 1, 3, False, 500, 7)]
     for plane in (False, True):
-        _, got, st_, _ = run(plane, 3, msgs, [], 3, rounds=120)
+        _, got, st_, _, _ = run(plane, 3, msgs, [], 3, rounds=120)
         stream = b"".join(recs for e in got[3] if isinstance(e, tuple) for recs in [e[1]])
         recs = np.frombuffer(stream, MP_DTYPE)
         types = (recs["ctrl"] >> np.uint64(58)) & np.uint64(0xF)
@@ -52,3 +53,12 @@ def test_two_inputs_contend_for_one_output_and_credits_run_out():
         assert all(h < e < h2 for h, e, h2 in zip(headers, ends, list(headers[1:]) + [len(recs)]))
         assert st_["ports"]["3"]["counters"]["tx_mps"] == len(recs)
     assert run(False, 3, msgs, [], 3, rounds=120) == run(True, 3, msgs, [], 3, rounds=120)
+
+
+def test_an_output_vc_is_owned_mid_message_the_same_way():
+    """Two rounds after both hosts start: host 2's Message holds port 3's VC1 (the
+    wormhole) and is still open at the input; both paths say so."""
+    msgs = [(1, 1, 3, False, 900, 6), (2, 1, 3, False, 900, 6), (1, 1, 3, False, 300, 6), (2, 1, 3, False, 500, 7)]
+    got, want = run(True, 3, msgs, [], 3, rounds=8)[4], run(False, 3, msgs, [], 3, rounds=8)[4]
+    assert got == want
+    assert got[3]["owner"][1] == 2 and got[2]["current"][1] == (3,)
