@@ -245,7 +245,7 @@ static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssiz
             goto done;
         if (pos < n) { /* an ADMIN micropacket: the Switch handles it (it may change the table) */
             link_release(link, vc, 1);
-            PyObject *r = PyObject_CallFunction(pl->on_admin, "Oiy#Od", pl->numbers[idx], vc, (const char *)buf + pos * MP_BYTES,
+            PyObject *r = PyObject_CallFunction(pl->on_admin, "Oy#Od", pl->numbers[idx], (const char *)buf + pos * MP_BYTES,
                                                 (Py_ssize_t)MP_BYTES, pl->current[idx][vc], now);
             if (!r)
                 goto done;

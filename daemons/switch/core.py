@@ -221,7 +221,7 @@ class Switch:
         else:
             self._admin_in(port, rec["data"].tobytes(), now)
 
-    def _admin_from_plane(self, port_no: int, vc: int, rec: bytes, current, now: float) -> None:
+    def _admin_from_plane(self, port_no: int, rec: bytes, current, now: float) -> None:
         self._admin_mp(self.ports[port_no], np.frombuffer(rec, MP_DTYPE)[0], current is not None, now)
 
     def pump(self) -> None:
