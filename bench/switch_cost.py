@@ -99,7 +99,8 @@ def run(plane: bool, messages: int, size: int, mtu: int, base_port: int) -> dict
         switch_step(now)
     for t in (*sw_t.values(), *host_t.values()):
         t.sock.close()
-    return {"messages": got, "cpu_us_per_message": cpu / max(got, 1) * 1e6, "wakeups_per_message": wakeups / max(got, 1)}
+    per = max(got, 1)
+    return {"messages": got, "cpu_us_per_message": cpu / per * 1e6, "wakeups_per_message": wakeups / per}
 
 
 def main() -> int:

@@ -218,7 +218,8 @@ static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssiz
         int bad = 0;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts) && i < PyTuple_GET_SIZE(pl->names) && !bad; i++) {
             long long k = PyLong_AsLongLong(PyTuple_GET_ITEM(counts, i));
-            if ((k == -1 && PyErr_Occurred()) || (k && cnt_add(pl->pcounters[idx], PyTuple_GET_ITEM(pl->names, i), k) < 0))
+            PyObject *name = PyTuple_GET_ITEM(pl->names, i);
+            if ((k == -1 && PyErr_Occurred()) || (k && cnt_add(pl->pcounters[idx], name, k) < 0))
                 bad = 1;
         }
         if (strays)
@@ -245,8 +246,9 @@ static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssiz
             goto done;
         if (pos < n) { /* an ADMIN micropacket: the Switch handles it (it may change the table) */
             link_release(link, vc, 1);
-            PyObject *r = PyObject_CallFunction(pl->on_admin, "Oy#Od", pl->numbers[idx], (const char *)buf + pos * MP_BYTES,
-                                                (Py_ssize_t)MP_BYTES, pl->current[idx][vc], now);
+            PyObject *r = PyObject_CallFunction(pl->on_admin, "Oy#Od", pl->numbers[idx],
+                                                (const char *)buf + pos * MP_BYTES, (Py_ssize_t)MP_BYTES,
+                                                pl->current[idx][vc], now);
             if (!r)
                 goto done;
             Py_DECREF(r);
@@ -664,7 +666,9 @@ static PyObject *Plane_state(SwitchPlane *pl, PyObject *Py_UNUSED(ignored))
             Py_INCREF(c);
             PyList_SET_ITEM(cur, v, c);
             int ow = i < pl->n ? pl->owner[i][v] : SW_FREE;
-            PyObject *o = ow == SW_FREE ? Py_NewRef(Py_None) : ow == pl->n ? PyLong_FromLong(-1) : Py_NewRef(pl->numbers[ow]);
+            PyObject *o = ow == SW_FREE ? Py_NewRef(Py_None)
+                          : ow == pl->n ? PyLong_FromLong(-1) /* the Admin engine, as Switch.owner says */
+                                        : Py_NewRef(pl->numbers[ow]);
             PyList_SET_ITEM(own, v, o);
         }
         Py_XDECREF(inq), Py_XDECREF(cur), Py_XDECREF(own);
