@@ -6,7 +6,7 @@
 Cases, each between two network namespaces joined by a veth underlay (MTU
 --underlay-mtu, default 65280; (a), (c) and (d) use it, (b)'s fabric keeps its own):
   (a) gsnd <-> gsnd over one cable (back-to-back, gsn0 MTU 65280)
-  (b) gsnd -> gsn-switch -> gsnd
+  (b) gsnd -> gsn-switch -> gsnd (the switch's compiled data path; (b-py) its Python one)
   (c) OpenVPN 2.6 p2p TAP, --cipher none --auth none, TAP MTU 65280, 4 MiB socket buffers
   (d) plain veth
   with --impair, (a) again through tests/netns/impair.py on the cable:
@@ -15,7 +15,7 @@ Cases, each between two network namespaces joined by a veth underlay (MTU
   and against (a0)
 For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 20); for (a)
 and (c) the daemons' CPU seconds (utime + stime, /proc/PID/stat) per GB moved in the
-single-stream run, and gsnd's resident memory before any traffic.
+single-stream run (for (b) the switch's alone), and gsnd's resident memory before any traffic.
 Prints the table and the ratios (a)/(c), (b)/(a) and the RTT ratio (a)/(c).
 Targets (issue 11): (a) >= 1.0x (c) and >= 6.4 Gbit/s; (b) >= 0.8x (a); RTT(a) <= 1.5x RTT(c);
 (a1) >= 0.5x (a), (a5) >= 0.25x (a).
@@ -135,12 +135,25 @@ def case_a(seconds: float, mtu: int = 65280, impair: tuple[float, float, float] 
         p.close()
 
 
-def case_b(seconds: float) -> dict:
-    with Fabric(2, prefix="b", keys=False) as fab:  # plain cables, like OpenVPN --auth none
+def case_b(seconds: float, data_path: str = "compiled") -> dict:
+    """gsnd -> gsn-switch -> gsnd; CPU s/GB is the switch's alone (its [switch] data_path:
+    "compiled", the C SwitchPlane, or "python", its oracle)."""
+    with Fabric(2, prefix="b", keys=False, switch_data_path=data_path) as fab:  # plain cables, like OpenVPN
         fab.up(v6=False)
         run = lambda i, *a: fab.ns_exec(i, *a, check=False, timeout=120)  # noqa: E731
         poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "192.0.2.2").returncode == 0, 15, what="gsn ping")
-        return measure(run, ["ip", "netns", "exec", fab.host_ns[1]], "192.0.2.2", seconds)
+        return measure(run, ["ip", "netns", "exec", fab.host_ns[1]], "192.0.2.2", seconds,
+                       [switch_pid(fab.procs["switch"].pid)])
+
+
+def switch_pid(wrapper: int) -> int:
+    """The gsn-switch process under ``ip netns exec`` (which execs, so usually itself)."""
+    try:
+        with open(f"/proc/{wrapper}/task/{wrapper}/children") as f:
+            children = f.read().split()
+    except OSError:
+        children = []
+    return int(children[0]) if children else wrapper
 
 
 def case_c(seconds: float, mtu: int = 65280) -> dict:
@@ -183,6 +196,7 @@ def main() -> int:
         return 1
     mtu = args.underlay_mtu
     cases = {"(a) gsnd<->gsnd": lambda s: case_a(s, mtu), "(b) via gsn-switch": case_b,
+             "(b-py) switch in Python": lambda s: case_b(s, "python"),
              "(c) OpenVPN TAP": lambda s: case_c(s, mtu), "(d) plain veth": lambda s: case_d(s, mtu)}
     if args.impair:
         # the impairer is a Python process: (a0) is its own ceiling, the anchor the link's
@@ -203,6 +217,9 @@ def main() -> int:
     ratio = lambda x, y: x / y if y else float("nan")  # noqa: E731
     print(f"\n(a)/(c) TCP x1 {ratio(a['tcp1'], c['tcp1']):.2f}   x4 {ratio(a['tcp4'], c['tcp4']):.2f}   (target >= 1.0)")
     print(f"(b)/(a) TCP x1 {ratio(b['tcp1'], a['tcp1']):.2f}   x4 {ratio(b['tcp4'], a['tcp4']):.2f}   (target >= 0.8)")
+    bp = res["(b-py) switch in Python"]
+    print(f"(b-py)/(a) TCP x1 {ratio(bp['tcp1'], a['tcp1']):.2f}   switch CPU s/GB compiled {b['cpu_s_per_gb']:.2f}, "
+          f"Python {bp['cpu_s_per_gb']:.2f} ({ratio(b['cpu_s_per_gb'], bp['cpu_s_per_gb']):.2f})")
     print(f"RTT (a)/(c)    {ratio(a['rtt_ms'], c['rtt_ms']):.2f}   (target <= 1.5)")
     print(f"(a) TCP x1 {a['tcp1']:.2f} Gbit/s against the 6.4 Gbit/s GSN line rate: {a['tcp1'] / 6.4:.2f}")
     print(f"CPU s/GB (a)/(c) {ratio(a['cpu_s_per_gb'], c['cpu_s_per_gb']):.2f}   (both daemons of each pair)")

@@ -134,9 +134,13 @@ typedef struct {
     uint64_t counters[N_COUNTERS];
     uint8_t credit_mp[MP_BYTES]; /* an empty CREDIT micropacket */
     DataPlane *dp;               /* NULL unless dp_attach() was called */
+    struct SwitchPlane *sw;      /* a gsn-switch's port: what it accepts is forwarded (_switchloop.h) */
+    int sw_idx;
 } Core;
 
+typedef struct SwitchPlane SwitchPlane;
 static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n);
+static int sw_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t first, Py_ssize_t acc, int contiguous, double now);
 
 /* --- small helpers ---------------------------------------------------------- */
 
@@ -670,6 +674,11 @@ static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8
             continue;
         PyObject *arr;
         int contiguous = last[vc] - first[vc] + 1 == k || acc == 1;
+        if (s->sw && !PyList_GET_SIZE(s->events)) { /* a switch port: forwarded in C */
+            if (sw_take(s, vc, mps, first[vc], acc, contiguous, now) < 0)
+                return -1;
+            continue;
+        }
         if (s->dp && vc == DP_VC) { /* the data plane's VC: reassembled here, not in Python */
             /* b0 (per micropacket, from the LCRC check) is there when the datagram came
                through rx_pump */
@@ -1274,6 +1283,7 @@ static PyObject *Core_go_up(Core *s, PyObject *args)
 }
 
 #include "_pump.h"
+#include "_switchloop.h"
 
 static PyObject *Core_get_up(Core *s, void *c) { return PyBool_FromLong(s->ready && s->state == ST_UP); }
 static PyObject *Core_get_state_code(Core *s, void *c) { return PyLong_FromLong(s->state); }
@@ -1395,6 +1405,10 @@ PyMODINIT_FUNC PyInit__link(void)
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&PlaneType) < 0 || PyModule_AddObjectRef(m, "SwitchPlane", (PyObject *)&PlaneType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

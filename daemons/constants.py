@@ -184,6 +184,14 @@ FABRIC_SETTLE_S = 0.05
 FABRIC_RETRIES = 3  # walks again after a partial one (a request lost), at most this many times in a row
 FABRIC_NOTICES_REMEMBERED = 1024  # origins whose last TOPOLOGY_NOTICE is kept
 
+# --- gsn-switch's compiled data path (daemons/_switchloop.h; PROJECT CHOICE) --------
+# It keeps a Message's targets as a 64-bit mask of port indices: a switch with more
+# ports (or with a keyed cable) runs the Python path.
+SWITCH_PLANE_PORTS = 64
+# Datagrams received per cable per wake-up (as io/udp.py drains), so that acks and
+# forwarding wait for a bounded amount of work.
+SWITCH_PLANE_DATAGRAMS = 64
+
 # --- link (spec §1.4, §1.5, §1.7; PROJECT CHOICE) -------------------------------
 # Receive buffer per VC, in micropackets.  The spec's 64 suits a 40 m copper
 # cable; an emulated UDP cable needs the buffer (hence the credit grant) to

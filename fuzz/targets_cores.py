@@ -107,14 +107,14 @@ def gsnd_core(data: bytes) -> None:
 
 
 # --- the switch --------------------------------------------------------------------------
-def _switch(forwarder=None, fabric_ports=(), seed=5):
+def _switch(forwarder=None, fabric_ports=(), seed=5, plane=False):
     """A switch (with the given ingress walk, default the compiled one), a hostile
     neighbour on port 1 (another switch when ``fabric_ports`` has it) and a well-behaved
     one on port 2, both links up."""
     from daemons.switch.core import Switch
 
     sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder,
-                fabric_ports=list(fabric_ports))
+                fabric_ports=list(fabric_ports), plane=plane)
     attacker, other = new_link(CABLE, seed + 1), new_link(2, seed + 2)
 
     def rx(port):
@@ -162,6 +162,15 @@ def switchfwd(data: bytes) -> None:
     from tests.fuzz.switchfwd_target import one_input
 
     one_input(data)
+
+
+@target("switchloop", seeds=[b"", bytes(range(64)) * 4, b"\x07\x02" * 100])
+def switchloop(data: bytes) -> None:
+    """gsn-switch's compiled data path (SwitchPlane: ingress, wormhole, credits, C receive) against the Python Switch."""
+    from tests.fuzz.switchloop_target import hostile_input, one_input
+
+    one_input(data)
+    hostile_input(data)
 
 
 @target("switch.fabric", seeds=[b"", b"\x01\x00\x01", b"\x01\x01" * 30])

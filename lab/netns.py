@@ -59,8 +59,10 @@ class Fabric:
     """A switch namespace and ``n`` host namespaces, each with one gsnd."""
 
     def __init__(self, n_hosts: int, broadcast: bool = True, prefix: str = "t",
-                 static: dict[str, int] | None = None, underlay_mtu: int = 65535, keys: bool = True) -> None:
+                 static: dict[str, int] | None = None, underlay_mtu: int = 65535, keys: bool = True,
+                 switch_data_path: str = "compiled") -> None:
         self.static = static or {}
+        self.switch_data_path = switch_data_path  # gsn-switch.toml [switch] data_path
         self.keys = keys
         self.underlay_mtu = underlay_mtu
         self.tag = f"{prefix}{os.getpid() % 10000}{next(_counter)}"
@@ -132,7 +134,7 @@ class Fabric:
 
     def switch_config(self) -> Path:
         lines = [f"[switch]\nid = 1\nbroadcast = {str(self.broadcast).lower()}\n"
-                 f"runtime_dir = \"{self.tmp}/sw\"\n"]
+                 f"runtime_dir = \"{self.tmp}/sw\"\ndata_path = \"{self.switch_data_path}\"\n"]
         for i in range(1, self.n + 1):
             lines.append(f"[[port]]\nnumber = {i}\nlocal = \"198.18.{i}.1:7000\"\npeer = \"198.18.{i}.2:6400\"\n"
                          + (f"key_file = \"{self.cable_key(i)}\"\n" if self.keys else ""))

@@ -58,7 +58,7 @@ class LinkRunner:
         for dgram in dgrams:
             self.transport.send(dgram)
 
-    def _fit(self) -> None:
+    def fit(self) -> None:
         """New datagrams follow the cable's current path MTU (the Link reads max_mps and
         its window per batch)."""
         max_mps = getattr(self.transport, "max_mps", None)
@@ -71,10 +71,14 @@ class LinkRunner:
         return None if self.last_heard is None else round(trio.current_time() - self.last_heard, 3)
 
     def flush(self, now: float) -> None:
-        self._fit()
+        self.fit()
         dgrams = self.link.datagrams(now)
         if dgrams:
             self._send_many(dgrams)
+        self.rearm()
+
+    def rearm(self) -> None:
+        """The link's next deadline may be earlier now (after its datagrams were taken)."""
         if self._scope is not None:
             self._scope.deadline = min(self._scope.deadline, self._timer())
 

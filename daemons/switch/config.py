@@ -39,10 +39,17 @@ class SwitchConfig:
     timers: Timers = field(default_factory=Timers)
     buffers: tuple = C.VC_BUFFER_MPS
     cable_mtu: int | None = None  # [cable] mtu: every port's, unless the port gives its own
+    data_path: str = "compiled"  # "compiled" (SwitchPlane, when the cables allow it) or "python"
 
     @property
     def control_path(self) -> str:
         return f"{self.runtime_dir}/control.sock"
+
+
+def _data_path(value: str) -> str:
+    if value not in ("compiled", "python"):
+        raise ValueError(f"{value!r}: expected \"compiled\" or \"python\"")
+    return value
 
 
 def load(path: str, overrides: dict) -> SwitchConfig:
@@ -56,6 +63,7 @@ def load(path: str, overrides: dict) -> SwitchConfig:
     cfg.broadcast = s.get("broadcast", bool, cfg.broadcast)
     cfg.runtime_dir = s.get("runtime_dir", str, cfg.runtime_dir)
     cfg.log_level = s.get("log_level", str, cfg.log_level)
+    cfg.data_path = s.get("data_path", str, cfg.data_path, check=_data_path)
     s.finish()
     c = Section(path, "cable", data.get("cable", {}))
     cfg.cable_mtu = c.get("mtu", int, None)

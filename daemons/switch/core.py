@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _link
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, MpType, Register
 from ..link.clink import CLink
@@ -52,6 +53,8 @@ from .forward import COUNTERS, Forwarder
 
 _U64 = np.uint64
 ADMIN_SOURCE = -1  # the switch's own Admin engine competes for outputs like a port
+# what ends a Message whose input died or broke it off (spec §1.6), per VC
+_ABORT_MPS = b"".join(Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode() for vc in range(C.NUM_VCS))
 
 
 @dataclass
@@ -93,6 +96,7 @@ class Switch:
         windows: dict[int, int] | None = None,
         fabric_ports: Iterable[int] = (),
         forwarder: type | None = None,
+        plane: bool = False,
     ) -> None:
         management, trusted, fabric = set(management_ports), set(trust_source_ports), set(fabric_ports)
         for what, ports in (("management", management), ("trust_source", trusted), ("switch", fabric)):
@@ -127,13 +131,25 @@ class Switch:
         self.xids: OrderedDict[int, tuple[int, int, float]] = OrderedDict()
         self.counters: Counter[str] = Counter()
         self.forwarder = (forwarder or Forwarder)(self.ports, self.table)
+        # plane: the data path compiled (daemons/_switchloop.h): what the port links accept
+        # is walked, queued and pumped in C; the Python input queues, owners and pump
+        # below are then unused (they stay as its oracle)
+        self.plane = _link.SwitchPlane(self, COUNTERS, _ABORT_MPS) if plane else None
 
     # --- link events --------------------------------------------------------------
     def process(self, port_no: int, now: float) -> None:
+        self._link_events(port_no, now)
+        self.pump()
+
+    def _link_events(self, port_no: int, now: float) -> None:
+        """The port link's events (the plane calls it after a datagram that raised some)."""
         port = self.ports[port_no]
         for ev in port.link.events():
             if isinstance(ev, Received):
-                self._ingress(port, ev.vc, ev.recs, now)
+                if self.plane is not None:  # accepted while link events waited: in order
+                    self.plane.ingress(port_no, ev.vc, ev.recs, now)
+                else:
+                    self._ingress(port, ev.vc, ev.recs, now)
             elif isinstance(ev, LinkUp):
                 port.counters["link_up"] += 1
                 if port.fabric:
@@ -149,9 +165,11 @@ class Switch:
                 port.stray_switch = False
                 if port.fabric:
                     self.agent.changed(now, "port_down")
-        self.pump()
 
     def _port_down(self, port: Port) -> None:
+        if self.plane is not None:
+            self.plane.port_down(port.number)
+            return
         for vc in range(C.NUM_VCS):
             port.inq[vc].clear()
             port.current[vc] = None
@@ -162,8 +180,7 @@ class Switch:
 
     def _abort_output(self, out: int, vc: int) -> None:
         """An input died mid-Message: end the Message with TAIL + ERROR (spec §1.6)."""
-        mp = Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode()
-        self.ports[out].link.enqueue(vc, np.frombuffer(mp, MP_DTYPE).copy())
+        self.ports[out].link.enqueue(vc, np.frombuffer(_ABORT_MPS, MP_DTYPE, 1, vc * C.MP_BYTES).copy())
         self.owner[out][vc] = None
         self.counters["messages_aborted"] += 1
 
@@ -186,23 +203,32 @@ class Switch:
                 port.link.release(vc, strays)
             for start, end, targets, tail in segs:
                 if start == end:  # a HEADER broke the open Message off: terminate it downstream
-                    mp = Micropacket(vc=vc, type=MpType.DATA, tail=1, error=1).encode()
-                    port.inq[vc].append(_Segment(np.frombuffer(mp, MP_DTYPE).copy(), targets, True, None))
+                    abort = np.frombuffer(_ABORT_MPS, MP_DTYPE, 1, vc * C.MP_BYTES).copy()
+                    port.inq[vc].append(_Segment(abort, targets, True, None))
                 else:
                     port.inq[vc].append(_Segment(recs[start:end], targets, tail, port.number))
             if pos < n:  # an ADMIN micropacket
                 port.link.release(vc, 1)
-                ctrl = _U64(recs[pos]["ctrl"])
-                if port.current[vc] is not None:
-                    port.counters["drop_admin_inside_message"] += 1
-                elif defect := admin_defect(recs[pos], ctrl):
-                    port.counters[f"admin_discard_{defect}"] += 1  # we are its final destination
-                else:
-                    self._admin_in(port, recs[pos]["data"].tobytes(), now)
+                self._admin_mp(port, recs[pos], port.current[vc] is not None, now)
                 pos += 1
+
+    def _admin_mp(self, port: Port, rec, in_message: bool, now: float) -> None:
+        """One ADMIN micropacket the ingress walk stopped at."""
+        if in_message:
+            port.counters["drop_admin_inside_message"] += 1
+        elif defect := admin_defect(rec, _U64(rec["ctrl"])):
+            port.counters[f"admin_discard_{defect}"] += 1  # we are its final destination
+        else:
+            self._admin_in(port, rec["data"].tobytes(), now)
+
+    def _admin_from_plane(self, port_no: int, rec: bytes, current, now: float) -> None:
+        self._admin_mp(self.ports[port_no], np.frombuffer(rec, MP_DTYPE)[0], current is not None, now)
 
     def pump(self) -> None:
         """Move input segments to output queues where the output VC is free or ours."""
+        if self.plane is not None:
+            self.plane.pump()
+            return
         sources = [(p.number, p.inq) for p in self.ports.values()] + [(ADMIN_SOURCE, self.admin_q)]
         self.rng.shuffle(sources)  # fairness among inputs
         for vc in range(C.NUM_VCS):
@@ -228,6 +254,9 @@ class Switch:
 
     # --- Admin ------------------------------------------------------------------------
     def _emit_admin(self, out: int, adm: Admin, vc: int) -> None:
+        if self.plane is not None:
+            self.plane.admin(vc, out, single_records(vc, MpType.ADMIN, adm.encode()))
+            return
         self.admin_q[vc].append(_Segment(single_records(vc, MpType.ADMIN, adm.encode()), (out,), True, None))
 
     def _admin_in(self, port: Port, data: bytes, now: float) -> None:

@@ -16,6 +16,7 @@ from ..runtime.schema import Schema
 from ..runtime.log import CounterLog
 from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import StatusLine, sd_notify
+from .. import constants as C
 from .config import SwitchConfig
 from .core import Switch
 from .driver import AgentTimer
@@ -26,11 +27,19 @@ log = structlog.get_logger("gsn-switch")
 CONTROL_SCHEMA = Schema({"status": {}, "fabric": {}})
 
 
+def plane_usable(transports: dict) -> bool:
+    """The compiled data path (Switch(plane=True), daemons/_switchloop.h) receives the
+    cables itself: UDP cables to known peers, without a key (the C receive knows nothing
+    of the MAC), at most SWITCH_PLANE_PORTS ports."""
+    return len(transports) <= C.SWITCH_PLANE_PORTS and all(
+        t.peer is not None and t.auth is None for t in transports.values())
+
+
 class SwitchDaemon:
     def __init__(self, cfg: SwitchConfig) -> None:
         self.cfg = cfg
         now = trio.current_time()
-        self.transports = {
+        self.transports: dict[int, UdpTransport] = {
             p.number: UdpTransport(p.local, p.peer, mtu=p.mtu, key=p.key,
                                    on_mtu=lambda st, n=p.number: log.info("cable.mtu", port=n, **st))
             for p in cfg.ports}
@@ -40,18 +49,30 @@ class SwitchDaemon:
                            management_ports=[p.number for p in cfg.ports if p.management],
                            trust_source_ports=[p.number for p in cfg.ports if p.trust_source],
                            fabric_ports=[p.number for p in cfg.ports if p.switch],
-                           windows={n: cable_window(t.max_mps) for n, t in self.transports.items()})
+                           windows={n: cable_window(t.max_mps) for n, t in self.transports.items()},
+                           plane=cfg.data_path == "compiled" and plane_usable(self.transports))
         self.runners = {
             n: LinkRunner(self.core.ports[n].link, self.transports[n],
                           on_input=lambda now, n=n: self._input(n, now), after=self._flush)
             for n in self.transports
         }
+        if self.core.plane is not None:
+            # per wake-up one C call receives every cable's ready datagrams, forwards and pumps
+            for n, t in self.transports.items():
+                self.core.plane.cable(n, t)
+                self.runners[n].use(lambda now, n=n: self._rx(now).get(n, 0), t.send_many)
         self.agent_timer = AgentTimer(self.core, self._flush)
         self._generation = 0
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
         self.status_line = StatusLine()
         self.ports_cfg = {p.number: p for p in cfg.ports}
+
+    def _rx(self, now: float) -> dict[int, int]:
+        got = self.core.plane.rx(now, C.SWITCH_PLANE_DATAGRAMS)
+        for n in got:
+            self.runners[n].last_heard = now
+        return got
 
     def _notify_status(self) -> None:
         up = sum(p.link.up for p in self.core.ports.values())
@@ -69,8 +90,16 @@ class SwitchDaemon:
                 log.warning("port.down", port=n)
 
     def _flush(self, now: float) -> None:
-        for r in self.runners.values():
-            r.flush(now)
+        if self.core.plane is not None:  # every port's datagrams built and sent in one C call
+            for r in self.runners.values():
+                r.fit()
+            for n, refused in self.core.plane.flush(now).items():
+                self.transports[n].send_many(refused)  # the Python path re-cuts, learns, counts
+            for r in self.runners.values():
+                r.rearm()
+        else:
+            for r in self.runners.values():
+                r.flush(now)
         self.agent_timer.poke()
         agent = self.core.agent
         if agent.generation != self._generation:
@@ -88,6 +117,7 @@ class SwitchDaemon:
             st["ports"][str(n)]["cable"] = {**t.status(), **t.counters, "last_heard_s": self.runners[n].heard_ago(),
                                             "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
+        st["data_path"] = "compiled" if self.core.plane is not None else "python"
         return {"ok": True, "status": st}
 
     def metrics(self) -> list[Family]:
@@ -126,6 +156,7 @@ class SwitchDaemon:
             nursery.start_soon(self._stats)
             nursery.start_soon(self.agent_timer.run)
             log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast,
+                     data_path="compiled" if self.core.plane is not None else "python",
                      management=[p.number for p in self.cfg.ports if p.management] or None,
                      trust_source=[p.number for p in self.cfg.ports if p.trust_source] or None,
                      switch_ports=[p.number for p in self.cfg.ports if p.switch] or None)

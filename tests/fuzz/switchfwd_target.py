@@ -15,7 +15,10 @@ same error type; the compiled one never raises anything but ValueError (truncati
 from __future__ import annotations
 
 import random
+import socket
 import struct
+from collections import Counter
+from types import SimpleNamespace
 
 from daemons import constants as C
 from daemons.constants import MpType
@@ -86,33 +89,78 @@ def one_input(data: bytes) -> None:
     assert [g if g[0] != "ValueError" else g[0] for g in got] == [w if w[0] != "ValueError" else w[0] for w in want]
 
 
-def _switch_run(impl, data: bytes) -> list:
+def _switch_run(impl, data: bytes, plane: bool = False) -> list:
     """Hostile datagrams (mutated, truncated, replayed, bad LCRCs) on port 1, its
-    neighbour answering on port 2: everything the switch sends and its status."""
+    neighbour answering on port 2: everything the switch sends and its status.  With
+    ``plane`` the switch's data path is compiled and port 1's datagrams reach it through
+    SwitchPlane.rx from a UDP socket on loopback (a foreign sender now and then)."""
     from fuzz.frames import attack
     from fuzz.targets_cores import _drain_received, _switch
 
     d = Draw(data)
-    sw, attacker, other, now = _switch(impl)
+    sw, attacker, other, now = _switch(impl, plane=plane)
     seen, history = [], []
     targets = [C.ULA_BROADCAST, C.ULA_NONE, sw.ula, *list(sw.table)[:4]]
-    for _ in range(1 + d.below(4)):
-        for dgram in attack(d, attacker, sw.ports[1].link, targets, now, history):
-            sw.ports[1].link.receive(dgram, now)
-            sw.process(1, now)
-        for p, peer in ((2, other), (1, attacker)):
-            for dg in sw.ports[p].link.handle_timer(now) + sw.ports[p].link.datagrams(now):
-                seen.append((p, bytes(dg)))
-                peer.receive(dg, now)
-            for dg in peer.handle_timer(now) + peer.datagrams(now):
-                sw.ports[p].link.receive(dg, now)
-                sw.process(p, now)
-            _drain_received(peer)
-        now += d.choice([0.0, 0.01, 1.0])
+    socks, cable = [], Counter()
+    if plane:
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]  # switch, peer, stranger
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        socks[0].setblocking(False)
+        socks[1].setblocking(False)
+        sw.plane.cable(1, SimpleNamespace(sock=socks[0], peer=socks[1].getsockname(), counters=cable,
+                                                 gso=True, max_sent=0))
+    sent = strangers = rtx = 0
+    try:
+        for _ in range(1 + d.below(4)):
+            for dgram in attack(d, attacker, sw.ports[1].link, targets, now, history):
+                if not plane:
+                    sw.ports[1].link.receive(dgram, now)
+                    sw.process(1, now)
+                    continue
+                if sent % 7 == 3:  # not drawn: both runs must read the same input
+                    socks[2].sendto(b"stranger" + bytes(dgram), socks[0].getsockname())
+                    strangers += 1
+                socks[1].sendto(dgram, socks[0].getsockname())  # loopback: queued before sendto returns
+                sent += 1
+                assert sw.plane.rx(now, 64) == {1: 1}
+            for p, peer in ((2, other), (1, attacker)):
+                out = sw.ports[p].link.handle_timer(now)
+                if p == 1:
+                    rtx += len(out)
+                if plane and p == 1:  # SwitchPlane.flush builds and sends them: read them off the wire
+                    assert sw.plane.flush(now) == {}
+                    out += _received(socks[1])
+                else:
+                    out += sw.ports[p].link.datagrams(now)
+                for dg in out:
+                    seen.append((p, bytes(dg)))
+                    peer.receive(dg, now)
+                for dg in peer.handle_timer(now) + peer.datagrams(now):
+                    sw.ports[p].link.receive(dg, now)
+                    sw.process(p, now)
+                _drain_received(peer)
+            now += d.choice([0.0, 0.01, 1.0])
+    finally:
+        for s in socks:
+            s.close()
     st = sw.status()
     for port in st["ports"].values():
         port["counters"] = {k: v for k, v in port["counters"].items() if v}
+    if plane:  # every datagram counted once, the stranger's as foreign
+        rx = {k: v for k, v in cable.items() if k.startswith("rx_")}
+        assert rx == {k: v for k, v in (("rx_datagrams", sent), ("rx_foreign_datagram", strangers)) if v}
+        assert cable["tx_datagrams"] == sum(1 for p, _ in seen if p == 1) - rtx
     return [seen, st]
+
+
+def _received(sock) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(65536))
+        except BlockingIOError:
+            return out
 
 
 def switch_input(data: bytes) -> None:

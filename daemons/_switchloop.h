@@ -1,0 +1,980 @@
+/* gsn-switch's data path compiled (issue 11): class SwitchPlane, on the switch's CLinks.
+ *
+ * What Switch._ingress + Switch.pump (daemons/switch/core.py) do in Python, per
+ * micropacket batch, is done here, with the same results (the Python Switch without a
+ * plane is the oracle: tests/unit/test_switchloop_differential.py):
+ *   - a batch a port's link accepts goes straight to the compiled ingress walk
+ *     (daemons._switchfwd.Forwarder, called through the C API): no Received event, no
+ *     numpy array; the walk's segments are copied into the input queue of (port, VC);
+ *   - pump(): input segments move to the output links' VC queues where the output VC
+ *     is free or owned by that input (the wormhole) and the output queue is under the
+ *     VC's buffer (the back-pressure); input credits are released as they leave;
+ *   - rx(now, limit): per wake-up, one call receives every ready datagram of every port
+ *     (recvmsg, UDP GRO split) into its link, forwards it and pumps.
+ * Python keeps what is rare: ADMIN micropackets (on_admin), link up/down (on_events,
+ * called after the datagram that raised them, so the order is the oracle's), the
+ * source shuffle of pump() (the Switch's rng, so the permutation is the oracle's).
+ * A batch the link accepts while link events wait unhandled goes up as a Received
+ * event, as before, and comes back through ingress(): the order is kept.
+ * Included by _link.c after Core's functions (_pump.h first: its socket headers).
+ */
+#ifndef GSN_SWITCHLOOP_H
+#define GSN_SWITCHLOOP_H
+
+static PyTypeObject CoreType; /* defined after this header, in _link.c */
+
+#define SW_MAX_PORTS 64 /* targets are a bitmask of port indices (constants.SWITCH_PLANE_PORTS) */
+#define SW_FREE (-1)    /* owner of an output VC: none */
+
+typedef struct {
+    uint8_t *buf; /* PyMem: n micropackets */
+    Py_ssize_t n;
+    uint64_t targets; /* bitmask of port indices */
+    int tail;
+    int credit; /* index of the input port whose buffer it occupies, -1: none */
+} SwSeg;
+
+typedef struct {
+    SwSeg *s;
+    Py_ssize_t cap, start, end;
+} SwQ;
+
+struct SwitchPlane {
+    PyObject_HEAD
+    int n;                                  /* ports; index n is the Switch's Admin engine */
+    PyObject *sw;                           /* the Switch */
+    PyObject *walk;                         /* sw.forwarder.ingress */
+    PyObject *on_admin, *on_events, *shuffle;
+    PyObject *names;                        /* the walk's counter names */
+    PyObject *sw_counters;                  /* Switch.counters */
+    PyObject *s_tx_mps, *s_dropped, *s_aborted, *s_rx_dgrams, *s_foreign, *s_trunc, *s_gro;
+    PyObject *s_tx_dgrams, *s_gso_sends, *s_gso_dgrams;
+    PyObject *numbers[SW_MAX_PORTS];        /* port numbers (int) */
+    long nums[SW_MAX_PORTS];
+    PyObject *pcounters[SW_MAX_PORTS];      /* Port.counters */
+    Core *links[SW_MAX_PORTS];
+    PyObject *current[SW_MAX_PORTS][NUM_VCS]; /* the open Message's targets: None or a tuple */
+    SwQ inq[SW_MAX_PORTS + 1][NUM_VCS];
+    int owner[SW_MAX_PORTS][NUM_VCS];       /* input index owning the output VC, SW_FREE */
+    int64_t buffers[NUM_VCS];
+    uint8_t abort_mp[NUM_VCS][MP_BYTES];    /* DATA, TAIL + ERROR */
+    int fd[SW_MAX_PORTS];                   /* cables, -1: fed by Python */
+    struct sockaddr_storage peer[SW_MAX_PORTS];
+    PyObject *ccounters[SW_MAX_PORTS];      /* the cable transport's counters */
+    PyObject *cables[SW_MAX_PORTS];         /* the cable transports (io/udp.py UdpTransport) */
+    uint8_t *rx;                            /* DP_RECV_BYTES */
+};
+
+/* --- helpers --------------------------------------------------------------------- */
+
+static int cnt_add(PyObject *counter, PyObject *name, long long k)
+{
+    PyObject *old = PyDict_GetItemWithError(counter, name); /* borrowed */
+    if (!old && PyErr_Occurred())
+        return -1;
+    long long v = old ? PyLong_AsLongLong(old) : 0;
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *nv = PyLong_FromLongLong(v + k);
+    if (!nv)
+        return -1;
+    int r = PyDict_SetItem(counter, name, nv);
+    Py_DECREF(nv);
+    return r;
+}
+
+static int cnt_add_str(PyObject *counter, const char *name, long long k)
+{
+    PyObject *s = PyUnicode_FromString(name);
+    if (!s)
+        return -1;
+    int r = cnt_add(counter, s, k);
+    Py_DECREF(s);
+    return r;
+}
+
+static inline int link_up(Core *c) { return c->ready && c->state == ST_UP; }
+
+/* Core.release(vc, n): the input buffer is free again, its credit goes back. */
+static void link_release(Core *c, int vc, int64_t n)
+{
+    if (n > c->used[vc])
+        n = c->used[vc];
+    c->used[vc] -= n;
+    c->pending[vc] += n;
+}
+
+/* Core.enqueue(vc, recs) of a PyMem block the link takes over. */
+static int link_push(Core *c, int vc, uint8_t *buf, Py_ssize_t n)
+{
+    VcQueue *q = &c->q[vc];
+    if (q_room(q) < 0) {
+        PyMem_Free(buf);
+        return -1;
+    }
+    Chunk *ch = &q->c[q->end++];
+    memset(ch, 0, sizeof *ch);
+    ch->obj = NULL, ch->view.buf = buf, ch->view.len = n * MP_BYTES, ch->n = n;
+    q->count += n;
+    return 0;
+}
+
+static uint8_t *mp_copy(const uint8_t *src, Py_ssize_t n)
+{
+    uint8_t *b = PyMem_Malloc(n * MP_BYTES);
+    if (!b)
+        PyErr_NoMemory();
+    else
+        memcpy(b, src, n * MP_BYTES);
+    return b;
+}
+
+static int swq_push(SwQ *q, uint8_t *buf, Py_ssize_t n, uint64_t targets, int tail, int credit)
+{
+    if (q->end == q->cap) {
+        if (q->start > 0) {
+            memmove(q->s, q->s + q->start, (q->end - q->start) * sizeof(SwSeg));
+            q->end -= q->start;
+            q->start = 0;
+        } else {
+            Py_ssize_t cap = q->cap ? 2 * q->cap : 16;
+            SwSeg *s = PyMem_Realloc(q->s, cap * sizeof(SwSeg));
+            if (!s) {
+                PyMem_Free(buf);
+                PyErr_NoMemory();
+                return -1;
+            }
+            q->s = s, q->cap = cap;
+        }
+    }
+    q->s[q->end++] = (SwSeg){buf, n, targets, tail, credit};
+    return 0;
+}
+
+static void swq_clear(SwQ *q)
+{
+    for (Py_ssize_t i = q->start; i < q->end; i++)
+        PyMem_Free(q->s[i].buf);
+    q->start = q->end = 0;
+}
+
+static int sw_index(SwitchPlane *pl, long number)
+{
+    for (int i = 0; i < pl->n; i++)
+        if (pl->nums[i] == number)
+            return i;
+    return -1;
+}
+
+/* A tuple of port numbers (the walk's targets) as a bitmask; -1 with KeyError. */
+static int targets_mask(SwitchPlane *pl, PyObject *t, uint64_t *mask)
+{
+    *mask = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        long p = PyLong_AsLong(PyTuple_GET_ITEM(t, i));
+        if (p == -1 && PyErr_Occurred())
+            return -1;
+        int k = sw_index(pl, p);
+        if (k < 0) {
+            PyErr_Format(PyExc_KeyError, "no port %ld", p);
+            return -1;
+        }
+        *mask |= (uint64_t)1 << k;
+    }
+    return 0;
+}
+
+/* --- ingress: Switch._ingress -------------------------------------------------------- */
+
+/* n micropackets at buf, accepted by port idx's link on vc; recs: a buffer object over
+ * them for the walk (it does not keep it). */
+static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssize_t n, PyObject *recs, double now)
+{
+    Py_ssize_t pos = 0;
+    Core *link = pl->links[idx];
+    PyObject *bc = PyObject_GetAttrString(pl->sw, "broadcast");
+    PyObject *tree = bc ? PyObject_GetAttrString(pl->sw, "tree_ports") : NULL;
+    PyObject *vco = PyLong_FromLong(vc);
+    int rc = -1;
+    if (!bc || !tree || !vco)
+        goto done;
+    while (pos < n) {
+        PyObject *poso = PyLong_FromSsize_t(pos);
+        if (!poso)
+            goto done;
+        PyObject *args[7] = {recs, vco, pl->numbers[idx], pl->current[idx][vc], poso, bc, tree};
+        PyObject *res = PyObject_Vectorcall(pl->walk, args, 7, NULL);
+        Py_DECREF(poso);
+        if (!res)
+            goto done;
+        PyObject *segs, *cur, *counts;
+        Py_ssize_t strays;
+        if (!PyArg_ParseTuple(res, "O!nOO!n", &PyList_Type, &segs, &pos, &cur, &PyTuple_Type, &counts, &strays)) {
+            Py_DECREF(res);
+            goto done;
+        }
+        Py_INCREF(cur);
+        Py_SETREF(pl->current[idx][vc], cur);
+        int bad = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts) && i < PyTuple_GET_SIZE(pl->names) && !bad; i++) {
+            long long k = PyLong_AsLongLong(PyTuple_GET_ITEM(counts, i));
+            PyObject *name = PyTuple_GET_ITEM(pl->names, i);
+            if ((k == -1 && PyErr_Occurred()) || (k && cnt_add(pl->pcounters[idx], name, k) < 0))
+                bad = 1;
+        }
+        if (strays)
+            link_release(link, vc, strays);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(segs) && !bad; i++) {
+            Py_ssize_t start, end;
+            PyObject *targets;
+            int tail;
+            uint64_t mask;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(segs, i), "nnO!p", &start, &end, &PyTuple_Type, &targets, &tail)
+                || targets_mask(pl, targets, &mask) < 0 || start < 0 || end > n || start > end) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "the walk returned a segment out of range");
+                bad = 1;
+                break;
+            }
+            uint8_t *b = start == end ? mp_copy(pl->abort_mp[vc], 1) : mp_copy(buf + start * MP_BYTES, end - start);
+            if (!b || (start == end ? swq_push(&pl->inq[idx][vc], b, 1, mask, 1, -1)
+                                    : swq_push(&pl->inq[idx][vc], b, end - start, mask, tail, idx)) < 0)
+                bad = 1;
+        }
+        Py_DECREF(res);
+        if (bad)
+            goto done;
+        if (pos < n) { /* an ADMIN micropacket: the Switch handles it (it may change the table) */
+            link_release(link, vc, 1);
+            PyObject *r = PyObject_CallFunction(pl->on_admin, "Oy#Od", pl->numbers[idx],
+                                                (const char *)buf + pos * MP_BYTES, (Py_ssize_t)MP_BYTES,
+                                                pl->current[idx][vc], now);
+            if (!r)
+                goto done;
+            Py_DECREF(r);
+            pos++;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(bc);
+    Py_XDECREF(tree);
+    Py_XDECREF(vco);
+    return rc;
+}
+
+/* Called from receive_sequenced (instead of a Received event): acc micropackets of vc,
+ * contiguous from mps + first, or to be gathered. */
+static int sw_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t first, Py_ssize_t acc, int contiguous, double now)
+{
+    if (contiguous) { /* walked where they lie: the segments are copied out of them */
+        const uint8_t *run = mps + first * MP_BYTES;
+        PyObject *view = PyMemoryView_FromMemory((char *)run, acc * MP_BYTES, PyBUF_READ);
+        if (!view)
+            return -1;
+        int r = sw_walk(s->sw, s->sw_idx, vc, run, acc, view, now);
+        PyObject *ok = r < 0 ? NULL : PyObject_CallMethod(view, "release", NULL); /* nothing keeps it */
+        Py_XDECREF(ok);
+        Py_DECREF(view);
+        return ok ? 0 : -1;
+    }
+    PyObject *recs = PyBytes_FromStringAndSize(NULL, acc * MP_BYTES);
+    if (!recs)
+        return -1;
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(recs);
+    for (Py_ssize_t i = first, got = 0; got < acc; i++) { /* gathered, as Received would be */
+        const uint8_t *m = mps + i * MP_BYTES;
+        uint64_t c = load_be64(m + MP_DATA);
+        if ((int)(c >> 62) == vc && ((c >> 58) & 0xF) != T_CREDIT)
+            memcpy(q + got++ * MP_BYTES, m, MP_BYTES);
+    }
+    int r = sw_walk(s->sw, s->sw_idx, vc, q, acc, recs, now);
+    Py_DECREF(recs);
+    return r;
+}
+
+/* --- pump: Switch.pump ----------------------------------------------------------------- */
+
+static int sw_pump(SwitchPlane *pl)
+{
+    int order[SW_MAX_PORTS + 1], ns = pl->n + 1;
+    PyObject *src = PyList_New(ns);
+    if (!src)
+        return -1;
+    for (int i = 0; i < ns; i++)
+        PyList_SET_ITEM(src, i, PyLong_FromLong(i)); /* small ints: cannot fail */
+    PyObject *r = PyObject_CallOneArg(pl->shuffle, src); /* the oracle's permutation: same rng, same length */
+    if (!r) {
+        Py_DECREF(src);
+        return -1;
+    }
+    Py_DECREF(r);
+    for (int i = 0; i < ns; i++)
+        order[i] = (int)PyLong_AsLong(PyList_GET_ITEM(src, i));
+    Py_DECREF(src);
+    for (int vc = 0; vc < NUM_VCS; vc++) {
+        int64_t limit = pl->buffers[vc];
+        for (int o = 0; o < ns; o++) {
+            int si = order[o];
+            if (si < 0 || si >= ns)
+                continue;
+            SwQ *q = &pl->inq[si][vc];
+            while (q->start < q->end) {
+                SwSeg seg = q->s[q->start];
+                uint64_t live = 0;
+                int ok = 1;
+                for (int t = 0; t < pl->n; t++)
+                    if (seg.targets >> t & 1 && link_up(pl->links[t])) {
+                        live |= (uint64_t)1 << t;
+                        int ow = pl->owner[t][vc];
+                        if ((ow != SW_FREE && ow != si) || pl->links[t]->q[vc].count >= limit)
+                            ok = 0;
+                    }
+                if (live && !ok)
+                    break;
+                q->start++;
+                if (q->start == q->end)
+                    q->start = q->end = 0;
+                int last = 63;
+                while (live && !(live >> last & 1))
+                    last--;
+                for (int t = 0; live && t <= last; t++) {
+                    if (!(live >> t & 1))
+                        continue;
+                    uint8_t *b = t == last ? seg.buf : mp_copy(seg.buf, seg.n);
+                    if (t == last)
+                        seg.buf = NULL;
+                    if (!b || link_push(pl->links[t], vc, b, seg.n) < 0) {
+                        PyMem_Free(seg.buf);
+                        return -1;
+                    }
+                    pl->owner[t][vc] = seg.tail ? SW_FREE : si;
+                    if (cnt_add(pl->pcounters[t], pl->s_tx_mps, seg.n) < 0) {
+                        PyMem_Free(seg.buf);
+                        return -1;
+                    }
+                }
+                if (seg.credit >= 0)
+                    link_release(pl->links[seg.credit], vc, seg.n);
+                PyMem_Free(seg.buf);
+                if (!live && cnt_add(pl->sw_counters, pl->s_dropped, seg.n) < 0)
+                    return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* --- Python type ----------------------------------------------------------------------- */
+
+static void sw_detach(SwitchPlane *pl)
+{
+    for (int i = 0; i < pl->n; i++)
+        if (pl->links[i] && pl->links[i]->sw == pl)
+            pl->links[i]->sw = NULL;
+}
+
+static int Plane_traverse(SwitchPlane *pl, visitproc visit, void *arg)
+{
+    Py_VISIT(pl->sw);
+    Py_VISIT(pl->walk);
+    Py_VISIT(pl->on_admin);
+    Py_VISIT(pl->on_events);
+    Py_VISIT(pl->shuffle);
+    Py_VISIT(pl->sw_counters);
+    for (int i = 0; i < pl->n; i++) {
+        Py_VISIT(pl->pcounters[i]);
+        Py_VISIT(pl->links[i]);
+        Py_VISIT(pl->ccounters[i]);
+        Py_VISIT(pl->cables[i]);
+        for (int v = 0; v < NUM_VCS; v++)
+            Py_VISIT(pl->current[i][v]);
+    }
+    return 0;
+}
+
+static int Plane_clear(SwitchPlane *pl)
+{
+    sw_detach(pl);
+    Py_CLEAR(pl->sw);
+    Py_CLEAR(pl->walk);
+    Py_CLEAR(pl->on_admin);
+    Py_CLEAR(pl->on_events);
+    Py_CLEAR(pl->shuffle);
+    Py_CLEAR(pl->sw_counters);
+    for (int i = 0; i < pl->n; i++) {
+        Py_CLEAR(pl->pcounters[i]);
+        Py_CLEAR(pl->links[i]);
+        Py_CLEAR(pl->ccounters[i]);
+        Py_CLEAR(pl->cables[i]);
+        for (int v = 0; v < NUM_VCS; v++)
+            Py_CLEAR(pl->current[i][v]);
+    }
+    return 0;
+}
+
+static void Plane_dealloc(SwitchPlane *pl)
+{
+    PyObject_GC_UnTrack(pl);
+    Plane_clear(pl);
+    for (int i = 0; i <= SW_MAX_PORTS; i++)
+        for (int v = 0; v < NUM_VCS; v++) {
+            swq_clear(&pl->inq[i][v]);
+            PyMem_Free(pl->inq[i][v].s);
+        }
+    for (int i = 0; i < SW_MAX_PORTS; i++)
+        Py_XDECREF(pl->numbers[i]);
+    Py_XDECREF(pl->names);
+    Py_XDECREF(pl->s_tx_mps), Py_XDECREF(pl->s_dropped), Py_XDECREF(pl->s_aborted);
+    Py_XDECREF(pl->s_rx_dgrams), Py_XDECREF(pl->s_foreign), Py_XDECREF(pl->s_trunc), Py_XDECREF(pl->s_gro);
+    Py_XDECREF(pl->s_tx_dgrams), Py_XDECREF(pl->s_gso_sends), Py_XDECREF(pl->s_gso_dgrams);
+    PyMem_Free(pl->rx);
+    Py_TYPE(pl)->tp_free((PyObject *)pl);
+}
+
+static PyObject *getattr_chain(PyObject *o, const char *a, const char *b)
+{
+    PyObject *x = PyObject_GetAttrString(o, a);
+    if (!x || !b)
+        return x;
+    PyObject *y = PyObject_GetAttrString(x, b);
+    Py_DECREF(x);
+    return y;
+}
+
+/* SwitchPlane(switch, counter_names, abort_mps): switch.ports (dict of Port, each with
+ * a CLink), switch.forwarder, switch._admin_from_plane, switch._link_events, switch.rng,
+ * switch.counters, switch.buffers; abort_mps: 4 micropackets (DATA, TAIL + ERROR, VC v). */
+static int Plane_init(SwitchPlane *pl, PyObject *args, PyObject *kw)
+{
+    PyObject *sw, *names;
+    Py_buffer ab;
+    if (pl->sw) {
+        PyErr_SetString(PyExc_RuntimeError, "SwitchPlane is initialised already");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OO!y*:SwitchPlane", &sw, &PyTuple_Type, &names, &ab))
+        return -1;
+    int ok = ab.len == NUM_VCS * MP_BYTES;
+    if (ok)
+        memcpy(pl->abort_mp, ab.buf, ab.len);
+    PyBuffer_Release(&ab);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "abort_mps: 4 micropackets");
+        return -1;
+    }
+    PyObject *ports = PyObject_GetAttrString(sw, "ports");
+    if (!ports)
+        return -1;
+    if (!PyDict_Check(ports) || PyDict_GET_SIZE(ports) > SW_MAX_PORTS) {
+        Py_DECREF(ports);
+        PyErr_Format(PyExc_ValueError, "a switch plane takes a dict of at most %d ports", SW_MAX_PORTS);
+        return -1;
+    }
+    Py_INCREF(sw), Py_INCREF(names);
+    pl->sw = sw, pl->names = names;
+    pl->walk = getattr_chain(sw, "forwarder", "ingress");
+    pl->on_admin = PyObject_GetAttrString(sw, "_admin_from_plane");
+    pl->on_events = PyObject_GetAttrString(sw, "_link_events");
+    pl->shuffle = getattr_chain(sw, "rng", "shuffle");
+    pl->sw_counters = PyObject_GetAttrString(sw, "counters");
+    PyObject *bufs = PyObject_GetAttrString(sw, "buffers");
+    pl->s_tx_mps = PyUnicode_InternFromString("tx_mps");
+    pl->s_dropped = PyUnicode_InternFromString("dropped_mps");
+    pl->s_aborted = PyUnicode_InternFromString("messages_aborted");
+    pl->s_rx_dgrams = PyUnicode_InternFromString("rx_datagrams");
+    pl->s_foreign = PyUnicode_InternFromString("rx_foreign_datagram");
+    pl->s_trunc = PyUnicode_InternFromString("rx_truncated");
+    pl->s_gro = PyUnicode_InternFromString("rx_gro_coalesced");
+    pl->s_tx_dgrams = PyUnicode_InternFromString("tx_datagrams");
+    pl->s_gso_sends = PyUnicode_InternFromString("tx_gso_sends");
+    pl->s_gso_dgrams = PyUnicode_InternFromString("tx_gso_datagrams");
+    int rc = -1;
+    if (!pl->walk || !pl->on_admin || !pl->on_events || !pl->shuffle || !pl->sw_counters || !bufs || !pl->s_tx_mps
+        || !pl->s_dropped || !pl->s_aborted || !pl->s_rx_dgrams || !pl->s_foreign || !pl->s_trunc || !pl->s_gro
+        || !pl->s_tx_dgrams || !pl->s_gso_sends || !pl->s_gso_dgrams)
+        goto done;
+    if (!PyDict_Check(pl->sw_counters)) {
+        PyErr_SetString(PyExc_TypeError, "switch.counters must be a dict (Counter)");
+        goto done;
+    }
+    for (int v = 0; v < NUM_VCS; v++) {
+        PyObject *b = PySequence_GetItem(bufs, v);
+        pl->buffers[v] = b ? PyLong_AsLongLong(b) : -1;
+        Py_XDECREF(b);
+        if (PyErr_Occurred())
+            goto done;
+    }
+    PyObject *key, *port;
+    Py_ssize_t it = 0;
+    int i = 0;
+    while (PyDict_Next(ports, &it, &key, &port)) {
+        PyObject *link = PyObject_GetAttrString(port, "link");
+        PyObject *cnt = link ? PyObject_GetAttrString(port, "counters") : NULL;
+        if (!cnt) {
+            Py_XDECREF(link);
+            goto done;
+        }
+        if (!PyObject_TypeCheck(link, &CoreType) || !PyDict_Check(cnt) || ((Core *)link)->sw) {
+            Py_DECREF(link), Py_DECREF(cnt);
+            PyErr_SetString(PyExc_TypeError, "every port needs its own CLink and a Counter");
+            goto done;
+        }
+        Py_INCREF(key);
+        pl->numbers[i] = key;
+        pl->nums[i] = PyLong_AsLong(key);
+        pl->links[i] = (Core *)link, pl->pcounters[i] = cnt, pl->fd[i] = -1;
+        for (int v = 0; v < NUM_VCS; v++) {
+            Py_INCREF(Py_None);
+            pl->current[i][v] = Py_None;
+            pl->owner[i][v] = SW_FREE;
+        }
+        pl->n = ++i;
+        if (PyErr_Occurred())
+            goto done;
+    }
+    for (int k = 0; k < pl->n; k++) {
+        pl->links[k]->sw = pl;
+        pl->links[k]->sw_idx = k;
+    }
+    rc = 0;
+done:
+    Py_DECREF(ports);
+    Py_XDECREF(bufs);
+    return rc;
+}
+
+static int port_arg(SwitchPlane *pl, PyObject *o)
+{
+    long p = PyLong_AsLong(o);
+    if (p == -1 && PyErr_Occurred())
+        return -1;
+    int k = sw_index(pl, p);
+    if (k < 0)
+        PyErr_Format(PyExc_KeyError, "no port %ld", p);
+    return k;
+}
+
+#define PLANE_READY(pl)                                                                  \
+    if (!(pl)->sw) {                                                                     \
+        PyErr_SetString(PyExc_RuntimeError, "SwitchPlane.__init__ was not called");      \
+        return NULL;                                                                     \
+    }
+
+/* ingress(port, vc, recs, now): a Received batch (the order-keeping way round). */
+static PyObject *Plane_ingress(SwitchPlane *pl, PyObject *args)
+{
+    PyObject *po;
+    int vc;
+    Py_buffer b;
+    double now;
+    PLANE_READY(pl);
+    if (!PyArg_ParseTuple(args, "Oiy*d:ingress", &po, &vc, &b, &now))
+        return NULL;
+    int k = port_arg(pl, po);
+    PyObject *recs = NULL;
+    if (k >= 0 && (vc < 0 || vc >= NUM_VCS || b.len % MP_BYTES))
+        PyErr_SetString(PyExc_ValueError, "ingress: VC 0..3 and whole micropackets");
+    else if (k >= 0)
+        recs = PyBytes_FromStringAndSize(b.buf, b.len);
+    PyBuffer_Release(&b);
+    if (!recs)
+        return NULL;
+    int r = sw_walk(pl, k, vc, (const uint8_t *)PyBytes_AS_STRING(recs), PyBytes_GET_SIZE(recs) / MP_BYTES, recs, now);
+    Py_DECREF(recs);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_pump(SwitchPlane *pl, PyObject *Py_UNUSED(ignored))
+{
+    PLANE_READY(pl);
+    if (sw_pump(pl) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* admin(vc, out, recs): the Switch's Admin engine queues micropackets for port out. */
+static PyObject *Plane_admin(SwitchPlane *pl, PyObject *args)
+{
+    PyObject *po;
+    int vc;
+    Py_buffer b;
+    PLANE_READY(pl);
+    if (!PyArg_ParseTuple(args, "iOy*:admin", &vc, &po, &b))
+        return NULL;
+    int k = port_arg(pl, po), r = -1;
+    if (k >= 0 && (vc < 0 || vc >= NUM_VCS || !b.len || b.len % MP_BYTES)) {
+        PyErr_SetString(PyExc_ValueError, "admin: VC 0..3 and whole micropackets");
+    } else if (k >= 0) {
+        uint8_t *buf = mp_copy(b.buf, b.len / MP_BYTES);
+        r = buf ? swq_push(&pl->inq[pl->n][vc], buf, b.len / MP_BYTES, (uint64_t)1 << k, 1, -1) : -1;
+    }
+    PyBuffer_Release(&b);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* port_down(port): Switch._port_down -- its queues and open Messages go, the Messages it
+ * was sending through other outputs end with TAIL + ERROR. */
+static PyObject *Plane_port_down(SwitchPlane *pl, PyObject *po)
+{
+    PLANE_READY(pl);
+    int k = port_arg(pl, po);
+    if (k < 0)
+        return NULL;
+    for (int vc = 0; vc < NUM_VCS; vc++) {
+        swq_clear(&pl->inq[k][vc]);
+        Py_INCREF(Py_None);
+        Py_SETREF(pl->current[k][vc], Py_None);
+        for (int out = 0; out < pl->n; out++)
+            if (pl->owner[out][vc] == k) {
+                uint8_t *b = mp_copy(pl->abort_mp[vc], 1);
+                if (!b || link_push(pl->links[out], vc, b, 1) < 0)
+                    return NULL;
+                pl->owner[out][vc] = SW_FREE;
+                if (cnt_add(pl->sw_counters, pl->s_aborted, 1) < 0)
+                    return NULL;
+            }
+        pl->owner[k][vc] = SW_FREE;
+    }
+    Py_RETURN_NONE;
+}
+
+/* state() -> {port: {"inq": [segments per VC], "current": [...], "owner": [...]}} plus
+ * "admin": [segments per VC]: what Switch keeps in Port.inq/current and Switch.owner. */
+static PyObject *Plane_state(SwitchPlane *pl, PyObject *Py_UNUSED(ignored))
+{
+    PLANE_READY(pl);
+    PyObject *out = PyDict_New(), *admin = PyUnicode_FromString("admin");
+    if (!out || !admin) {
+        Py_XDECREF(out), Py_XDECREF(admin);
+        return NULL;
+    }
+    for (int i = 0; out && i <= pl->n; i++) {
+        PyObject *inq = PyList_New(NUM_VCS), *cur = PyList_New(NUM_VCS), *own = PyList_New(NUM_VCS);
+        PyObject *d = inq && cur && own ? Py_BuildValue("{sOsOsO}", "inq", inq, "current", cur, "owner", own) : NULL;
+        for (int v = 0; d && v < NUM_VCS; v++) {
+            SwQ *q = &pl->inq[i][v];
+            Py_ssize_t mps = 0;
+            for (Py_ssize_t j = q->start; j < q->end; j++)
+                mps += q->s[j].n;
+            PyList_SET_ITEM(inq, v, Py_BuildValue("(nn)", q->end - q->start, mps));
+            PyObject *c = i < pl->n ? pl->current[i][v] : Py_None;
+            Py_INCREF(c);
+            PyList_SET_ITEM(cur, v, c);
+            int ow = i < pl->n ? pl->owner[i][v] : SW_FREE;
+            PyObject *o = ow == SW_FREE ? Py_NewRef(Py_None)
+                          : ow == pl->n ? PyLong_FromLong(-1) /* the Admin engine, as Switch.owner says */
+                                        : Py_NewRef(pl->numbers[ow]);
+            PyList_SET_ITEM(own, v, o);
+        }
+        Py_XDECREF(inq), Py_XDECREF(cur), Py_XDECREF(own);
+        if (!d || PyDict_SetItem(out, i < pl->n ? pl->numbers[i] : admin, d) < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(out);
+            Py_DECREF(admin);
+            return NULL;
+        }
+        Py_DECREF(d);
+    }
+    Py_DECREF(admin);
+    return out;
+}
+
+/* cable(port, transport): rx() receives that port's datagrams from transport.sock (from
+ * transport.peer only, counted in transport.counters), flush() sends them. */
+static PyObject *Plane_cable(SwitchPlane *pl, PyObject *args)
+{
+    PyObject *po, *tr;
+    int port;
+    const char *host;
+    PLANE_READY(pl);
+    if (!PyArg_ParseTuple(args, "OO:cable", &po, &tr))
+        return NULL;
+    int k = port_arg(pl, po);
+    if (k < 0)
+        return NULL;
+    PyObject *sock = PyObject_GetAttrString(tr, "sock");
+    PyObject *fdo = sock ? PyObject_CallMethod(sock, "fileno", NULL) : NULL;
+    PyObject *peer = fdo ? PyObject_GetAttrString(tr, "peer") : NULL;
+    PyObject *cnt = peer ? PyObject_GetAttrString(tr, "counters") : NULL;
+    Py_XDECREF(sock);
+    int fd = fdo ? (int)PyLong_AsLong(fdo) : -1, ok = cnt && !PyErr_Occurred();
+    Py_XDECREF(fdo);
+    if (ok && (!PyDict_Check(cnt) || !PyArg_ParseTuple(peer, "si", &host, &port))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cable: transport.counters must be a Counter");
+        ok = 0;
+    }
+    struct sockaddr_storage *ss = &pl->peer[k];
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (ok) {
+        memset(ss, 0, sizeof *ss);
+        if (port < 0 || port > 65535)
+            ok = 0, PyErr_Format(PyExc_ValueError, "cable: port %d", port);
+        else if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
+            v4->sin_family = AF_INET, v4->sin_port = htons((uint16_t)port);
+        else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1)
+            v6->sin6_family = AF_INET6, v6->sin6_port = htons((uint16_t)port);
+        else
+            ok = 0, PyErr_Format(PyExc_ValueError, "cable: %s is not a numeric IP address", host);
+    }
+    Py_XDECREF(peer);
+    if (ok && !pl->rx && !(pl->rx = PyMem_Malloc(DP_RECV_BYTES)))
+        ok = 0, PyErr_NoMemory();
+    if (!ok) {
+        Py_XDECREF(cnt);
+        return NULL;
+    }
+    Py_XSETREF(pl->ccounters[k], cnt);
+    Py_INCREF(tr);
+    Py_XSETREF(pl->cables[k], tr);
+    pl->fd[k] = fd;
+    Py_RETURN_NONE;
+}
+
+static int same_peer(const struct sockaddr_storage *a, socklen_t len, const struct sockaddr_storage *b)
+{
+    if (len < sizeof(sa_family_t) || a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+    return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, 16);
+}
+
+/* One port's ready datagrams, up to about limit: each into the link (which forwards what
+ * it accepts), link events to Python right after the datagram that raised them. */
+static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limit)
+{
+    Core *link = pl->links[k];
+    PyObject *cnt = pl->ccounters[k];
+    Py_ssize_t got = 0, tries = 0;
+    while (got < limit && tries++ < 4 * limit) {
+        struct sockaddr_storage from;
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } cbuf;
+        struct iovec iov = {pl->rx, DP_RECV_BYTES};
+        struct msghdr mh = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1,
+                            .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+        ssize_t len = recvmsg(pl->fd[k], &mh, MSG_DONTWAIT);
+        if (len < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            const char *en = strerrorname_np(errno); /* ICMP errors from a previous send surface here */
+            char name[64];
+            if (en)
+                snprintf(name, sizeof name, "rx_error_%s", en);
+            else
+                snprintf(name, sizeof name, "rx_error_%d", errno);
+            if (cnt_add_str(cnt, name, 1) < 0)
+                return -1;
+            continue;
+        }
+        if (!same_peer(&from, mh.msg_namelen, &pl->peer[k])) {
+            if (cnt_add(cnt, pl->s_foreign, 1) < 0)
+                return -1;
+            continue;
+        }
+        if (mh.msg_flags & MSG_TRUNC) {
+            if (cnt_add(cnt, pl->s_trunc, 1) < 0)
+                return -1;
+            continue;
+        }
+        Py_ssize_t seg = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                int v;
+                memcpy(&v, CMSG_DATA(c), sizeof v);
+                seg = v;
+            }
+        if (seg <= 0 || seg >= len)
+            seg = len ? len : 1;
+        else if (cnt_add(cnt, pl->s_gro, 1) < 0)
+            return -1;
+        for (Py_ssize_t off = 0; off < len || !off; off += seg) { /* an empty one too: counted bad */
+            Py_ssize_t n = len - off < seg ? len - off : seg;
+            got++;
+            if (receive_raw(link, pl->rx + off, n, NULL, now) < 0)
+                return -1;
+            if (PyList_GET_SIZE(link->events)) {
+                PyObject *r = PyObject_CallFunction(pl->on_events, "Od", pl->numbers[k], now);
+                if (!r)
+                    return -1;
+                Py_DECREF(r);
+            }
+        }
+    }
+    if (got && cnt_add(cnt, pl->s_rx_dgrams, got) < 0)
+        return -1;
+    return got;
+}
+
+/* rx(now, limit) -> {port: datagrams}: every cable's ready datagrams (up to about limit
+ * each), forwarded, then pumped, as Switch.process does per port. */
+static PyObject *Plane_rx(SwitchPlane *pl, PyObject *args)
+{
+    double now;
+    Py_ssize_t limit;
+    PLANE_READY(pl);
+    if (!PyArg_ParseTuple(args, "dn:rx", &now, &limit))
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int k = 0; k < pl->n; k++) {
+        if (pl->fd[k] < 0)
+            continue;
+        Py_ssize_t got = sw_rx_port(pl, k, now, limit);
+        if (got < 0 || (got && sw_pump(pl) < 0)) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (got) {
+            PyObject *g = PyLong_FromSsize_t(got);
+            if (!g || PyDict_SetItem(out, pl->numbers[k], g) < 0) {
+                Py_XDECREF(g);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(g);
+        }
+    }
+    return out;
+}
+
+/* One port's datagrams (a list of bytes) to its peer: runs of equal size (the last may be
+ * shorter) as one GSO sendmsg when transport.gso.  Returns how many left; stops at the
+ * first refusal, for the Python path (re-cut after EMSGSIZE, learn no-GSO, count). */
+static Py_ssize_t sw_send(SwitchPlane *pl, int k, PyObject *list)
+{
+    PyObject *tr = pl->cables[k], *cnt = pl->ccounters[k];
+    PyObject *g = PyObject_GetAttrString(tr, "gso");
+    int gso = g ? PyObject_IsTrue(g) : -1;
+    Py_XDECREF(g);
+    if (gso < 0)
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list), i = 0, sends = 0, segs = 0, biggest = 0;
+    while (i < n) {
+        Py_ssize_t size = PyBytes_GET_SIZE(PyList_GET_ITEM(list, i)), j = i + 1, total = size;
+        if (gso)
+            while (j < n && j - i < DP_GSO_SEGMENTS) {
+                Py_ssize_t l = PyBytes_GET_SIZE(PyList_GET_ITEM(list, j));
+                if (total + l > DP_GSO_BYTES || l > size)
+                    break;
+                total += l;
+                j++;
+                if (l < size)
+                    break; /* only the last segment may be shorter */
+            }
+        struct iovec iov[DP_GSO_SEGMENTS];
+        for (Py_ssize_t m = i; m < j; m++) {
+            iov[m - i].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(list, m));
+            iov[m - i].iov_len = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(list, m));
+        }
+        union {
+            char buf[CMSG_SPACE(sizeof(uint16_t))];
+            struct cmsghdr align;
+        } cbuf;
+        struct msghdr mh = {.msg_name = &pl->peer[k], .msg_iov = iov, .msg_iovlen = (size_t)(j - i),
+                            .msg_namelen = pl->peer[k].ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                            : sizeof(struct sockaddr_in6)};
+        if (j - i > 1) {
+            memset(&cbuf, 0, sizeof cbuf);
+            mh.msg_control = cbuf.buf, mh.msg_controllen = sizeof cbuf.buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_UDP, c->cmsg_type = UDP_SEGMENT, c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t seg = (uint16_t)size;
+            memcpy(CMSG_DATA(c), &seg, sizeof seg);
+        }
+        if (sendmsg(pl->fd[k], &mh, MSG_DONTWAIT) < 0)
+            break;
+        if (j - i > 1)
+            sends++, segs += j - i;
+        if (size > biggest)
+            biggest = size;
+        i = j;
+    }
+    if ((i && cnt_add(cnt, pl->s_tx_dgrams, i) < 0) || (sends && cnt_add(cnt, pl->s_gso_sends, sends) < 0)
+        || (segs && cnt_add(cnt, pl->s_gso_dgrams, segs) < 0))
+        return -1;
+    if (biggest) {
+        PyObject *m = PyObject_GetAttrString(tr, "max_sent");
+        long long was = m ? PyLong_AsLongLong(m) : -1;
+        Py_XDECREF(m);
+        if (was == -1 && PyErr_Occurred())
+            return -1;
+        if (biggest > was) {
+            PyObject *b = PyLong_FromSsize_t(biggest);
+            int r = b ? PyObject_SetAttrString(tr, "max_sent", b) : -1;
+            Py_XDECREF(b);
+            if (r < 0)
+                return -1;
+        }
+    }
+    return n - i;
+}
+
+/* flush(now) -> {port: [datagrams the kernel refused, in order]}: every cabled port's
+ * datagrams due now (Core.datagrams), sent (empty dict: all went). */
+static PyObject *Plane_flush(SwitchPlane *pl, PyObject *nowo)
+{
+    PLANE_READY(pl);
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int k = 0; k < pl->n; k++) {
+        if (pl->fd[k] < 0)
+            continue;
+        PyObject *list = Core_datagrams(pl->links[k], nowo);
+        if (!list)
+            goto fail;
+        Py_ssize_t left = PyList_GET_SIZE(list) ? sw_send(pl, k, list) : 0;
+        PyObject *rest = left > 0 ? PyList_GetSlice(list, PyList_GET_SIZE(list) - left, PyList_GET_SIZE(list)) : NULL;
+        Py_DECREF(list);
+        if (left < 0 || (left > 0 && (!rest || PyDict_SetItem(out, pl->numbers[k], rest) < 0))) {
+            Py_XDECREF(rest);
+            goto fail;
+        }
+        Py_XDECREF(rest);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef Plane_methods[] = {
+    {"flush", (PyCFunction)Plane_flush, METH_O, "flush(now) -> {port: datagrams refused}: send what is due"},
+    {"ingress", (PyCFunction)Plane_ingress, METH_VARARGS, "ingress(port, vc, recs, now): a Received batch"},
+    {"pump", (PyCFunction)Plane_pump, METH_NOARGS, "move input segments to free (or owned) output VCs"},
+    {"admin", (PyCFunction)Plane_admin, METH_VARARGS, "admin(vc, out, recs): queue Admin micropackets"},
+    {"port_down", (PyCFunction)Plane_port_down, METH_O, "port_down(port): drop its queues, abort its Messages"},
+    {"state", (PyCFunction)Plane_state, METH_NOARGS, "{port: {inq: [(segments, mps)], current, owner}}"},
+    {"cable", (PyCFunction)Plane_cable, METH_VARARGS, "cable(port, transport): rx() and flush() use its socket"},
+    {"rx", (PyCFunction)Plane_rx, METH_VARARGS, "rx(now, limit) -> {port: datagrams received}"},
+    {NULL},
+};
+
+static PyTypeObject PlaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "daemons._link.SwitchPlane",
+    .tp_basicsize = sizeof(SwitchPlane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SwitchPlane(switch, counter_names, abort_mps): gsn-switch's data path on its CLinks",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Plane_init,
+    .tp_dealloc = (destructor)Plane_dealloc,
+    .tp_traverse = (traverseproc)Plane_traverse,
+    .tp_clear = (inquiry)Plane_clear,
+    .tp_methods = Plane_methods,
+};
+
+#endif
