@@ -56,13 +56,11 @@ def pktway_main() -> None:
     """
 
 
-def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | None):
+def _snet_config(path: str, router: str):
+    """(the node's ServerNet config, the half-router's route) of --servernet and --router."""
     from daemons.runtime.config import ConfigError
     from servernet.config import load
-    from servernet.pwport import BlockingSnetPort
     from servernet.ring import ring_windows, route
-
-    from .node import Node
 
     try:
         cfg = load(path)
@@ -73,9 +71,19 @@ def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | N
     if cfg.peer(str(did)) is None:
         raise click.BadParameter(f"{did:#x} is not a [[peer]] in {path}", param_hint="--router")
     try:
-        return Node(BlockingSnetPort(cfg), _int(addr), route(did), dialect=dialect, name=label)
+        return cfg, route(did)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--router") from None
+
+
+def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | None):
+    from servernet.pwport import BlockingSnetPort
+
+    from .node import Node
+
+    cfg, hr = _snet_config(path, router)
+    try:
+        return Node(BlockingSnetPort(cfg), _int(addr), hr, dialect=dialect, name=label)
     except OSError as exc:
         click.echo(f"pktway: {path}: {exc.strerror or exc}", err=True)
         sys.exit(71)
@@ -120,24 +128,31 @@ def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: s
         sys.exit(71)
 
 
-def _ib_node(ib: str, addr: int, router: str, dialect: str, label: bytes | None):
+def _ib_args(ib: str, router: str):
+    """((GUID, local, switch, SM, P_Key), the half-router's L2RH) of --ib and --router."""
     from daemons.io.udp import resolve
     from ib.constants import QPN_PACKETWAY
-    from ib.udport import BlockingIbPort, route
-
-    from .node import Node
+    from ib.udport import route
 
     try:
         parts = ib.split(",")
         guid, local, switch, sm = int(parts[0], 16), resolve(parts[1]), resolve(parts[2]), resolve(parts[3])
         pkey = _int(parts[4]) if len(parts) > 4 else 0xFFFF
         lid, _, qpn = router.partition(":")
-        hr = route(_int(lid), _int(qpn) if qpn else QPN_PACKETWAY)
+        return (guid, local, switch, sm, pkey), route(_int(lid), _int(qpn) if qpn else QPN_PACKETWAY)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{ib!r} / --router {router!r}: {exc}; expected GUID,LOCAL_HOST:PORT,"
                                  "SWITCH_HOST:PORT,SM_HOST:PORT[,PKEY] and --router LID[:QPN]", param_hint="--ib") from None
+
+
+def _ib_node(ib: str, addr: int, router: str, dialect: str, label: bytes | None):
+    from ib.udport import BlockingIbPort
+
+    from .node import Node
+
+    args, hr = _ib_args(ib, router)
     try:
-        return Node(BlockingIbPort(guid, local, switch, sm, pkey), addr, hr, dialect=dialect, name=label)
+        return Node(BlockingIbPort(*args), addr, hr, dialect=dialect, name=label)
     except OSError as exc:
         click.echo(f"pktway: {ib}: {exc.strerror or exc}", err=True)
         sys.exit(71)
@@ -334,16 +349,26 @@ def _peer(text: str):
                              "other pw0 nodes find it without --peer.")
 @click.option("--mtu", type=click.IntRange(68, 65535), help="Fix pw0's MTU (default: follow the MinMTU of "
                                                             "the routes to the --peer hosts).")
+@click.option("--join", "joins", multiple=True, metavar="GROUP",
+              help="Also receive this IP multicast group (repeatable; 224.0.0.1 and ff02::1 always): its "
+                   "PacketWay logical address is announced to the router.")
 @click.option("--control", help="A control socket answering {\"cmd\": \"status\"} (counters, resolution, MTUs).")
-def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, control) -> None:
+def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, joins, control) -> None:
     """IP over PacketWay: a pw0 TUN interface on this node.
 
     Every IPv4/IPv6 packet routed to pw0 travels as one L3 PacketWay packet (PT = its
     EtherType, 0x0800 or 0x86DD) through the half-router; nothing is fragmented: pw0's MTU
     follows the routes' MinMTU, and a packet too big for a route that shrank comes back to
-    the sender as ICMP "fragmentation needed" / "packet too big".  Runs until stopped.
+    the sender as ICMP "fragmentation needed" / "packet too big".  IP multicast goes to
+    the group's PacketWay logical address (0xE00000 | low 19 bits for IPv4, 0xE80000 |
+    low 19 bits for IPv6) and 255.255.255.255 to PacketWay broadcast: the router copies
+    it to every member.  Runs until stopped.
 
     \b
+    The node may sit on any SAN the router joins: a GSN fabric (--ulp), an
+    InfiniBand-style fabric (--ib, the port registers with ib-sm first), a ServerNet
+    SAN (--servernet) or the datagram SAN (--san).
+
     Example (host A, GSN fabric; host B at 0x60 behind the router):
       pktway ip --ulp /run/gsnd/gsn0.ulp --addr 0x40 --router 02:00:00:00:00:03 \\
                 --name 10.77.0.1 --peer 10.77.0.2=0x60 &
@@ -352,21 +377,34 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, co
     import trio
 
     from daemons.io.udp import resolve
+    from ib.udport import AsyncIbPort
+    from servernet.pwport import AsyncSnetPort
 
     from .ipdriver import PwIp
     from .ipnode import IpNode
     from .udpsan import AsyncSanPort, native
 
-    if ib is not None or servernet is not None:
-        raise click.UsageError("pw0 runs on a GSN fabric (--ulp) or a datagram SAN (--san); --ib and --servernet "
-                               "nodes carry PacketWay but not pw0 yet")
-    if (ulp is None) == (san is None):
-        raise click.UsageError("give --ulp (a GSN fabric) or --san (an emulated SAN), not both")
+    if sum(x is not None for x in (ulp, san, ib, servernet)) != 1:
+        raise click.UsageError("give one of --ulp (a GSN fabric), --san (a datagram SAN), --ib (an InfiniBand-style "
+                               "fabric) or --servernet (a ServerNet SAN)")
     table = dict(_peer(p) for p in peers)
-    core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu)
+    try:
+        core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu, groups=joins)
+    except ValueError as exc:
+        raise click.BadParameter(f"{', '.join(joins)}: {exc}", param_hint="--join") from None
+    where = ulp or san or ib or servernet
     try:
         if ulp is not None:
             driver = PwIp(core, dev=dev, router_route=parse_ula(router), dialect=dialect, ulp=ulp, control=control)
+        elif ib is not None:  # up once the subnet manager gave the port its LID
+            args, hr = _ib_args(ib, router)
+            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=AsyncIbPort(*args),
+                          port_reports_status=True, control=control)
+        elif servernet is not None:
+            cfg, hr = _snet_config(servernet, router)
+            port = AsyncSnetPort(cfg)
+            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=port, own_route=port.own_route,
+                          control=control)
         else:
             parts = san.split(",")
             if len(parts) != 3:
@@ -377,7 +415,7 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, co
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--san/--router") from None
     except OSError as exc:
-        click.echo(f"pktway: {san}: {exc.strerror or exc}", err=True)
+        click.echo(f"pktway: {where}: {exc.strerror or exc}", err=True)
         sys.exit(71)
     try:
         trio.run(driver.run)

@@ -6,11 +6,19 @@ of those types addressed to this node is written to pw0.  There is no link layer
 (pw0 is a TUN device): the IP destination is resolved to a PacketWay address from
 the configured peers, else by asking the router (TELL by NAME, the destination's
 address as text; a pw0 node announces that name), learned answers and sources of
-received packets kept for a while.  Nothing is fragmented: pw0's MTU follows the
+received packets kept for a while.  Learning is spoof-safe: a received packet's
+source (unverified) never replaces a live entry that says otherwise; it is counted,
+and the node asks the router (TELL) - only the router's answer (confirmed) moves an
+entry to a new address.  Nothing is fragmented: pw0's MTU follows the
 MinMTU of the routes to the configured peers (GVL2 -> L2SR), and when a router
 returns a packet as too big for its route (ERR/GENERAL with the packet's copy) the
 node asks for the route's MTU and hands its IP stack an ICMP "fragmentation needed"
 or ICMPv6 "packet too big" for that destination.
+
+IP multicast goes to a PacketWay logical address (the group's low 19 bits, see
+:func:`logical_of`) and IPv4's limited broadcast to the PacketWay broadcast address:
+the half-router copies it to every member (a node's groups are the LADR of its INFO).
+A pw0 node listens to all-hosts/all-nodes and the groups it was given.
 
 Actions returned, for the driver to carry out:
 ``("pw", Packet, route)`` send on the SAN (route None: to the half-router),
@@ -29,7 +37,7 @@ from daemons.wire.errors import DecodeError
 from . import constants as K
 from . import ippacket
 from . import messages as M
-from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, LOGICAL_BASE, LOGICAL_MASK, PT, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Name, Srqr
 
@@ -41,6 +49,23 @@ PLATEAUS = (65535, 32000, 17914, 8166, 4352, 2002, 1492, 1280, 1006, 508, 296, 6
 def ip_mtu(words: int) -> int | None:
     """The largest IP packet an L3 EEP packet of ``words`` (an MTU; 0 = unlimited) holds."""
     return None if words == 0 else max(0, 8 * words - OVERHEAD)
+
+
+V4_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+
+
+def logical_of(ip) -> int | None:
+    """The PacketWay address an IP multicast or broadcast destination goes to, else None."""
+    if ip.version == 4 and ip == V4_BROADCAST:
+        return ADDR_BROADCAST
+    if not ip.is_multicast:
+        return None
+    base = K.IP_GROUP_V4_BASE if ip.version == 4 else K.IP_GROUP_V6_BASE
+    return base | (int(ip) & K.IP_GROUP_BITS)
+
+
+def is_group(a: int) -> bool:
+    return a == ADDR_BROADCAST or a & LOGICAL_MASK == LOGICAL_BASE
 
 
 def plateau_below(size: int, v6: bool) -> int:
@@ -63,11 +88,15 @@ class _MtuQuery:
 
 class IpNode:
     def __init__(self, addr: int, *, peers=None, name: bytes | None = None, mtu: int | None = None,
-                 now: float = 0.0) -> None:
+                 groups=(), now: float = 0.0) -> None:
         self.addr = addr
         self.name = name
+        joined = [ipaddress.ip_address(g) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
+        if any(logical_of(g) in (None, ADDR_BROADCAST) for g in joined) or len(joined) > K.IP_GROUPS_MAX:
+            raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
+        self.groups = tuple(sorted({logical_of(g) for g in joined}))  # the logical addresses I listen to
         self.static: dict = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
-        self.learned: dict = {}  # ip -> (PacketWay address, until)
+        self.learned: dict = {}  # ip -> (PacketWay address, until, confirmed by the router's INFO)
         self.negative: dict = {}  # ip -> until
         self.pending: dict = {}  # ip -> _Pending
         self.route_mtu: dict[int, int] = {}  # PacketWay address -> largest IP packet
@@ -82,10 +111,13 @@ class IpNode:
     def start(self) -> list:
         """Announce myself (INFO to Hey-You: the router registers me under my name) and ask
         the MinMTU of the routes to the configured peers (pw0's MTU follows them)."""
-        out = [("pw", M.info(ADDR_HEY_YOU, self.addr, self.addr, self.name), None)]
+        out = [("pw", self._announce(ADDR_HEY_YOU), None)]
         for a in sorted(set(self.static.values())):
             out += self._ask_mtu(a)
         return out
+
+    def _announce(self, dt: int) -> Packet:
+        return M.info(dt, self.addr, self.addr, self.name, (), self.groups)
 
     def timer(self) -> float:
         times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
@@ -120,14 +152,25 @@ class IpNode:
             return hit[0]
         return None
 
-    def _learn(self, ip, addr: int) -> None:
+    def _learn(self, ip, addr: int, confirmed: bool) -> list:
+        """Keep ip -> addr.  From a packet's source (not confirmed) only when nothing live says
+        otherwise; a conflict is counted and asked of the router, whose answer decides."""
         if ip in self.static or not 1 <= addr < ADDR_HEY_YOU:
-            return
-        if ip not in self.learned and len(self.learned) >= K.IP_NEIGHBOURS_MAX:
+            return []
+        hit = self.learned.get(ip)
+        if hit is not None and hit[1] > self.now and hit[0] != addr and not confirmed:
+            self.counters["learn_refused_confirmed" if hit[2] else "learn_refused_conflict"] += 1
+            if hit[2] or ip in self.pending or len(self.pending) >= K.IP_PENDING_DESTS:
+                return []
+            p = self.pending[ip] = _Pending()  # verify: TELL, the INFO answer is confirmed
+            return self._tell(ip, p)
+        if hit is None and len(self.learned) >= K.IP_NEIGHBOURS_MAX:
             oldest = min(self.learned, key=lambda k: self.learned[k][1])
             del self.learned[oldest]
             self.counters["neighbour_evicted"] += 1
-        self.learned[ip] = (addr, self.now + K.IP_LEARNED_S)
+        keep = confirmed or (hit is not None and hit[2] and hit[0] == addr and hit[1] > self.now)
+        self.learned[ip] = (addr, self.now + K.IP_LEARNED_S, keep)
+        return []
 
     def _tell(self, ip, p: _Pending) -> list:
         p.tries += 1
@@ -187,9 +230,10 @@ class IpNode:
             c["tun_drop_not_ip"] += 1
             return []
         pt, _src, dst = head
-        if dst.is_multicast or (dst.version == 4 and dst == ipaddress.IPv4Address("255.255.255.255")):
-            c["tun_drop_multicast"] += 1
-            return []
+        group = logical_of(dst)
+        if group is not None:
+            c[f"tx_group_ipv{dst.version}"] += 1
+            return [("pw", Packet(dt=group, sa=self.addr, pt=pt, data=raw), None)]
         a = self.resolve(dst)
         if a is None:
             if dst in self.negative:
@@ -234,7 +278,7 @@ class IpNode:
         if pkt.prefix:
             c["rx_drop_l2rh"] += 1  # hosts may discard packets that still carry an L2RH [E:L265]
             return []
-        if pkt.dt not in (self.addr, ADDR_HEY_YOU):
+        if pkt.dt not in (self.addr, ADDR_HEY_YOU, ADDR_BROADCAST) and pkt.dt not in self.groups:
             c["rx_drop_not_for_me"] += 1
             return []
         if pkt.options:
@@ -251,12 +295,15 @@ class IpNode:
 
     def _ip_in(self, pkt: Packet) -> list:
         head = ippacket.parse(pkt.data)
-        if head is None or head[0] != pkt.pt or pkt.dt != self.addr:
-            self.counters["rx_drop_bad_ip"] += 1
+        if head is None or head[0] != pkt.pt or pkt.dt != (logical_of(head[2]) or self.addr):
+            self.counters["rx_drop_bad_ip"] += 1  # malformed, or sent to an address its IP one does not map to
             return []
-        self._learn(head[1], pkt.sa)
+        if logical_of(head[1]) is not None:
+            self.counters["rx_drop_group_source"] += 1
+            return []
+        out = self._learn(head[1], pkt.sa, confirmed=False)
         self.counters[f"rx_ipv{4 if pkt.pt == K.PT_IPV4 else 6}"] += 1
-        return [("tun", pkt.data)]
+        return out + [("tun", pkt.data)]
 
     def _records(self, pkt: Packet):
         try:
@@ -271,7 +318,7 @@ class IpNode:
             if not 1 <= pkt.sa < ADDR_HEY_YOU:
                 c["wru_bad_source"] += 1
                 return []
-            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name), route)]
+            return [("pw", self._announce(pkt.sa), route)]
         recs = self._records(pkt)
         if recs is None:
             return []
@@ -279,7 +326,7 @@ class IpNode:
             # level C: a query about me (by my address or name) by L3, answered the way it came
             fits = recs in ([Addr(self.addr)], [Name(self.name)] if self.name else None)
             c["tell_answered"] += 1
-            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name) if fits
+            return [("pw", self._announce(pkt.sa) if fits
                      else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs), route)]
         if pkt.te == RrpTE.INFO:
             return self._info(recs)
@@ -307,7 +354,7 @@ class IpNode:
                 p = self.pending.pop(ip, None)
                 if p is None:
                     continue
-                self._learn(ip, addr)
+                self._learn(ip, addr, confirmed=True)
                 self.counters["resolved"] += 1
                 for raw in p.packets:
                     out += self._send(addr, ippacket.PT_OF_VERSION[raw[0] >> 4], raw)
@@ -346,7 +393,7 @@ class IpNode:
         pt, dt, sa, h = w0 & 0xFFFF, (w0 >> 32) & 0xFFFFFF, w1 & 0xFFFFFF, (w1 >> 31) & 1
         size = 8 * ((w1 >> 32) & 0x1FFFFFF) - ((w1 >> 57) & 7)
         ip_packet = bytes(copy[16:])
-        if pt not in IP_TYPES or sa != self.addr or h or ippacket.parse_head(ip_packet) is None:
+        if pt not in IP_TYPES or sa != self.addr or h or is_group(dt) or ippacket.parse_head(ip_packet) is None:
             c["err_general_not_ip"] += 1
             return []
         c["too_big_returned"] += 1
