@@ -88,7 +88,7 @@ class PwIp:
             now = self._now()
             for raw in self.tun.drain(TUN_BURST):
                 self.act(self.core.from_tun(raw, now))
-            if self.client is not None and hasattr(self.client, "flush"):
+            if self.san_port is None and self.client is not None:  # gsnd's ULP socket: wait for room
                 await self.client.flush()
             await trio.lowlevel.checkpoint()
 
