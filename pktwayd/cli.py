@@ -12,6 +12,8 @@ from daemons.runtime.cliutil import metrics_option, reach_daemon, version_option
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 
+from .constants import MEMORY_BOARD_MAX, MEMORY_READ_MAX
+
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -76,14 +78,14 @@ def _snet_config(path: str, router: str):
         raise click.BadParameter(str(exc), param_hint="--router") from None
 
 
-def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | None):
+def _snet_node(path: str, addr: str, router: str, dialect: str, **kw):
     from servernet.pwport import BlockingSnetPort
 
     from .node import Node
 
     cfg, hr = _snet_config(path, router)
     try:
-        return Node(BlockingSnetPort(cfg), _int(addr), hr, dialect=dialect, name=label)
+        return Node(BlockingSnetPort(cfg), _int(addr), hr, dialect=dialect, **kw)
     except OSError as exc:
         click.echo(f"pktway: {path}: {exc.strerror or exc}", err=True)
         sys.exit(71)
@@ -99,27 +101,26 @@ def _capability(text: str) -> tuple[int, bytes]:
 
 
 def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: str, dialect: str,
-          name: str | None = None, servernet: str | None = None, caps=(), groups=()):
+          name: str | None = None, servernet: str | None = None, caps=(), groups=(), memory: int = 0):
     from daemons.io.udp import resolve
 
     from .node import Node
     from .udpsan import UdpSanPort, native
 
-    label = name.encode() if name else None
+    kw = {"name": name.encode() if name else None, "caps": caps, "groups": groups, "memory": memory}
     if sum(x is not None for x in (ulp, san, ib, servernet)) != 1:
         raise click.UsageError("give one of --ulp (a GSN fabric), --san (a datagram SAN), --ib (an InfiniBand-style "
                                "fabric) or --servernet (a ServerNet SAN)")
     if ib is not None:
-        return _ib_node(ib, _int(addr), router, dialect, label)
+        return _ib_node(ib, _int(addr), router, dialect, **kw)
     if servernet is not None:
-        return _snet_node(servernet, addr, router, dialect, label)
+        return _snet_node(servernet, addr, router, dialect, **kw)
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
-                                                                name=label, caps=caps, groups=groups))
+                                                                **kw))
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
-        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label,
-                    caps=caps, groups=groups)
+        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, **kw)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{san!r}: {exc}; expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT",
                                  param_hint="--san") from None
@@ -145,14 +146,14 @@ def _ib_args(ib: str, router: str):
                                  "SWITCH_HOST:PORT,SM_HOST:PORT[,PKEY] and --router LID[:QPN]", param_hint="--ib") from None
 
 
-def _ib_node(ib: str, addr: int, router: str, dialect: str, label: bytes | None):
+def _ib_node(ib: str, addr: int, router: str, dialect: str, **kw):
     from ib.udport import BlockingIbPort
 
     from .node import Node
 
     args, hr = _ib_args(ib, router)
     try:
-        return Node(BlockingIbPort(*args), addr, hr, dialect=dialect, name=label)
+        return Node(BlockingIbPort(*args), addr, hr, dialect=dialect, **kw)
     except OSError as exc:
         click.echo(f"pktway: {ib}: {exc.strerror or exc}", err=True)
         sys.exit(71)
@@ -216,7 +217,10 @@ def send(ulp, san, ib, servernet, addr, router, dialect, dest, text, l2) -> None
               help="A capability to announce and answer TELL with (repeatable), e.g. 7:4,8.")
 @click.option("--group", "groups", multiple=True, metavar="ADDR",
               help="Also listen to this logical address, 0xE00000-0xEFFFFF (repeatable; announced to the router).")
-def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name, caps, groups) -> None:
+@click.option("--memory", type=click.IntRange(0, MEMORY_BOARD_MAX), default=0, metavar="BYTES",
+              help=f"Serve a memory board of this many bytes (0..{MEMORY_BOARD_MAX}) to memory READ/WRITE packets "
+                   "(pktway memory-read / memory-write) while listening.")
+def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name, caps, groups, memory) -> None:
     """Print packets addressed to this node.
 
     At start the node announces itself (INFO to Hey-You), so the router registers it
@@ -226,7 +230,7 @@ def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name,
     if any(g & 0xF00000 != 0xE00000 for g in logical):
         raise click.BadParameter("logical addresses are 0xE00000-0xEFFFFF", param_hint="--group")
     with _node(ulp, san, ib, addr, router, dialect, name, servernet=servernet,
-               caps=[_capability(c) for c in caps], groups=logical) as node:
+               caps=[_capability(c) for c in caps], groups=logical, memory=memory) as node:
         node.announce()
         received = 0
         while count == 0 or received < count:
@@ -302,6 +306,73 @@ def hrto(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
             click.echo(f"pktway: {exc}", err=True)
             sys.exit(1)
     click.echo(f"{_int(dest):#08x} is on this SAN" if via == _int(dest) else f"use half-router {via:#08x}")
+
+
+def _hex(text: str, what: str) -> bytes:
+    try:
+        return bytes.fromhex(text.replace(":", ""))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not hex bytes (e.g. 00ff10 or 00:ff:10)", param_hint=what) from None
+
+
+@pktway_main.command("memory-write")
+@node_options
+@click.argument("dest")
+@click.argument("address")
+@click.argument("data")
+def memory_write(ulp, san, ib, servernet, addr, router, dialect, dest, address, data) -> None:
+    """Write DATA (hex bytes) at ADDRESS of node DEST's memory board (a memory WRITE packet, L3).
+
+    The board is served by e.g. `pktway listen --memory BYTES`; a write beyond it is
+    dropped there (counted), with no answer."""
+    body = _hex(data, "DATA")
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        node.write_memory(_int(dest), _int(address), body)
+
+
+@pktway_main.command("memory-read")
+@node_options
+@click.argument("dest")
+@click.argument("address")
+@click.argument("count")
+@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for the answer.")
+def memory_read(ulp, san, ib, servernet, addr, router, dialect, dest, address, count, timeout) -> None:
+    """Read COUNT bytes at ADDRESS of node DEST's memory board (a memory READ packet, answered
+    by a WRITE of those bytes); prints them in hex.  Exit 1 without an answer (out of range
+    or no board: the node drops the READ, counted)."""
+    n = _int(count)
+    if not 1 <= n <= MEMORY_READ_MAX:
+        raise click.BadParameter(f"{n} is not 1..{MEMORY_READ_MAX}", param_hint="COUNT")
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        try:
+            data = node.read_memory(_int(dest), _int(address), n, timeout)
+        except TimeoutError:
+            click.echo("pktway: no answer", err=True)
+            sys.exit(1)
+    click.echo(data.hex())
+
+
+@pktway_main.command()
+@node_options
+@click.argument("via")
+@click.argument("dest")
+@click.argument("text")
+@click.option("--l2rh", "l2rhs", multiple=True, metavar="HEX",
+              help="Route bytes of an L2RH the inner packet carries (repeatable, in order, e.g. a ULA or a "
+                   "datagram-SAN port as `pktway route` prints them): VIA routes it at level 2 from there.")
+def embed(ulp, san, ib, servernet, addr, router, dialect, via, dest, text, l2rhs) -> None:
+    """Send TEXT to DEST inside an embedded packet: L3 to node VIA, which unwraps it and sends
+    the inner packet on (along its L2RHs, or L3 through VIA's router)."""
+    from .constants import PT
+    from .eep import L2RH, Packet
+
+    hops = tuple(L2RH(_hex(h, "--l2rh")) for h in l2rhs)
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        inner = Packet(dt=_int(dest), sa=node.addr, pt=PT.USER, data=text.encode(), prefix=hops)
+        try:
+            node.send_embedded(_int(via), inner)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--l2rh") from None
 
 
 @pktway_main.command()
