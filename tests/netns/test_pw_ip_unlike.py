@@ -5,6 +5,8 @@ with a receive ring).  IPv4 and IPv6 ping both ways, 64 MiB over TCP with equal 
 (GSN <-> IB), and the ICMP error when the IB half's MTU shrinks."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -22,6 +24,20 @@ LID_R, LID_H = 7, 9  # fixed by the SM's state file
 SM = "127.0.0.1:4791"
 HOST_IB = f"{G_H:#x},127.0.0.1:7602,127.0.0.1:7502,{SM}"
 IB_MTU = 255  # words: 2040 bytes, an IB UD packet of 2048
+GROUP = "239.1.2.3"  # PacketWay logical address 0xE10203
+RECEIVER = f"""
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("", 5555)); s.settimeout(15)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton("{GROUP}") + socket.inet_aton("{IP_X}"))
+print("ready", flush=True); data, src = s.recvfrom(100); print(src[0], data.decode(), flush=True)
+"""
+SENDER = f"""
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("{IP_A}"))
+for _ in range(20):
+    s.sendto(b"to the group", ("{GROUP}", 5555)); time.sleep(0.2)
+"""
 
 
 def gsn_half(fa, ula_a) -> str:
@@ -95,7 +111,8 @@ def ib_net():
         ca = pw0(fa, 1, "pwgsn", IP_A, IP6_A, "--ulp", fa.ulp_path(1), "--addr", hex(H_A), "--router", ula_a[1],
                  "--peer", f"{IP_X}={H_X:#x}", "--peer", f"{IP6_X}={H_X:#x}")
         # the IB host knows nobody: it finds A by asking its router (TELL by name)
-        cx = pw0(fa, 2, "pwib", IP_X, IP6_X, "--ib", HOST_IB, "--router", str(LID_R), "--addr", hex(H_X))
+        cx = pw0(fa, 2, "pwib", IP_X, IP6_X, "--ib", HOST_IB, "--router", str(LID_R), "--addr", hex(H_X),
+                 "--join", GROUP)
         yield fa, ula_a, ctl, ca, cx
 
 
@@ -113,6 +130,28 @@ def test_gsn_and_infiniband_hosts_ping_and_move_64mib(ib_net):
     assert st["learned"][IP_A] == H_A
     half = request(ctl, {"cmd": "routes"})["halves"][1]
     assert half["kind"] == "infiniband" and half["counters"]["tx_packets"] > 1000
+
+
+def test_ip_multicast_reaches_a_member_across_the_router(ib_net):
+    """UDP to 239.1.2.3 from the GSN host: pw0 sends it to logical 0xE10203, the router
+    copies it to the member it knows from the IB host's INFO (LADR), whose pw0 delivers it."""
+    fa, _ula_a, ctl, ca, cx = ib_net
+    rx = subprocess.Popen(["ip", "netns", "exec", fa.host_ns[1], sys.executable, "-c", RECEIVER],
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        assert rx.stdout.readline().strip() == "ready"
+        tx = subprocess.Popen(["ip", "netns", "exec", fa.host_ns[0], sys.executable, "-c", SENDER])
+        try:
+            assert rx.stdout.readline().split() == [IP_A, "to", "the", "group"]
+        finally:
+            tx.kill()
+            tx.wait()
+    finally:
+        rx.kill()
+        rx.wait()
+    assert request(ca, {"cmd": "status"})["counters"]["tx_group_ipv4"] >= 1
+    assert request(cx, {"cmd": "status"})["counters"]["rx_ipv4"] >= 1
+    assert request(ctl, {"cmd": "routes"})["halves"][0]["counters"]["group_copies"] >= 1
 
 
 def test_ib_half_mtu_shrink_gives_icmp(ib_net):
