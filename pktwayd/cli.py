@@ -448,8 +448,6 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, jo
     import trio
 
     from daemons.io.udp import resolve
-    from ib.udport import AsyncIbPort
-    from servernet.pwport import AsyncSnetPort
 
     from .ipdriver import PwIp
     from .ipnode import IpNode
@@ -468,10 +466,14 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, jo
         if ulp is not None:
             driver = PwIp(core, dev=dev, router_route=parse_ula(router), dialect=dialect, ulp=ulp, control=control)
         elif ib is not None:  # up once the subnet manager gave the port its LID
+            from ib.udport import AsyncIbPort
+
             args, hr = _ib_args(ib, router)
             driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=AsyncIbPort(*args),
                           port_reports_status=True, control=control)
         elif servernet is not None:
+            from servernet.pwport import AsyncSnetPort
+
             cfg, hr = _snet_config(servernet, router)
             port = AsyncSnetPort(cfg)
             driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=port, own_route=port.own_route,
