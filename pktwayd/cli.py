@@ -12,6 +12,7 @@ from daemons.runtime.cliutil import metrics_option, reach_daemon, version_option
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 
+from .constants import IP_MTU_RECHECK_S as K_IP_MTU_RECHECK_S
 from .constants import MEMORY_BOARD_MAX, MEMORY_READ_MAX
 
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -420,11 +421,14 @@ def _peer(text: str):
                              "other pw0 nodes find it without --peer.")
 @click.option("--mtu", type=click.IntRange(68, 65535), help="Fix pw0's MTU (default: follow the MinMTU of "
                                                             "the routes to the --peer hosts).")
+@click.option("--mtu-recheck", type=click.FloatRange(0, 86400), default=K_IP_MTU_RECHECK_S, show_default=True,
+              metavar="SECONDS", help="Ask the --peer routes' MinMTU again this often and set pw0's MTU to the least "
+                                      "(0: at bring-up only; between rounds a shrink reaches senders as ICMP).")
 @click.option("--join", "joins", multiple=True, metavar="GROUP",
               help="Also receive this IP multicast group (repeatable; 224.0.0.1 and ff02::1 always): its "
                    "PacketWay logical address is announced to the router.")
 @click.option("--control", help="A control socket answering {\"cmd\": \"status\"} (counters, resolution, MTUs).")
-def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, joins, control) -> None:
+def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, mtu_recheck, joins, control) -> None:
     """IP over PacketWay: a pw0 TUN interface on this node.
 
     Every IPv4/IPv6 packet routed to pw0 travels as one L3 PacketWay packet (PT = its
@@ -458,7 +462,8 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, jo
                                "fabric) or --servernet (a ServerNet SAN)")
     table = dict(_peer(p) for p in peers)
     try:
-        core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu, groups=joins)
+        core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu, groups=joins,
+                      mtu_recheck=mtu_recheck)
     except ValueError as exc:
         raise click.BadParameter(f"{', '.join(joins)}: {exc}", param_hint="--join") from None
     where = ulp or san or ib or servernet

@@ -76,6 +76,7 @@ IP_RESOLVE_RETRY_S = 1.0  # TELL again after this long without an answer ... (PC
 IP_RESOLVE_TRIES = 3  # ... this many times, then the destination is unknown ... (PC)
 IP_NEGATIVE_S = 5.0  # ... for this long: its packets are dropped, counted (PC)
 IP_LEARNED_S = 300.0  # a learned IP -> PacketWay address is asked again after this long (PC)
+IP_MTU_RECHECK_S = 60.0  # pw0 asks its peers' route MTUs again this often and follows them (PC)
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)

@@ -10,7 +10,8 @@ received packets kept for a while.  Learning is spoof-safe: a received packet's
 source (unverified) never replaces a live entry that says otherwise; it is counted,
 and the node asks the router (TELL) - only the router's answer (confirmed) moves an
 entry to a new address.  Nothing is fragmented: pw0's MTU follows the
-MinMTU of the routes to the configured peers (GVL2 -> L2SR), and when a router
+MinMTU of the routes to the configured peers (GVL2 -> L2SR, asked at bring-up and again
+every ``mtu_recheck`` seconds), and when a router
 returns a packet as too big for its route (ERR/GENERAL with the packet's copy) the
 node asks for the route's MTU and hands its IP stack an ICMP "fragmentation needed"
 or ICMPv6 "packet too big" for that destination.
@@ -83,12 +84,13 @@ class _Pending:
 @dataclass
 class _MtuQuery:
     until: float
+    tries: int = 1
     copies: deque = field(default_factory=lambda: deque(maxlen=K.IP_TOO_BIG_HELD))
 
 
 class IpNode:
     def __init__(self, addr: int, *, peers=None, name: bytes | None = None, mtu: int | None = None,
-                 groups=(), now: float = 0.0) -> None:
+                 groups=(), mtu_recheck: float = K.IP_MTU_RECHECK_S, now: float = 0.0) -> None:
         self.addr = addr
         self.name = name
         joined = [ipaddress.ip_address(g) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
@@ -103,7 +105,9 @@ class IpNode:
         self.mtu_queries: dict[int, _MtuQuery] = {}
         self.fixed_mtu = mtu
         self.mtu = mtu or K.IP_DEFAULT_MTU  # pw0's
-        self.mtu_settled = False
+        self.mtu_recheck = mtu_recheck  # 0: pw0's MTU is set at bring-up only
+        self.next_recheck = now + mtu_recheck
+        self.awaiting: set[int] = set()  # peers whose route MTU the current round still waits for
         self.now = now
         self.counters: Counter[str] = Counter()
 
@@ -112,20 +116,33 @@ class IpNode:
         """Announce myself (INFO to Hey-You: the router registers me under my name) and ask
         the MinMTU of the routes to the configured peers (pw0's MTU follows them)."""
         out = [("pw", self._announce(ADDR_HEY_YOU), None)]
-        for a in sorted(set(self.static.values())):
+        return out + self._mtu_round()
+
+    def _mtu_round(self) -> list:
+        """Ask the MinMTU of the routes to the configured peers; once all answered (or timed
+        out), pw0's MTU is the least of them."""
+        peers = set(self.static.values())
+        self.awaiting = peers if self.fixed_mtu is None else set()
+        self.next_recheck = self.now + self.mtu_recheck
+        out = []
+        for a in sorted(peers):
             out += self._ask_mtu(a)
         return out
 
     def _announce(self, dt: int) -> Packet:
         return M.info(dt, self.addr, self.addr, self.name, (), self.groups)
 
+    def _rechecks(self) -> bool:
+        return bool(self.static) and self.fixed_mtu is None and self.mtu_recheck > 0
+
     def timer(self) -> float:
         times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
+        times += [self.next_recheck] if self._rechecks() else []
         return min(times, default=self.now + 1.0)
 
     def handle_timer(self, now: float) -> list:
         self.now = now
-        out = []
+        out = self._mtu_round() if self._rechecks() and now >= self.next_recheck else []
         for ip, p in list(self.pending.items()):
             if p.next > now:
                 continue
@@ -136,9 +153,16 @@ class IpNode:
                 continue
             out += self._tell(ip, p)
         for a, q in list(self.mtu_queries.items()):
-            if q.until <= now:  # no L2SR: guess from the packets' own sizes
-                self.counters["mtu_query_unanswered"] += 1
-                out += self._mtu_known(a, None)
+            if q.until > now:
+                continue
+            if a in self.awaiting and not q.copies and q.tries < K.IP_RESOLVE_TRIES:  # a round: ask again
+                q.tries += 1
+                q.until = now + K.IP_RESOLVE_RETRY_S
+                self.counters["gvl2_sent"] += 1
+                out.append(("pw", M.gvl2(ADDR_HEY_YOU, self.addr, a), None))
+                continue
+            self.counters["mtu_query_unanswered"] += 1  # no L2SR: guess from the packets' own sizes
+            out += self._mtu_known(a, None)
         for ip in [ip for ip, until in self.negative.items() if until <= now]:
             del self.negative[ip]
         return out
@@ -196,15 +220,10 @@ class IpNode:
         out = []
         if mtu is not None:
             self.route_mtu[a] = mtu
-            peers = set(self.static.values())
-            if self.fixed_mtu is None and not self.mtu_settled and peers <= set(self.route_mtu):
-                # bring-up: pw0's MTU is the least MinMTU of the routes to the configured peers;
-                # later shrinks reach the IP stack per destination, as ICMP errors
-                self.mtu_settled = True
-                want = max(68, min(65535, *(self.route_mtu[p] for p in peers)))
-                if want != self.mtu:
-                    self.mtu = want
-                    out.append(("mtu", want))
+        if a in self.awaiting:
+            self.awaiting.discard(a)
+            if not self.awaiting:
+                out += self._follow_routes()
         for copy, size in (q.copies if q else ()):
             limit = self.route_mtu.get(a)
             if limit is None or limit >= size:  # the router said too big, yet the route says it fits
@@ -212,6 +231,20 @@ class IpNode:
                 self.route_mtu[a] = limit
             out += self._too_big(copy, limit)
         return out
+
+    def _follow_routes(self) -> list:
+        """pw0's MTU := the least MinMTU of the routes to the configured peers (at bring-up and
+        every ``mtu_recheck`` s; between rounds a shrink reaches the IP stack per destination,
+        as an ICMP error)."""
+        known = [self.route_mtu[p] for p in set(self.static.values()) if p in self.route_mtu]
+        if not known:
+            return []
+        want = max(68, min(65535, min(known)))
+        if want == self.mtu:
+            return []
+        self.mtu = want
+        self.counters["mtu_changed"] += 1
+        return [("mtu", want)]
 
     def _too_big(self, ip_packet: bytes, mtu: int) -> list:
         icmp = ippacket.too_big(ip_packet, mtu)

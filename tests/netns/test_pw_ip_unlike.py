@@ -109,7 +109,7 @@ def ib_net():
         start_ib(fa)
         ctl = start_router(fa, ib_router(fa, ula_a, IB_MTU))
         ca = pw0(fa, 1, "pwgsn", IP_A, IP6_A, "--ulp", fa.ulp_path(1), "--addr", hex(H_A), "--router", ula_a[1],
-                 "--peer", f"{IP_X}={H_X:#x}", "--peer", f"{IP6_X}={H_X:#x}")
+                 "--peer", f"{IP_X}={H_X:#x}", "--peer", f"{IP6_X}={H_X:#x}", "--mtu-recheck", "0")
         # the IB host knows nobody: it finds A by asking its router (TELL by name)
         cx = pw0(fa, 2, "pwib", IP_X, IP6_X, "--ib", HOST_IB, "--router", str(LID_R), "--addr", hex(H_X),
                  "--join", GROUP)

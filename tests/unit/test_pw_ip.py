@@ -119,6 +119,31 @@ def test_mtu_follows_the_route_at_bring_up_then_icmp_per_destination():
     assert icmp6[40] == 2 and struct.unpack(">I", icmp6[44:48])[0] == 4072
 
 
+def test_pw0_mtu_follows_the_routes_every_recheck():
+    n = IpNode(ME, peers={B4: PEER, C4: OTHER}, mtu_recheck=30.0)
+    n.start()
+    assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 8192)]), b"r") == []  # waits for every peer
+    assert n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 1024)]), b"r") == [("mtu", 8192 - 24)]
+    assert n.timer() == 30.0 and n.handle_timer(29.0) == []
+    asks = pw(n.handle_timer(30.0))
+    assert sorted(M.records(p)[0].addr for p in asks if p.te == RrpTE.GVL2) == [PEER, OTHER]
+    n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 2048)]), b"r")  # grew
+    assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 4096)]), b"r") == [("mtu", 2048 * 8 - 24)]
+    sent = n.counters["gvl2_sent"]
+    for t in (60.0, 61.5, 62.5, 63.5):  # nobody answers: asked 3 times, then pw0 keeps what it had
+        n.handle_timer(t)
+    assert n.counters["gvl2_sent"] - sent == 2 * K.IP_RESOLVE_TRIES and n.counters["mtu_query_unanswered"] == 2
+    assert n.mtu == 2048 * 8 - 24 and n.counters["mtu_changed"] == 2
+
+
+def test_no_recheck_when_fixed_or_disabled():
+    for kw in ({"mtu": 1400}, {"mtu_recheck": 0}):
+        n = node(**kw)
+        assert [p.te for p in pw(n.start())] == [RrpTE.INFO, RrpTE.GVL2]  # per-destination limits all the same
+        n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 1024)]), b"r")
+        assert n.timer() == n.now + 1.0 and not [p for p in pw(n.handle_timer(1000.0)) if p.te == RrpTE.GVL2]
+
+
 def test_unanswered_mtu_query_falls_back_to_a_plateau():
     n = node()
     big = Packet(dt=OTHER, sa=ME, pt=0x86DD, data=v6(dst="fd77::3", size=9000))
