@@ -297,7 +297,7 @@ def test_tell_about_me_answered():
     assert unk.pt == PT.ERR and unk.te == ErrTE.UNK
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # CPU time varies with the shared machine's load
 @given(st.binary(max_size=600))
 def test_hostile_san_bytes_never_raise(data):
     n = node()
@@ -305,7 +305,7 @@ def test_hostile_san_bytes_never_raise(data):
     assert all(a[0] in ("pw", "tun", "mtu") for a in out)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # CPU time varies with the shared machine's load
 @given(st.sampled_from([PT.RRP, PT.ERR, 0x0800, 0x86DD]), st.integers(0, 12), st.binary(max_size=300))
 def test_hostile_packets_of_every_type_never_raise(pt, te, data):
     n = node()
