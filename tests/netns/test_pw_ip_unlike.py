@@ -214,3 +214,63 @@ def test_gsn_and_servernet_hosts_ping_both_ways():
         st = request(cs, {"cmd": "status"})
         assert st["counters"]["rx_ipv4"] >= 4 and st["counters"]["rx_ipv6"] >= 3
         assert st["counters"]["snet_rx_messages"] >= 7
+
+
+SAN = "127.0.0.1:7400"
+LIVE = 0.3
+
+
+def split_half(fa, name, me, twin, nodes, *, gsn_host=None, san_port=None) -> str:
+    """One half-router in a process of its own, joined to its twin by a cable over loopback."""
+    ctl = fa.tmp / f"{name}.sock"
+    text = (f'[router]\nname = "{name}"\ncontrol = "{ctl}"\nliveness = {LIVE}\n'
+            f'[twin]\naddr = {twin}\nlocal = "127.0.0.1:{7300 + me}"\npeer = "127.0.0.1:{7300 + twin}"\n')
+    if gsn_host is not None:
+        text += f'[[half]]\naddr = {me}\nsan_id = 0x100\nmtu = 8192\nulp = "{fa.ulp_path(gsn_host)}"\n'
+        text += "".join(f'[[half.node]]\naddr = {a}\nula = "{u}"\nrouter = {str(r).lower()}\n' for a, u, r in nodes)
+    else:
+        text += (f'[[half]]\nkind = "udp"\naddr = {me}\nsan_id = 0x200\nmtu = 2048\nswitch = "{SAN}"\n'
+                 f'local = "127.0.0.1:{7400 + san_port}"\nport = {san_port}\n')
+        text += "".join(f'[[half.node]]\naddr = {a}\nport = {p}\nrouter = {str(r).lower()}\n' for a, p, r in nodes)
+    (fa.tmp / f"{name}.toml").write_text(text)
+    fa.spawn(name, 2, str(BIN / "pktwayd"), "-c", str(fa.tmp / f"{name}.toml"))
+    return str(ctl)
+
+
+def test_router_kill_9_reroutes_across_unlike_sans():
+    """GSN fabric A and the datagram SAN joined by two routers, X and Y, each split in two
+    processes (one half per SAN, twins cabled over loopback).  A's pw0 uses X, the SAN
+    host's pw0 uses Y; X's SAN half is killed -9: X's GSN half re-routes through its
+    buddy Y, and the ping comes back."""
+    X_A, X_S, Y_A, Y_S = 0x50, 0x51, 0x52, 0x53
+    with Fabric(3, prefix="wk") as fa:
+        ula = fa.up(v6=False)
+        fa.spawn("san", 2, str(BIN / "pktway-san"), "--listen", SAN,
+                 *(a for p in (1, 2, 3) for a in ("--port", f"{p}=127.0.0.1:{7400 + p}")))
+        ctl = {
+            "xa": split_half(fa, "xa", X_A, X_S, [(H_A, ula[0], False), (Y_A, ula[2], True)], gsn_host=2),
+            "xs": split_half(fa, "xs", X_S, X_A, [(H_X, 2, False), (Y_S, 3, True)], san_port=1),
+            "ya": split_half(fa, "ya", Y_A, Y_S, [(H_A, ula[0], False), (X_A, ula[1], True)], gsn_host=3),
+            "ys": split_half(fa, "ys", Y_S, Y_A, [(H_X, 2, False), (X_S, 1, True)], san_port=3),
+        }
+
+        def half(name):
+            try:
+                return request(ctl[name], {"cmd": "routes"}, 2.0)["halves"][0]
+            except (OSError, KeyError):
+                return {}
+
+        poll(lambda: all((h := half(n)) and h["twin_alive"] and len(h["rts"]) >= 3 for n in ctl), 30,
+             what="every half: twin alive, the other SAN by two paths")
+        pw0(fa, 1, "pwa", IP_A, IP6_A, "--ulp", fa.ulp_path(1), "--addr", hex(H_A), "--router", ula[1],
+            "--peer", f"{IP_X}={H_X:#x}")
+        pw0(fa, 2, "pws", IP_X, IP6_X, "--san", f"{SAN},127.0.0.1:7402,2", "--addr", hex(H_X), "--router", "3",
+            "--peer", f"{IP_A}={H_A:#x}")
+        ping(fa, 1, IP_X, count=2)
+        before = half("xa")["counters"].get("l3_forwarded", 0)
+        fa.kill("xs", 9)  # X's SAN half dies: X's GSN half must go through Y
+        poll(lambda: fa.ns_exec(1, "ping", "-c", "1", "-W", "1", IP_X, check=False).returncode == 0, 30,
+             interval=0.1, what="ping through the second router")
+        h = half("xa")
+        assert not h["twin_alive"] and h["counters"]["l3_forwarded"] > before
+        assert all(rt["rcvf"][1] == Y_A for rt in h["rts"] if rt["san_id"] == 0x200)  # SAN 0x200 via buddy Y only
