@@ -106,7 +106,7 @@ class IpNode:
         self.fixed_mtu = mtu
         self.mtu = mtu or K.IP_DEFAULT_MTU  # pw0's
         self.mtu_recheck = mtu_recheck  # 0: pw0's MTU is set at bring-up only
-        self.next_recheck = now + mtu_recheck
+        self.next_recheck = float("inf")  # the first round is start()'s
         self.awaiting: set[int] = set()  # peers whose route MTU the current round still waits for
         self.now = now
         self.counters: Counter[str] = Counter()

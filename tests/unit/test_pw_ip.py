@@ -121,6 +121,8 @@ def test_mtu_follows_the_route_at_bring_up_then_icmp_per_destination():
 
 def test_pw0_mtu_follows_the_routes_every_recheck():
     n = IpNode(ME, peers={B4: PEER, C4: OTHER}, mtu_recheck=30.0)
+    assert pw(n.handle_timer(500.0)) == [] and not n.mtu_queries  # nothing asked before start (no port yet)
+    n.now = 0.0
     n.start()
     assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 8192)]), b"r") == []  # waits for every peer
     assert n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 1024)]), b"r") == [("mtu", 8192 - 24)]
