@@ -58,6 +58,8 @@ def routed(seconds: float, mtu_words: int) -> dict:
         out["pw0_mtu"] = mtu
         out["router_counters"] = {k: v for h in request(str(ctl), {"cmd": "routes"})["halves"]
                                   for k, v in h["counters"].items() if "drop" in k or "over_mtu" in k}
+        out["pw0_counters"] = {side: {k: v for k, v in request(str(fab.tmp / "pw0.sock"), {"cmd": "status"})[
+            "counters"].items() if not k.startswith(("tx_ipv", "rx_ipv"))} for side, fab in (("A", fa), ("B", fb))}
         return out
 
 
@@ -78,6 +80,7 @@ def main() -> int:
     print(f"routed/p2p: tcp1 {rt['tcp1'] / p2p['tcp1']:.3f}x  tcp4 {rt['tcp4'] / p2p['tcp4']:.3f}x  "
           f"(pw0 MTU {rt['pw0_mtu']})")
     print("router drops:", json.dumps(rt["router_counters"]))
+    print("pw0 counters (besides IP packets sent/received):", json.dumps(rt["pw0_counters"]))
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     return 0
 

@@ -7,11 +7,14 @@ real processes on the bundled defaults (each cable keyed: authenticated datagram
 shows the fabric map the switches built, exchanges Messages on every VC through
 the ULP sockets, prints link states, ULAs, round-trip times and throughput, runs
 IP over GSN, then routes PacketWay packets between the two fabrics through
-pktwayd, and removes everything on exit or Ctrl-C.
+pktwayd, ends with IP (ping, iperf3) from a GSN host to a host on an
+InfiniBand-style fabric through a PacketWay router (pw0 on both), and removes
+everything on exit or Ctrl-C.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -114,35 +117,71 @@ def _packetway(fa: Fabric) -> None:
             rts = "; ".join(f"SAN {rt['san_id']:#x} via RCVF {','.join(hex(x) for x in rt['rcvf'])} "
                             f"(Q {rt['csr_q']}, MinMTU {rt['min_mtu']})" for rt in h["rts"])
             print(f"  half {h['addr']:#x}: {rts}")
-        _ip_over_packetway(fa, fb, ula_a, ula_b)
+    _ip_across_unlike_sans(fa)
 
 
-def _ip_over_packetway(fa: Fabric, fb: Fabric, ula_a: list[str], ula_b: list[str]) -> None:
-    """pw0 (pktway ip) on A1 and B2: IP across the PacketWay router."""
+IB_SM, IB_GUIDS, IB_LIDS = "127.0.0.1:4791", (0x0002C903000000A1, 0x0002C903000000B2), (7, 9)  # router, host
+
+
+def _ib_fabric(fa: Fabric) -> None:
+    """An InfiniBand-style fabric in host2's namespace (over its loopback): ib-sm with fixed
+    LIDs and one ib-switch whose port 1 is the router's, port 2 the IB host's."""
+    t = fa.tmp / "ib"
+    t.mkdir()
+    (t / "lids.json").write_text(json.dumps({"lids": {f"{g:#018x}": lid for g, lid in zip(IB_GUIDS, IB_LIDS)}}))
+    ports = "".join(f'[[port]]\nnumber = {n}\nlocal = "127.0.0.1:750{n}"\npeer = "127.0.0.1:760{n}"\n' for n in (1, 2))
+    (t / "sw.toml").write_text(f'[switch]\nguid = "0x1001"\nsm = "{IB_SM}"\nruntime_dir = "{t}/sw"\n{ports}')
+    fa.spawn("ib-sm", 2, str(BIN / "ib-sm"), "--listen", IB_SM, "--state-file", str(t / "lids.json"),
+             "--runtime-dir", str(t))
+    fa.spawn("ib-switch", 2, str(BIN / "ib-switch"), "-c", str(t / "sw.toml"))
+
+
+def _ip_across_unlike_sans(fa: Fabric) -> None:
+    """pw0 (pktway ip) on A1 (GSN) and on a host of an InfiniBand-style fabric, joined to
+    fabric A by router 'rai' (half 0x52 on host2's gsnd, half 0x53 a UD port on the IB
+    fabric): IP across two unlike SANs."""
     from daemons.runtime.control import request
 
-    print("\nIP over PacketWay: pw0 (pktway ip, a TUN) on A1 10.77.0.1 and B2 10.77.0.2")
-    for fab, i, me, peer, router, ip, peer_ip in ((fa, 1, 0x40, 0x60, ula_a[2], "10.77.0.1", "10.77.0.2"),
-                                                   (fb, 2, 0x60, 0x40, ula_b[0], "10.77.0.2", "10.77.0.1")):
-        fab.spawn("pw0", i, str(BIN / "pktway"), "ip", "--ulp", fab.ulp_path(i), "--addr", hex(me), "--router", router,
-                  "--name", ip, "--peer", f"{peer_ip}={peer:#x}", "--control", str(fab.tmp / "pw0.sock"))
-        poll(lambda: fab.ns_exec(i, "ip", "link", "show", "pw0", check=False).returncode == 0, 10, what="pw0")
-        fab.ns_exec(i, "ip", "addr", "add", f"{ip}/24", "dev", "pw0")
-        fab.ns_exec(i, "ip", "link", "set", "pw0", "up")
-    st = poll(lambda: (s := request(str(fa.tmp / "pw0.sock"), {"cmd": "status"}))["mtu"] != 1500 and s, 10,
-              what="pw0's MTU from the route")
-    half_a = request(str(fa.tmp / "rab.sock"), {"cmd": "routes"})["halves"][0]
-    rt = next(rt for rt in half_a["rts"] if any(n["addr"] == 0x60 for n in rt["nodes"]))
+    print("\nIP over PacketWay across unlike SANs: an InfiniBand-style fabric (ib-sm + ib-switch, in host2's\n"
+          "  namespace over loopback) joined to GSN fabric A by router 'rai' (half 0x52 on host2's gsnd, half 0x53\n"
+          "  an IB UD port, LID 7); pw0 (pktway ip, a TUN) on A1 10.77.0.1 (0x40) and on IB host I1 10.77.0.2 (0x70)")
+    ula_a = [fa.wait_ula(i) for i in (1, 2)]
+    _ib_fabric(fa)
+    ctl = fa.tmp / "rai.sock"
+    (fa.tmp / "rai.toml").write_text(
+        f'[router]\nname = "rai"\ncontrol = "{ctl}"\n'
+        f'[[half]]\naddr = 0x52\nsan_id = 0x100\nmtu = 8192\nulp = "{fa.ulp_path(2)}"\n'
+        f'[[half.node]]\naddr = 0x40\nula = "{ula_a[0]}"\n'
+        f'[[half]]\nkind = "infiniband"\naddr = 0x53\nsan_id = 0x300\nmtu = 255\nguid = "{IB_GUIDS[0]:#x}"\n'
+        f'local = "127.0.0.1:7601"\nswitch = "127.0.0.1:7501"\nsm = "{IB_SM}"\n'
+        f'[[half.node]]\naddr = 0x70\nlid = {IB_LIDS[1]}\n')
+    fa.spawn("rai", 2, str(BIN / "pktwayd"), "-c", str(fa.tmp / "rai.toml"))
+    poll(lambda: ctl.exists() and all(h["up"] and len(h["rts"]) == 2 for h in request(str(ctl), {"cmd": "routes"})["halves"]),
+         15, what="router rai's halves up (the IB half once the SM gave it its LID)")
+    ib_host = f"{IB_GUIDS[1]:#x},127.0.0.1:7602,127.0.0.1:7502,{IB_SM}"
+    for i, name, ip, args in ((1, "pw0-a1", "10.77.0.1", ("--ulp", fa.ulp_path(1), "--addr", "0x40", "--router", ula_a[1],
+                                                         "--peer", "10.77.0.2=0x70")),
+                              (2, "pw0-i1", "10.77.0.2", ("--ib", ib_host, "--addr", "0x70", "--router", str(IB_LIDS[0])))):
+        fa.spawn(name, i, str(BIN / "pktway"), "ip", *args, "--name", ip, "--control", str(fa.tmp / f"{name}.sock"))
+        poll(lambda: fa.ns_exec(i, "ip", "link", "show", "pw0", check=False).returncode == 0, 10, what=f"{name}'s pw0")
+        fa.ns_exec(i, "ip", "addr", "add", f"{ip}/24", "dev", "pw0")
+        fa.ns_exec(i, "ip", "link", "set", "pw0", "up")
+    st = poll(lambda: (s := request(str(fa.tmp / "pw0-a1.sock"), {"cmd": "status"}))["mtu"] != 1500 and s, 15,
+              what="A1's pw0 MTU from the route")
+    half = request(str(ctl), {"cmd": "routes"})["halves"][0]
+    rt = next(rt for rt in half["rts"] if any(n["addr"] == 0x70 for n in rt["nodes"]))
+    sr = next(n["sr"] for n in rt["nodes"] if n["addr"] == 0x70)
     hops = " -> ".join(f"half {a:#x}" for a in rt["rcvf"])
-    print(f"  route A1 (0x40) -> {hops} -> B2 (0x60), RCVF of half 0x50's RT for SAN {rt['san_id']:#x}; "
-          f"MinMTU {rt['min_mtu']} words: pw0 MTU {st['mtu']} (GVL2 {st['route_mtu']})")
+    print(f"  route A1 (0x40, GSN SAN 0x100) -> {hops} -> I1 (0x70, IB SAN {rt['san_id']:#x}); last hop "
+          f"L2RH {', '.join(sr)} (DLID {IB_LIDS[1]}, QPN 0xa0)\n"
+          f"  MinMTU {rt['min_mtu']} words: A1's pw0 MTU {st['mtu']} bytes (GVL2: {st['route_mtu']})")
     r = fa.ns_exec(1, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.77.0.2", check=False)
     tail = [line for line in r.stdout.splitlines() if "rtt" in line or "received" in line]
-    print("  ping A1 -> 10.77.0.2: " + ("; ".join(tail) if tail else r.stderr.strip()))
+    print("  ping A1 -> I1 10.77.0.2: " + ("; ".join(tail) if tail else r.stderr.strip()))
     if shutil.which("iperf3"):
-        gbps = iperf3_run(lambda *a: fa.ns_exec(1, *a, check=False, timeout=60), ["ip", "netns", "exec", fb.host_ns[1]],
+        gbps = iperf3_run(lambda *a: fa.ns_exec(1, *a, check=False, timeout=60), ["ip", "netns", "exec", fa.host_ns[1]],
                           "10.77.0.2", "-t", "2")
-        print(f"  iperf3 TCP A1 -> B2 across the router, 2 s: {gbps:.2f} Gbit/s")
+        print(f"  iperf3 TCP A1 (GSN) -> I1 (InfiniBand-style) across router rai, 2 s: {gbps * 1000:.0f} Mbit/s")
 
 
 def main() -> int:

@@ -12,6 +12,9 @@ from daemons.runtime.cliutil import metrics_option, reach_daemon, version_option
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 
+from .constants import IP_MTU_RECHECK_S as K_IP_MTU_RECHECK_S
+from .constants import MEMORY_BOARD_MAX, MEMORY_READ_MAX
+
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -56,13 +59,11 @@ def pktway_main() -> None:
     """
 
 
-def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | None):
+def _snet_config(path: str, router: str):
+    """(the node's ServerNet config, the half-router's route) of --servernet and --router."""
     from daemons.runtime.config import ConfigError
     from servernet.config import load
-    from servernet.pwport import BlockingSnetPort
     from servernet.ring import ring_windows, route
-
-    from .node import Node
 
     try:
         cfg = load(path)
@@ -73,9 +74,19 @@ def _snet_node(path: str, addr: str, router: str, dialect: str, label: bytes | N
     if cfg.peer(str(did)) is None:
         raise click.BadParameter(f"{did:#x} is not a [[peer]] in {path}", param_hint="--router")
     try:
-        return Node(BlockingSnetPort(cfg), _int(addr), route(did), dialect=dialect, name=label)
+        return cfg, route(did)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--router") from None
+
+
+def _snet_node(path: str, addr: str, router: str, dialect: str, **kw):
+    from servernet.pwport import BlockingSnetPort
+
+    from .node import Node
+
+    cfg, hr = _snet_config(path, router)
+    try:
+        return Node(BlockingSnetPort(cfg), _int(addr), hr, dialect=dialect, **kw)
     except OSError as exc:
         click.echo(f"pktway: {path}: {exc.strerror or exc}", err=True)
         sys.exit(71)
@@ -91,27 +102,26 @@ def _capability(text: str) -> tuple[int, bytes]:
 
 
 def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: str, dialect: str,
-          name: str | None = None, servernet: str | None = None, caps=(), groups=()):
+          name: str | None = None, servernet: str | None = None, caps=(), groups=(), memory: int = 0):
     from daemons.io.udp import resolve
 
     from .node import Node
     from .udpsan import UdpSanPort, native
 
-    label = name.encode() if name else None
+    kw = {"name": name.encode() if name else None, "caps": caps, "groups": groups, "memory": memory}
     if sum(x is not None for x in (ulp, san, ib, servernet)) != 1:
         raise click.UsageError("give one of --ulp (a GSN fabric), --san (a datagram SAN), --ib (an InfiniBand-style "
                                "fabric) or --servernet (a ServerNet SAN)")
     if ib is not None:
-        return _ib_node(ib, _int(addr), router, dialect, label)
+        return _ib_node(ib, _int(addr), router, dialect, **kw)
     if servernet is not None:
-        return _snet_node(servernet, addr, router, dialect, label)
+        return _snet_node(servernet, addr, router, dialect, **kw)
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
-                                                                name=label, caps=caps, groups=groups))
+                                                                **kw))
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
-        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, name=label,
-                    caps=caps, groups=groups)
+        return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, **kw)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{san!r}: {exc}; expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT",
                                  param_hint="--san") from None
@@ -120,24 +130,31 @@ def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: s
         sys.exit(71)
 
 
-def _ib_node(ib: str, addr: int, router: str, dialect: str, label: bytes | None):
+def _ib_args(ib: str, router: str):
+    """((GUID, local, switch, SM, P_Key), the half-router's L2RH) of --ib and --router."""
     from daemons.io.udp import resolve
     from ib.constants import QPN_PACKETWAY
-    from ib.udport import BlockingIbPort, route
-
-    from .node import Node
+    from ib.udport import route
 
     try:
         parts = ib.split(",")
         guid, local, switch, sm = int(parts[0], 16), resolve(parts[1]), resolve(parts[2]), resolve(parts[3])
         pkey = _int(parts[4]) if len(parts) > 4 else 0xFFFF
         lid, _, qpn = router.partition(":")
-        hr = route(_int(lid), _int(qpn) if qpn else QPN_PACKETWAY)
+        return (guid, local, switch, sm, pkey), route(_int(lid), _int(qpn) if qpn else QPN_PACKETWAY)
     except (IndexError, ValueError) as exc:
         raise click.BadParameter(f"{ib!r} / --router {router!r}: {exc}; expected GUID,LOCAL_HOST:PORT,"
                                  "SWITCH_HOST:PORT,SM_HOST:PORT[,PKEY] and --router LID[:QPN]", param_hint="--ib") from None
+
+
+def _ib_node(ib: str, addr: int, router: str, dialect: str, **kw):
+    from ib.udport import BlockingIbPort
+
+    from .node import Node
+
+    args, hr = _ib_args(ib, router)
     try:
-        return Node(BlockingIbPort(guid, local, switch, sm, pkey), addr, hr, dialect=dialect, name=label)
+        return Node(BlockingIbPort(*args), addr, hr, dialect=dialect, **kw)
     except OSError as exc:
         click.echo(f"pktway: {ib}: {exc.strerror or exc}", err=True)
         sys.exit(71)
@@ -202,7 +219,10 @@ def send(ulp, san, ib, servernet, addr, router, dialect, dest, text, l2) -> None
               help="A capability to announce and answer TELL with (repeatable), e.g. 7:4,8.")
 @click.option("--group", "groups", multiple=True, metavar="ADDR",
               help="Also listen to this logical address, 0xE00000-0xEFFFFF (repeatable; announced to the router).")
-def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name, caps, groups) -> None:
+@click.option("--memory", type=click.IntRange(0, MEMORY_BOARD_MAX), default=0, metavar="BYTES",
+              help=f"Serve a memory board of this many bytes (0..{MEMORY_BOARD_MAX}) to memory READ/WRITE packets "
+                   "(pktway memory-read / memory-write) while listening.")
+def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name, caps, groups, memory) -> None:
     """Print packets addressed to this node.
 
     At start the node announces itself (INFO to Hey-You), so the router registers it
@@ -212,7 +232,7 @@ def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name,
     if any(g & 0xF00000 != 0xE00000 for g in logical):
         raise click.BadParameter("logical addresses are 0xE00000-0xEFFFFF", param_hint="--group")
     with _node(ulp, san, ib, addr, router, dialect, name, servernet=servernet,
-               caps=[_capability(c) for c in caps], groups=logical) as node:
+               caps=[_capability(c) for c in caps], groups=logical, memory=memory) as node:
         node.announce()
         received = 0
         while count == 0 or received < count:
@@ -290,6 +310,73 @@ def hrto(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
     click.echo(f"{_int(dest):#08x} is on this SAN" if via == _int(dest) else f"use half-router {via:#08x}")
 
 
+def _hex(text: str, what: str) -> bytes:
+    try:
+        return bytes.fromhex(text.replace(":", ""))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not hex bytes (e.g. 00ff10 or 00:ff:10)", param_hint=what) from None
+
+
+@pktway_main.command("memory-write")
+@node_options
+@click.argument("dest")
+@click.argument("address")
+@click.argument("data")
+def memory_write(ulp, san, ib, servernet, addr, router, dialect, dest, address, data) -> None:
+    """Write DATA (hex bytes) at ADDRESS of node DEST's memory board (a memory WRITE packet, L3).
+
+    The board is served by e.g. `pktway listen --memory BYTES`; a write beyond it is
+    dropped there (counted), with no answer."""
+    body = _hex(data, "DATA")
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        node.write_memory(_int(dest), _int(address), body)
+
+
+@pktway_main.command("memory-read")
+@node_options
+@click.argument("dest")
+@click.argument("address")
+@click.argument("count")
+@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for the answer.")
+def memory_read(ulp, san, ib, servernet, addr, router, dialect, dest, address, count, timeout) -> None:
+    """Read COUNT bytes at ADDRESS of node DEST's memory board (a memory READ packet, answered
+    by a WRITE of those bytes); prints them in hex.  Exit 1 without an answer (out of range
+    or no board: the node drops the READ, counted)."""
+    n = _int(count)
+    if not 1 <= n <= MEMORY_READ_MAX:
+        raise click.BadParameter(f"{n} is not 1..{MEMORY_READ_MAX}", param_hint="COUNT")
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        try:
+            data = node.read_memory(_int(dest), _int(address), n, timeout)
+        except TimeoutError:
+            click.echo("pktway: no answer", err=True)
+            sys.exit(1)
+    click.echo(data.hex())
+
+
+@pktway_main.command()
+@node_options
+@click.argument("via")
+@click.argument("dest")
+@click.argument("text")
+@click.option("--l2rh", "l2rhs", multiple=True, metavar="HEX",
+              help="Route bytes of an L2RH the inner packet carries (repeatable, in order, e.g. a ULA or a "
+                   "datagram-SAN port as `pktway route` prints them): VIA routes it at level 2 from there.")
+def embed(ulp, san, ib, servernet, addr, router, dialect, via, dest, text, l2rhs) -> None:
+    """Send TEXT to DEST inside an embedded packet: L3 to node VIA, which unwraps it and sends
+    the inner packet on (along its L2RHs, or L3 through VIA's router)."""
+    from .constants import PT
+    from .eep import L2RH, Packet
+
+    hops = tuple(L2RH(_hex(h, "--l2rh")) for h in l2rhs)
+    with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
+        inner = Packet(dt=_int(dest), sa=node.addr, pt=PT.USER, data=text.encode(), prefix=hops)
+        try:
+            node.send_embedded(_int(via), inner)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--l2rh") from None
+
+
 @pktway_main.command()
 @click.argument("control")
 @click.option("--json", "as_json", is_flag=True)
@@ -335,16 +422,29 @@ def _peer(text: str):
                              "other pw0 nodes find it without --peer.")
 @click.option("--mtu", type=click.IntRange(68, 65535), help="Fix pw0's MTU (default: follow the MinMTU of "
                                                             "the routes to the --peer hosts).")
+@click.option("--mtu-recheck", type=click.FloatRange(0, 86400), default=K_IP_MTU_RECHECK_S, show_default=True,
+              metavar="SECONDS", help="Ask the --peer routes' MinMTU again this often and set pw0's MTU to the least "
+                                      "(0: at bring-up only; between rounds a shrink reaches senders as ICMP).")
+@click.option("--join", "joins", multiple=True, metavar="GROUP",
+              help="Also receive this IP multicast group (repeatable; 224.0.0.1 and ff02::1 always): its "
+                   "PacketWay logical address is announced to the router.")
 @click.option("--control", help="A control socket answering {\"cmd\": \"status\"} (counters, resolution, MTUs).")
-def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, control) -> None:
+def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, mtu_recheck, joins, control) -> None:
     """IP over PacketWay: a pw0 TUN interface on this node.
 
     Every IPv4/IPv6 packet routed to pw0 travels as one L3 PacketWay packet (PT = its
     EtherType, 0x0800 or 0x86DD) through the half-router; nothing is fragmented: pw0's MTU
     follows the routes' MinMTU, and a packet too big for a route that shrank comes back to
-    the sender as ICMP "fragmentation needed" / "packet too big".  Runs until stopped.
+    the sender as ICMP "fragmentation needed" / "packet too big".  IP multicast goes to
+    the group's PacketWay logical address (0xE00000 | low 19 bits for IPv4, 0xE80000 |
+    low 19 bits for IPv6) and 255.255.255.255 to PacketWay broadcast: the router copies
+    it to every member.  Runs until stopped.
 
     \b
+    The node may sit on any SAN the router joins: a GSN fabric (--ulp), an
+    InfiniBand-style fabric (--ib, the port registers with ib-sm first), a ServerNet
+    SAN (--servernet) or the datagram SAN (--san).
+
     Example (host A, GSN fabric; host B at 0x60 behind the router):
       pktway ip --ulp /run/gsnd/gsn0.ulp --addr 0x40 --router 02:00:00:00:00:03 \\
                 --name 10.77.0.1 --peer 10.77.0.2=0x60 &
@@ -358,16 +458,32 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, co
     from .ipnode import IpNode
     from .udpsan import AsyncSanPort, native
 
-    if ib is not None or servernet is not None:
-        raise click.UsageError("pw0 runs on a GSN fabric (--ulp) or a datagram SAN (--san); --ib and --servernet "
-                               "nodes carry PacketWay but not pw0 yet")
-    if (ulp is None) == (san is None):
-        raise click.UsageError("give --ulp (a GSN fabric) or --san (an emulated SAN), not both")
+    if sum(x is not None for x in (ulp, san, ib, servernet)) != 1:
+        raise click.UsageError("give one of --ulp (a GSN fabric), --san (a datagram SAN), --ib (an InfiniBand-style "
+                               "fabric) or --servernet (a ServerNet SAN)")
     table = dict(_peer(p) for p in peers)
-    core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu)
+    try:
+        core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu, groups=joins,
+                      mtu_recheck=mtu_recheck)
+    except ValueError as exc:
+        raise click.BadParameter(f"{', '.join(joins)}: {exc}", param_hint="--join") from None
+    where = ulp or san or ib or servernet
     try:
         if ulp is not None:
             driver = PwIp(core, dev=dev, router_route=parse_ula(router), dialect=dialect, ulp=ulp, control=control)
+        elif ib is not None:  # up once the subnet manager gave the port its LID
+            from ib.udport import AsyncIbPort
+
+            args, hr = _ib_args(ib, router)
+            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=AsyncIbPort(*args),
+                          port_reports_status=True, control=control)
+        elif servernet is not None:
+            from servernet.pwport import AsyncSnetPort
+
+            cfg, hr = _snet_config(servernet, router)
+            port = AsyncSnetPort(cfg)
+            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=port, own_route=port.own_route,
+                          control=control)
         else:
             parts = san.split(",")
             if len(parts) != 3:
@@ -378,7 +494,7 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, co
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--san/--router") from None
     except OSError as exc:
-        click.echo(f"pktway: {san}: {exc.strerror or exc}", err=True)
+        click.echo(f"pktway: {where}: {exc.strerror or exc}", err=True)
         sys.exit(71)
     try:
         trio.run(driver.run)

@@ -76,7 +76,14 @@ IP_RESOLVE_RETRY_S = 1.0  # TELL again after this long without an answer ... (PC
 IP_RESOLVE_TRIES = 3  # ... this many times, then the destination is unknown ... (PC)
 IP_NEGATIVE_S = 5.0  # ... for this long: its packets are dropped, counted (PC)
 IP_LEARNED_S = 300.0  # a learned IP -> PacketWay address is asked again after this long (PC)
+IP_MTU_RECHECK_S = 60.0  # pw0 asks its peers' route MTUs again this often and follows them (PC)
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
+# IP multicast -> PacketWay logical address: the group's low 19 bits under a base per IP
+# version (as IPv4 multicast maps onto Ethernet, the IP stack filters what collides) (PC)
+IP_GROUP_V4_BASE, IP_GROUP_V6_BASE, IP_GROUP_BITS = 0xE00000, 0xE80000, 0x7FFFF
+IP_GROUPS_MAX = 64  # multicast groups one pw0 node listens to (PC)
+IP_GROUPS_ALWAYS = ("224.0.0.1", "ff02::1")  # all-hosts / all-nodes: every pw0 node is a member (PC)
+MEMORY_BOARD_MAX = 1 << 20  # bytes of memory board one node may serve (pktway listen --memory) (PC)
 MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer must fit the SANs' MTUs) (PC)

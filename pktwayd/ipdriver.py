@@ -1,7 +1,8 @@
 """``pktway ip``'s trio driver: the pw0 TUN device on one side, the node's port on
-its SAN on the other (gsnd's ULP socket on a GSN fabric, or a port of an emulated
-SAN), the sans-IO :class:`~pktwayd.ipnode.IpNode` in between.  pw0 is created when
-the driver starts and vanishes when it stops; address it with ``ip``.
+its SAN on the other (gsnd's ULP socket on a GSN fabric, or a port on an
+InfiniBand-style fabric, a ServerNet SAN or the datagram SAN), the sans-IO
+:class:`~pktwayd.ipnode.IpNode` in between.  pw0 is created when the driver starts and vanishes
+when it stops; address it with ``ip``.
 
 Bounded: pw0 is read in bursts of at most ``TUN_BURST`` packets, and the next burst
 waits until what the last one queued for gsnd is in its socket."""
@@ -30,14 +31,15 @@ CONTROL_SCHEMA = Schema({"status": {}})
 class PwIp:
     def __init__(self, core: IpNode, *, dev: str, router_route: bytes, dialect: str = "pw0",
                  ulp: str | None = None, san_port=None, own_route: bytes | None = None,
-                 control: str | None = None) -> None:
+                 port_reports_status: bool = False, control: str | None = None) -> None:
         self.core = core
         self.dev = dev
         self.router_route = router_route
         self.dialect = dialect
         self.ulp = ulp
-        self.san_port = san_port  # pktwayd.udpsan.AsyncSanPort
+        self.san_port = san_port  # send_nowait(route, raw) + run(on_frame[, on_status]): udpsan, ib, servernet
         self.own_route = own_route
+        self.port_reports_status = port_reports_status  # the port calls on_status (IB: once the SM gave a LID)
         self.control = control
         self.client = san_port
         self.tun: Tap | None = None
@@ -87,7 +89,7 @@ class PwIp:
             now = self._now()
             for raw in self.tun.drain(TUN_BURST):
                 self.act(self.core.from_tun(raw, now))
-            if self.client is not None and hasattr(self.client, "flush"):
+            if self.san_port is None and self.client is not None:  # gsnd's ULP socket: wait for room
                 await self.client.flush()
             await trio.lowlevel.checkpoint()
 
@@ -100,7 +102,8 @@ class PwIp:
         core = self.core
         return {"ok": True, "dev": self.dev, "addr": core.addr, "mtu": core.mtu, "up": self.up,
                 "peers": {str(ip): a for ip, a in core.static.items()},
-                "learned": {str(ip): a for ip, (a, _) in core.learned.items()},
+                "learned": {str(ip): a for ip, (a, _, _) in core.learned.items()},
+                "confirmed": sorted(str(ip) for ip, (_, _, sure) in core.learned.items() if sure),
                 "route_mtu": {hex(a): m for a, m in core.route_mtu.items()},
                 "counters": dict(core.counters) | dict(self.tun.counters if self.tun else {})
                 | (dict(self.san_port.counters) if self.san_port else {})}
@@ -115,7 +118,9 @@ class PwIp:
                                                 counters=self.control_counters))
                 nursery.start_soon(self._tun_loop)
                 nursery.start_soon(self._timers)
-                if self.san_port is not None:
+                if self.san_port is not None and self.port_reports_status:
+                    nursery.start_soon(self.san_port.run, self.on_frame, self.on_status)
+                elif self.san_port is not None:
                     self.on_status(self.own_route)
                     nursery.start_soon(self.san_port.run, self.on_frame)
                 else:

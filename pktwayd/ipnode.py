@@ -6,11 +6,20 @@ of those types addressed to this node is written to pw0.  There is no link layer
 (pw0 is a TUN device): the IP destination is resolved to a PacketWay address from
 the configured peers, else by asking the router (TELL by NAME, the destination's
 address as text; a pw0 node announces that name), learned answers and sources of
-received packets kept for a while.  Nothing is fragmented: pw0's MTU follows the
-MinMTU of the routes to the configured peers (GVL2 -> L2SR), and when a router
+received packets kept for a while.  Learning is spoof-safe: a received packet's
+source (unverified) never replaces a live entry that says otherwise; it is counted,
+and the node asks the router (TELL) - only the router's answer (confirmed) moves an
+entry to a new address.  Nothing is fragmented: pw0's MTU follows the
+MinMTU of the routes to the configured peers (GVL2 -> L2SR, asked at bring-up and again
+every ``mtu_recheck`` seconds), and when a router
 returns a packet as too big for its route (ERR/GENERAL with the packet's copy) the
 node asks for the route's MTU and hands its IP stack an ICMP "fragmentation needed"
 or ICMPv6 "packet too big" for that destination.
+
+IP multicast goes to a PacketWay logical address (the group's low 19 bits, see
+:func:`logical_of`) and IPv4's limited broadcast to the PacketWay broadcast address:
+the half-router copies it to every member (a node's groups are the LADR of its INFO).
+A pw0 node listens to all-hosts/all-nodes and the groups it was given.
 
 Actions returned, for the driver to carry out:
 ``("pw", Packet, route)`` send on the SAN (route None: to the half-router),
@@ -29,7 +38,7 @@ from daemons.wire.errors import DecodeError
 from . import constants as K
 from . import ippacket
 from . import messages as M
-from .constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
+from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, LOGICAL_BASE, LOGICAL_MASK, PT, ErrTE, RrpTE
 from .eep import Packet, decode
 from .rrp import Addr, Name, Srqr
 
@@ -41,6 +50,23 @@ PLATEAUS = (65535, 32000, 17914, 8166, 4352, 2002, 1492, 1280, 1006, 508, 296, 6
 def ip_mtu(words: int) -> int | None:
     """The largest IP packet an L3 EEP packet of ``words`` (an MTU; 0 = unlimited) holds."""
     return None if words == 0 else max(0, 8 * words - OVERHEAD)
+
+
+V4_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+
+
+def logical_of(ip) -> int | None:
+    """The PacketWay address an IP multicast or broadcast destination goes to, else None."""
+    if ip.version == 4 and ip == V4_BROADCAST:
+        return ADDR_BROADCAST
+    if not ip.is_multicast:
+        return None
+    base = K.IP_GROUP_V4_BASE if ip.version == 4 else K.IP_GROUP_V6_BASE
+    return base | (int(ip) & K.IP_GROUP_BITS)
+
+
+def is_group(a: int) -> bool:
+    return a == ADDR_BROADCAST or a & LOGICAL_MASK == LOGICAL_BASE
 
 
 def plateau_below(size: int, v6: bool) -> int:
@@ -58,23 +84,33 @@ class _Pending:
 @dataclass
 class _MtuQuery:
     until: float
+    tries: int = 1
     copies: deque = field(default_factory=lambda: deque(maxlen=K.IP_TOO_BIG_HELD))
 
 
 class IpNode:
     def __init__(self, addr: int, *, peers=None, name: bytes | None = None, mtu: int | None = None,
-                 now: float = 0.0) -> None:
+                 groups=(), mtu_recheck: float = K.IP_MTU_RECHECK_S, now: float = 0.0) -> None:
         self.addr = addr
         self.name = name
+        logical = [logical_of(ipaddress.ip_address(g)) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
+        if len(logical) > K.IP_GROUPS_MAX:
+            raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
+        listened = {a for a in logical if a is not None and a != ADDR_BROADCAST}
+        if len(listened) != len(set(logical)):
+            raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
+        self.groups = tuple(sorted(listened))  # the logical addresses I listen to
         self.static: dict = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
-        self.learned: dict = {}  # ip -> (PacketWay address, until)
+        self.learned: dict = {}  # ip -> (PacketWay address, until, confirmed by the router's INFO)
         self.negative: dict = {}  # ip -> until
         self.pending: dict = {}  # ip -> _Pending
         self.route_mtu: dict[int, int] = {}  # PacketWay address -> largest IP packet
         self.mtu_queries: dict[int, _MtuQuery] = {}
         self.fixed_mtu = mtu
         self.mtu = mtu or K.IP_DEFAULT_MTU  # pw0's
-        self.mtu_settled = False
+        self.mtu_recheck = mtu_recheck  # 0: pw0's MTU is set at bring-up only
+        self.next_recheck = float("inf")  # the first round is start()'s
+        self.awaiting: set[int] = set()  # peers whose route MTU the current round still waits for
         self.now = now
         self.counters: Counter[str] = Counter()
 
@@ -82,18 +118,34 @@ class IpNode:
     def start(self) -> list:
         """Announce myself (INFO to Hey-You: the router registers me under my name) and ask
         the MinMTU of the routes to the configured peers (pw0's MTU follows them)."""
-        out = [("pw", M.info(ADDR_HEY_YOU, self.addr, self.addr, self.name), None)]
-        for a in sorted(set(self.static.values())):
+        out = [("pw", self._announce(ADDR_HEY_YOU), None)]
+        return out + self._mtu_round()
+
+    def _mtu_round(self) -> list:
+        """Ask the MinMTU of the routes to the configured peers; once all answered (or timed
+        out), pw0's MTU is the least of them."""
+        peers = set(self.static.values())
+        self.awaiting = peers if self.fixed_mtu is None else set()
+        self.next_recheck = self.now + self.mtu_recheck
+        out = []
+        for a in sorted(peers):
             out += self._ask_mtu(a)
         return out
 
+    def _announce(self, dt: int) -> Packet:
+        return M.info(dt, self.addr, self.addr, self.name, (), self.groups)
+
+    def _rechecks(self) -> bool:
+        return bool(self.static) and self.fixed_mtu is None and self.mtu_recheck > 0
+
     def timer(self) -> float:
         times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
+        times += [self.next_recheck] if self._rechecks() else []
         return min(times, default=self.now + 1.0)
 
     def handle_timer(self, now: float) -> list:
         self.now = now
-        out = []
+        out = self._mtu_round() if self._rechecks() and now >= self.next_recheck else []
         for ip, p in list(self.pending.items()):
             if p.next > now:
                 continue
@@ -104,9 +156,16 @@ class IpNode:
                 continue
             out += self._tell(ip, p)
         for a, q in list(self.mtu_queries.items()):
-            if q.until <= now:  # no L2SR: guess from the packets' own sizes
-                self.counters["mtu_query_unanswered"] += 1
-                out += self._mtu_known(a, None)
+            if q.until > now:
+                continue
+            if a in self.awaiting and not q.copies and q.tries < K.IP_RESOLVE_TRIES:  # a round: ask again
+                q.tries += 1
+                q.until = now + K.IP_RESOLVE_RETRY_S
+                self.counters["gvl2_sent"] += 1
+                out.append(("pw", M.gvl2(ADDR_HEY_YOU, self.addr, a), None))
+                continue
+            self.counters["mtu_query_unanswered"] += 1  # no L2SR: guess from the packets' own sizes
+            out += self._mtu_known(a, None)
         for ip in [ip for ip, until in self.negative.items() if until <= now]:
             del self.negative[ip]
         return out
@@ -120,14 +179,25 @@ class IpNode:
             return hit[0]
         return None
 
-    def _learn(self, ip, addr: int) -> None:
+    def _learn(self, ip, addr: int, confirmed: bool) -> list:
+        """Keep ip -> addr.  From a packet's source (not confirmed) only when nothing live says
+        otherwise; a conflict is counted and asked of the router, whose answer decides."""
         if ip in self.static or not 1 <= addr < ADDR_HEY_YOU:
-            return
-        if ip not in self.learned and len(self.learned) >= K.IP_NEIGHBOURS_MAX:
+            return []
+        hit = self.learned.get(ip)
+        if hit is not None and hit[1] > self.now and hit[0] != addr and not confirmed:
+            self.counters["learn_refused_confirmed" if hit[2] else "learn_refused_conflict"] += 1
+            if hit[2] or ip in self.pending or len(self.pending) >= K.IP_PENDING_DESTS:
+                return []
+            p = self.pending[ip] = _Pending()  # verify: TELL, the INFO answer is confirmed
+            return self._tell(ip, p)
+        if hit is None and len(self.learned) >= K.IP_NEIGHBOURS_MAX:
             oldest = min(self.learned, key=lambda k: self.learned[k][1])
             del self.learned[oldest]
             self.counters["neighbour_evicted"] += 1
-        self.learned[ip] = (addr, self.now + K.IP_LEARNED_S)
+        keep = confirmed or (hit is not None and hit[2] and hit[0] == addr and hit[1] > self.now)
+        self.learned[ip] = (addr, self.now + K.IP_LEARNED_S, keep)
+        return []
 
     def _tell(self, ip, p: _Pending) -> list:
         p.tries += 1
@@ -153,15 +223,10 @@ class IpNode:
         out = []
         if mtu is not None:
             self.route_mtu[a] = mtu
-            peers = set(self.static.values())
-            if self.fixed_mtu is None and not self.mtu_settled and peers <= set(self.route_mtu):
-                # bring-up: pw0's MTU is the least MinMTU of the routes to the configured peers;
-                # later shrinks reach the IP stack per destination, as ICMP errors
-                self.mtu_settled = True
-                want = max(68, min(65535, *(self.route_mtu[p] for p in peers)))
-                if want != self.mtu:
-                    self.mtu = want
-                    out.append(("mtu", want))
+        if a in self.awaiting:
+            self.awaiting.discard(a)
+            if not self.awaiting:
+                out += self._follow_routes()
         for copy, size in (q.copies if q else ()):
             limit = self.route_mtu.get(a)
             if limit is None or limit >= size:  # the router said too big, yet the route says it fits
@@ -169,6 +234,20 @@ class IpNode:
                 self.route_mtu[a] = limit
             out += self._too_big(copy, limit)
         return out
+
+    def _follow_routes(self) -> list:
+        """pw0's MTU := the least MinMTU of the routes to the configured peers (at bring-up and
+        every ``mtu_recheck`` s; between rounds a shrink reaches the IP stack per destination,
+        as an ICMP error)."""
+        known = [self.route_mtu[p] for p in set(self.static.values()) if p in self.route_mtu]
+        if not known:
+            return []
+        want = max(68, min(65535, min(known)))
+        if want == self.mtu:
+            return []
+        self.mtu = want
+        self.counters["mtu_changed"] += 1
+        return [("mtu", want)]
 
     def _too_big(self, ip_packet: bytes, mtu: int) -> list:
         icmp = ippacket.too_big(ip_packet, mtu)
@@ -187,9 +266,10 @@ class IpNode:
             c["tun_drop_not_ip"] += 1
             return []
         pt, _src, dst = head
-        if dst.is_multicast or (dst.version == 4 and dst == ipaddress.IPv4Address("255.255.255.255")):
-            c["tun_drop_multicast"] += 1
-            return []
+        group = logical_of(dst)
+        if group is not None:
+            c[f"tx_group_ipv{dst.version}"] += 1
+            return [("pw", Packet(dt=group, sa=self.addr, pt=pt, data=raw), None)]
         a = self.resolve(dst)
         if a is None:
             if dst in self.negative:
@@ -234,7 +314,7 @@ class IpNode:
         if pkt.prefix:
             c["rx_drop_l2rh"] += 1  # hosts may discard packets that still carry an L2RH [E:L265]
             return []
-        if pkt.dt not in (self.addr, ADDR_HEY_YOU):
+        if pkt.dt not in (self.addr, ADDR_HEY_YOU, ADDR_BROADCAST) and pkt.dt not in self.groups:
             c["rx_drop_not_for_me"] += 1
             return []
         if pkt.options:
@@ -251,12 +331,15 @@ class IpNode:
 
     def _ip_in(self, pkt: Packet) -> list:
         head = ippacket.parse(pkt.data)
-        if head is None or head[0] != pkt.pt or pkt.dt != self.addr:
-            self.counters["rx_drop_bad_ip"] += 1
+        if head is None or head[0] != pkt.pt or pkt.dt != (logical_of(head[2]) or self.addr):
+            self.counters["rx_drop_bad_ip"] += 1  # malformed, or sent to an address its IP one does not map to
             return []
-        self._learn(head[1], pkt.sa)
+        if logical_of(head[1]) is not None:
+            self.counters["rx_drop_group_source"] += 1
+            return []
+        out = self._learn(head[1], pkt.sa, confirmed=False)
         self.counters[f"rx_ipv{4 if pkt.pt == K.PT_IPV4 else 6}"] += 1
-        return [("tun", pkt.data)]
+        return out + [("tun", pkt.data)]
 
     def _records(self, pkt: Packet):
         try:
@@ -271,7 +354,7 @@ class IpNode:
             if not 1 <= pkt.sa < ADDR_HEY_YOU:
                 c["wru_bad_source"] += 1
                 return []
-            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name), route)]
+            return [("pw", self._announce(pkt.sa), route)]
         recs = self._records(pkt)
         if recs is None:
             return []
@@ -279,7 +362,7 @@ class IpNode:
             # level C: a query about me (by my address or name) by L3, answered the way it came
             fits = recs in ([Addr(self.addr)], [Name(self.name)] if self.name else None)
             c["tell_answered"] += 1
-            return [("pw", M.info(pkt.sa, self.addr, self.addr, self.name) if fits
+            return [("pw", self._announce(pkt.sa) if fits
                      else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs), route)]
         if pkt.te == RrpTE.INFO:
             return self._info(recs)
@@ -307,7 +390,7 @@ class IpNode:
                 p = self.pending.pop(ip, None)
                 if p is None:
                     continue
-                self._learn(ip, addr)
+                self._learn(ip, addr, confirmed=True)
                 self.counters["resolved"] += 1
                 for raw in p.packets:
                     out += self._send(addr, ippacket.PT_OF_VERSION[raw[0] >> 4], raw)
@@ -346,7 +429,7 @@ class IpNode:
         pt, dt, sa, h = w0 & 0xFFFF, (w0 >> 32) & 0xFFFFFF, w1 & 0xFFFFFF, (w1 >> 31) & 1
         size = 8 * ((w1 >> 32) & 0x1FFFFFF) - ((w1 >> 57) & 7)
         ip_packet = bytes(copy[16:])
-        if pt not in IP_TYPES or sa != self.addr or h or ippacket.parse_head(ip_packet) is None:
+        if pt not in IP_TYPES or sa != self.addr or h or is_group(dt) or ippacket.parse_head(ip_packet) is None:
             c["err_general_not_ip"] += 1
             return []
         c["too_big_returned"] += 1

@@ -116,3 +116,36 @@ def test_datagram_san_switch_counts_garbage(net):
     poll(lambda: any(k.startswith("rx_bad") for k in request(ctl, {"cmd": "routes"})["halves"][1]["counters"]), 10,
          what="the router's count of the malformed packet")
     assert json.dumps(request(ctl, {"cmd": "routes"}))  # still answering
+
+
+def test_memory_board_and_embedded_packet_from_the_cli(net):
+    """pktway memory-write / memory-read against a node serving a memory board (listen
+    --memory), and pktway embed: an embedded packet L3 to the node, unwrapped there."""
+    fa, ula_a, ctl, _san_ctl = net
+    listener = subprocess.Popen(["ip", "netns", "exec", fa.host_ns[1], str(BIN / "pktway"), "listen", "--san", HS_SAN,
+                                 "--router", "1", "--addr", hex(H_S), "--memory", "64", "--count", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gsn = ("--ulp", fa.ulp_path(1), "--addr", hex(H_A), "--router", ula_a[1])
+    try:
+        poll(lambda: request(ctl, {"cmd": "routes"})["halves"][1]["counters"].get("nodes_registered"), 10,
+             what="the datagram-SAN host's announcement")
+        w = fa.ns_exec(1, str(BIN / "pktway"), "memory-write", *gsn, hex(H_S), "8", "ca:fe:00:42", check=False)
+        assert w.returncode == 0, w.stderr
+        r = poll(lambda: (x := fa.ns_exec(1, str(BIN / "pktway"), "memory-read", *gsn, hex(H_S), "6", "6",
+                                          "--timeout", "2", check=False)).returncode == 0 and x, 10,
+                 what="the memory board's answer")
+        assert r.stdout.strip() == "0000cafe0042"
+        out_of_range = fa.ns_exec(1, str(BIN / "pktway"), "memory-read", *gsn, hex(H_S), "60", "8", "--timeout", "1",
+                                  check=False)
+        assert out_of_range.returncode == 1 and "no answer" in out_of_range.stderr
+        bad = fa.ns_exec(1, str(BIN / "pktway"), "memory-write", *gsn, hex(H_S), "0", "zz", check=False)
+        assert bad.returncode == 2 and "not hex bytes" in bad.stderr and "Traceback" not in bad.stderr
+        e = fa.ns_exec(1, str(BIN / "pktway"), "embed", *gsn, hex(H_S), hex(H_S), "wrapped hello", check=False)
+        assert e.returncode == 0, e.stderr
+        out, err = listener.communicate(timeout=20)
+        assert listener.returncode == 0, err
+        assert f"from {H_A:#08x} pt=0x0006 te=0: b'wrapped hello'" in out, out
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+            listener.wait()

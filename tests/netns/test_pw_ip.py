@@ -76,9 +76,10 @@ def _routes(control: str):
 
 
 def pw0(fab, i: int, ula_router: str, addr: int, ip4: str, ip6: str, *args: str) -> str:
+    """pw0 whose MTU is set at bring-up only: a shrink must reach the sender as ICMP."""
     control = str(fab.tmp / f"pwip{i}.sock")
     fab.spawn(f"pwip{i}", i, str(BIN / "pktway"), "ip", "--ulp", fab.ulp_path(i), "--addr", hex(addr),
-              "--router", ula_router, "--name", ip4, "--control", control, *args)
+              "--router", ula_router, "--name", ip4, "--control", control, "--mtu-recheck", "0", *args)
     poll(lambda: fab.ns_exec(i, "ip", "link", "show", "pw0", check=False).returncode == 0, 10, what="pw0")
     fab.ns_exec(i, "ip", "addr", "add", f"{ip4}/24", "dev", "pw0")
     fab.ns_exec(i, "ip", "addr", "add", f"{ip6}/64", "dev", "pw0", "nodad")
