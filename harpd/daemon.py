@@ -28,7 +28,7 @@ from .states import Phase
 from .wire import Address
 from .kernel import Neighbours, open_neigh_listener, parse_neigh_requests, set_solicit
 from .options import Options
-from daemons.runtime.corerunner import CoreRunner
+from daemons.runtime.corerunner import CoreRunner, drain
 
 log = structlog.get_logger("harpd")
 
@@ -89,7 +89,7 @@ class Agent:
         self.ifname = ifname
         self.ulp_path = ulp_path
         self.core = HarpCore(opts.lises[ifname], trio.current_time(), opts.timers)
-        self.runner = CoreRunner(self.core, lambda item: self._send(*item), self._events)
+        self.runner = CoreRunner(self.core, drain(self.core, lambda item: self._send(*item), self._events))
         self.kernel = Neighbours(ifname)
         self.ifindex: int | None = None
         self.ula: bytes | None = None

@@ -136,7 +136,7 @@ class SwitchFast:
 
 
 class SettledCore:
-    """A core for ib.runner whose timers first take in the C path's sends (reaping reads them)."""
+    """A core for daemons.runtime.corerunner whose timers first take in the C path's sends (reaping reads them)."""
 
     def __init__(self, fast: PortFast) -> None:
         self.fast = fast

@@ -24,7 +24,7 @@ from .control import IPOIB_SCHEMA
 from .portcore import PortCore
 from .constants import DROPLOG_PERIOD_S, KERNEL_GROUPS_POLL_S, PUMP_BUDGET
 from .fastpath import Port, PortFast, SettledCore
-from .runner import Runner
+from daemons.runtime.corerunner import CoreRunner
 from .udp import Udp
 
 log = structlog.get_logger("ipoibd")
@@ -39,7 +39,7 @@ class IpoibDaemon:
         self.mgmt = Udp((cfg.local[0], 0), cfg.sm)
         self.taps: dict[str, Tap] = {}
         self.fast: PortFast | None = None  # the compiled steady state, once the TAPs are open
-        self.runner = Runner(self.core, self.flush)
+        self.runner = CoreRunner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
 
@@ -78,7 +78,7 @@ class IpoibDaemon:
                         self.core.on_cable(data, now)
                     else:
                         self.core.on_tap(self.core.ifaces[src].name, data, now)
-                    self.runner.poke()
+                    self.runner.step()
                     port.resume(src)
         finally:
             port.stop()
@@ -90,7 +90,7 @@ class IpoibDaemon:
             self.fast.settle()
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data, now)
-            self.runner.poke()
+            self.runner.step()
 
     async def _kernel_groups(self) -> None:
         while True:
@@ -98,7 +98,7 @@ class IpoibDaemon:
             for ifc in self.core.ifaces:
                 if ifc.tr is not None:
                     self.core.set_kernel_groups(ifc.name, kgroups.read(ifc.name, ifc.pkey), now)
-            self.runner.poke()
+            self.runner.step()
             await trio.sleep(KERNEL_GROUPS_POLL_S)
 
     def counters(self) -> tuple[Counter, dict[str, Counter], Counter]:
@@ -158,7 +158,7 @@ class IpoibDaemon:
         self.fast = PortFast(self.core, Port(self.cable.sock.fileno(), *self.cfg.peer),
                              [self.taps[i.name].fd for i in self.core.ifaces])
         self.fast.sync()
-        self.runner = Runner(SettledCore(self.fast), self.flush)
+        self.runner = CoreRunner(SettledCore(self.fast), self.flush)
         log.info("port.start", guid=f"{self.cfg.guid:#x}", interfaces=list(self.taps))
         try:
             async with trio.open_nursery() as n:

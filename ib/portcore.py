@@ -95,7 +95,7 @@ class PortCore:
         self._next_register = now
         self._next_hello = now
         self._next_reap = now + 1.0
-        self.timers_changed = True  # a request or a join was added (see ib.runner)
+        self.timers_changed = True  # a request or a join was added (see daemons.runtime.corerunner)
 
     # --- helpers -------------------------------------------------------------------------
     @property

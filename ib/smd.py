@@ -21,7 +21,7 @@ from daemons.runtime.notify import sd_notify
 from .config import SmConfig
 from .control import SM_SCHEMA
 from .constants import DROPLOG_PERIOD_S
-from .runner import Runner
+from daemons.runtime.corerunner import CoreRunner
 from .smcore import SmCore
 from .udp import Udp
 
@@ -53,7 +53,7 @@ class SmDaemon:
         self.cfg = cfg
         self.core = SmCore(secrets.randbits(64) or 1, cfg.parts, load_lids(cfg.state_file), cfg.gid_prefix)
         self.udp = Udp(cfg.listen)
-        self.runner = Runner(self.core, self.flush)
+        self.runner = CoreRunner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
 
@@ -74,7 +74,7 @@ class SmDaemon:
             now = trio.current_time()
             for data, src in self.udp.drain():
                 self.core.on_datagram(data, src, now)
-            self.runner.poke()
+            self.runner.step()
 
     async def _control(self, req: dict) -> dict:
         return {"ok": True, **self.core.status(), "socket": dict(self.udp.counters), "control": dict(self.control_counters)}

@@ -25,7 +25,7 @@ class SwitchCore:
         self._out: list[tuple] = []
         self._next_hello = now
         self._next_report = now
-        self.timers_changed = True  # see ib.runner
+        self.timers_changed = True  # see daemons.runtime.corerunner
 
     # --- data plane ---------------------------------------------------------------
     def on_cable(self, port: int, data: bytes, now: float) -> list[tuple[int, bytes]]:

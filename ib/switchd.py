@@ -17,7 +17,7 @@ from .config import SwitchConfig
 from .control import SWITCH_SCHEMA
 from .constants import DROPLOG_PERIOD_S
 from .fastpath import Switch, SwitchFast
-from .runner import Runner
+from daemons.runtime.corerunner import CoreRunner
 from .switchcore import SwitchCore
 from .udp import Udp
 
@@ -31,7 +31,7 @@ class SwitchDaemon:
         self.cables = {p.number: Udp(p.local, p.peer) for p in cfg.ports}
         self.mgmt = Udp(cfg.mgmt_local or ("0.0.0.0", 0), cfg.sm)
         self.fast = SwitchFast(self.core, Switch([(p.number, self.cables[p.number].sock.fileno(), *p.peer) for p in cfg.ports]))
-        self.runner = Runner(self.core, self.flush)
+        self.runner = CoreRunner(self.core, self.flush)
         self.droplog = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
 
@@ -57,7 +57,7 @@ class SwitchDaemon:
                         self.cables[out].send(d)
                     sw.resume(number)
                 if self.core.timer() <= now:  # e.g. a new neighbour to report
-                    self.runner.poke()
+                    self.runner.step()
         finally:
             sw.stop()
 
@@ -67,7 +67,7 @@ class SwitchDaemon:
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data)
             self.fast.sync()
-            self.runner.poke()
+            self.runner.step()
 
     def counters(self) -> tuple[Counter, dict[int, Counter]]:
         """(switch core, per cable socket) counters: the Python path's and the compiled one's together."""

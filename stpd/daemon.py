@@ -18,7 +18,7 @@ import trio
 
 from daemons.runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
 from daemons.runtime.control import NOBODY, bind_unix, peer_cred, request as control_request, unlink_unix
-from daemons.runtime.corerunner import CoreRunner
+from daemons.runtime.corerunner import CoreRunner, drain
 from daemons.runtime.log import CounterLog
 from daemons.runtime.metrics import Family, counter_families
 from daemons.runtime.notify import StatusLine, sd_notify
@@ -95,7 +95,7 @@ class Stpd:
     def __init__(self, cfg: StpdConfig) -> None:
         self.cfg = cfg
         self.core = StCore(trio.current_time(), params=cfg.params, timers=cfg.timers)
-        self.runner = CoreRunner(self.core, self._out, self._events)
+        self.runner = CoreRunner(self.core, drain(self.core, self._out, self._events))
         self.client: AsyncUlpClient | None = None
         self.ula: bytes | None = None
         self.pending: dict[tuple, trio.Event] = {}  # keys somebody waits for

@@ -8,7 +8,7 @@ import trio
 from daemons.constants import ETHERTYPE_ARP, ULA_HARP_SERVER
 from daemons.link.link import Timers as LinkTimers
 from harpd.core import Gone, HarpCore, LisConfig, Phase, Resolved, Unresolved
-from daemons.runtime.corerunner import CoreRunner
+from daemons.runtime.corerunner import CoreRunner, drain
 from tests.sim.fabric import SimFabric
 
 NET = IPv4Network("192.0.2.0/24")
@@ -41,8 +41,8 @@ class Hosts:
                                          if self.v6 else [])
         core = self.cores[i] = HarpCore(lises, trio.current_time())
         self.events[i] = []
-        runner = self.runners[i] = CoreRunner(core, lambda item: fab.send(i, 1, item[0], ETHERTYPE_ARP, item[1]),
-                                              self.events[i].extend)
+        runner = self.runners[i] = CoreRunner(core, drain(core, lambda item: fab.send(i, 1, item[0], ETHERTYPE_ARP, item[1]),
+                                                                self.events[i].extend))
         fab.handlers[i] = lambda m: self._deliver(i, m)
         core.set_port(fab.endpoints[i].ula, addrs, trio.current_time())
         runner.step()

@@ -7,7 +7,7 @@ import struct
 import trio
 
 from daemons.link.link import Timers as LinkTimers
-from daemons.runtime.corerunner import CoreRunner
+from daemons.runtime.corerunner import CoreRunner, drain
 from stpd.constants import ETHERTYPE_ST, Function
 from stpd.core import Accepted, Closed, Connected, OpDone, Params, RegionReady, StCore, TransferDone
 from tests.sim.fabric import SimFabric
@@ -22,8 +22,9 @@ async def test_st_over_lossy_fabric(autojump_clock):
         await fab.wait_ready(60)
         for i in range(2):
             core = StCore(trio.current_time(), params=Params(bufsize=16, max_stu=16, max_block=18))
-            runner = CoreRunner(core, lambda item, i=i: fab.send(i, item[1], item[0], ETHERTYPE_ST,
-                                                                  bytes(item[2]) + bytes(item[3])), events[i].extend)
+            runner = CoreRunner(core, drain(core, lambda item, i=i: fab.send(i, item[1], item[0], ETHERTYPE_ST,
+                                                                              bytes(item[2]) + bytes(item[3])),
+                                            events[i].extend))
 
             def deliver(m, core=core, runner=runner):
                 core.receive(m.s_ula, m.payload, trio.current_time())
