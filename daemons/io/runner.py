@@ -47,12 +47,17 @@ class LinkRunner:
         # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
         # datagram by its path MTU; other transports (the in-memory cable) one by one
         self._send_many = getattr(transport, "send_many", None) or self._send_each
-        # gsnd's data plane replaces both ends: pump(now) receives a batch in C, the
-        # link's datagrams leave through send_many (daemons/gsnd/dataplane.py)
-        self.pump: Callable[[float], int] | None = None
+        # gsnd's data plane (daemons/gsnd/dataplane.py) replaces the loop: run_dataplane
+        self.dataplane = None
+        self._high_water = 0
+        self._own_timer: Callable[[], float] = lambda: float("inf")
 
-    def use(self, pump: Callable[[float], int], send_many: Callable[[list], None]) -> None:
-        self.pump, self._send_many = pump, send_many
+    def use(self, dataplane, high_water: int, own_timer: Callable[[], float]) -> None:
+        """Run the cable and the TAP through ``dataplane`` (DataPlane.run in C).
+        ``own_timer()``: the core's next deadline besides the link's (the C loop keeps
+        the link's ack, credit and keepalive times itself)."""
+        self.dataplane, self._high_water, self._own_timer = dataplane, high_water, own_timer
+        self._send_many = dataplane.send_many
 
     def _send_each(self, dgrams) -> None:
         for dgram in dgrams:
@@ -79,25 +84,48 @@ class LinkRunner:
             self._scope.deadline = min(self._scope.deadline, self._timer())
 
     async def run(self) -> None:
+        if self.dataplane is not None:
+            return await self._run_dataplane()
         receive = self.link.receive
         while True:
             with trio.CancelScope(deadline=self._timer()) as self._scope:
                 await self.transport.wait_readable()
             self._scope = None
             now = trio.current_time()
-            if self.pump is not None:
-                if self.pump(now):
-                    self.last_heard = now
-            else:
-                dgrams = self.transport.drain()
-                if dgrams:
-                    self.last_heard = now
-                for dgram in dgrams:
-                    receive(dgram, now)
-            rtx = self._handle_timer(now)
-            if rtx:
-                self._send_many(rtx)
-            self.on_input(now)
-            # what came in took time to handle: acks and credits due by now leave now
-            self.after(trio.current_time())
+            dgrams = self.transport.drain()
+            if dgrams:
+                self.last_heard = now
+            for dgram in dgrams:
+                receive(dgram, now)
+            self._handled(now)
             await trio.lowlevel.checkpoint()
+
+    async def _run_dataplane(self) -> None:
+        """The C loop (daemons/_loop.h) while the data plane is busy; trio's wait while it
+        is idle.  Between two calls the other tasks run (a checkpoint), so a control
+        socket waits at most until the loop sees trio's epoll descriptor ready, and
+        trio's timers at most C.DP_SLICE_S."""
+        dp = self.dataplane
+        trio_fd = dp.trio_fd
+        while True:
+            now = trio.current_time()
+            ran = dp.run(now, min(now + C.DP_SLICE_S, self._own_timer()), self._high_water, trio_fd)
+            now = trio.current_time()
+            if ran.datagrams:
+                self.last_heard = now
+            self._handled(now)
+            if ran.idle:
+                with trio.CancelScope(deadline=self._timer()) as self._scope:
+                    await dp.wait_readable()
+                self._scope = None
+            else:
+                await trio.lowlevel.checkpoint()
+
+    def _handled(self, now: float) -> None:
+        """After input or a timer: retransmissions, the core's events, what it queued."""
+        rtx = self._handle_timer(now)
+        if rtx:
+            self._send_many(rtx)
+        self.on_input(now)
+        # what came in took time to handle: acks and credits due by now leave now
+        self.after(trio.current_time())
