@@ -603,7 +603,17 @@ static PyObject *mod_setup_dp(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_crc_impl(PyObject *self, PyObject *args)
+{
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "|z:crc_impl", &name))
+        return NULL;
+    return PyUnicode_FromString(crc_use(name));
+}
+
 #define PUMP_MODULE_METHODS                                                                                  \
+    {"crc_impl", mod_crc_impl, METH_VARARGS,                                                                 \
+     "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},   \
     {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
      "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
     {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},
