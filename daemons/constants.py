@@ -217,6 +217,9 @@ SHIM_FLAG_SEQUENCED = 0x01
 SHIM_BYTES = 32
 MAX_DATAGRAM_MPS = 1600  # 32 + 1600*40 = 64,032 bytes < 65,507
 SOCKET_BUFFER_BYTES = 8 << 20
+# Kernel memory a received datagram costs beyond its bytes (sk_buff, truesize rounding):
+# the cable window is sized so the peer's receive buffer holds it (io/runner.py).
+RX_DATAGRAM_OVERHEAD_BYTES = 1024
 NO_ACK = (1 << 64) - 1
 
 # --- authenticated cables (PROJECT CHOICE, issue 12; daemons/wire/cableauth.py) ------

@@ -11,18 +11,14 @@ from .. import constants as C
 from ..link.clink import CLink
 from ..link.link import Link
 
-# At most this many datagrams in flight on a cable.  Go-back-N retransmits on a
-# timer (20 ms by default) and the peer handles each datagram at a cost; a window of
-# ~1,000 small datagrams (1500-byte underlay) takes it longer than that to ack, the
-# timer fires though nothing was lost, and the copies bury it.  64 KB datagrams
-# never reach the bound (the default window is ~25 of them).
-WINDOW_DATAGRAMS = 128
-
-
 def cable_window(max_mps: int) -> int:
-    """The link window (micropackets) for datagrams of ``max_mps``: CLink's is fixed when
-    it is made, so the daemons make it with this (the runner narrows Link's later)."""
-    return min(C.SEQ_WINDOW_MPS, max_mps * WINDOW_DATAGRAMS)
+    """The link window (micropackets) for datagrams of ``max_mps``: counted in
+    micropackets, not datagrams, so a 1500-byte underlay (36 per datagram) gets the same
+    window as a 64 KB one; bounded by what the peer's receive buffer holds in datagrams
+    of this size.  CLink's is fixed when it is made, so the daemons make it with this
+    (the runner narrows Link's later)."""
+    per_datagram = C.SHIM_BYTES + max_mps * C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES
+    return max(max_mps, min(C.SEQ_WINDOW_MPS, C.SOCKET_BUFFER_BYTES // per_datagram * max_mps))
 
 
 class LinkRunner:

@@ -206,3 +206,24 @@ def test_control_socket_and_trio_timers_are_served_under_full_load():
         assert lates[25] < 0.02 and lates[-1] < 0.5, lates
         assert runners[0].dataplane.reasons["control"] > 0
     trio.run(main)
+
+
+@pytest.mark.parametrize("mtu", [1500, 9000, 65280])
+def test_the_cable_window_is_micropackets_and_fits_the_peers_receive_buffer(mtu):
+    from daemons import constants as C
+    from daemons.io.runner import cable_window
+    max_mps = min(C.MAX_DATAGRAM_MPS, (mtu - 20 - 8 - C.SHIM_BYTES) // C.MP_BYTES)
+    w = cable_window(max_mps)
+    # a 1500-byte underlay gets the window a 64 KB one gets: not bound by datagrams
+    assert w == cable_window(C.MAX_DATAGRAM_MPS) == C.SEQ_WINDOW_MPS
+    assert w >= C.VC_BUFFER_MPS[VC_IP]  # IP's credits, not the window, bound what is in flight
+    datagrams = -(-w // max_mps)
+    assert datagrams * (C.SHIM_BYTES + max_mps * C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES) <= C.SOCKET_BUFFER_BYTES
+
+
+def test_a_tiny_datagram_window_is_bounded_by_the_receive_buffer():
+    from daemons import constants as C
+    from daemons.io.runner import cable_window
+    w = cable_window(1)
+    assert 1 <= w < C.SEQ_WINDOW_MPS
+    assert w * (C.SHIM_BYTES + C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES) <= C.SOCKET_BUFFER_BYTES
