@@ -10,10 +10,10 @@ Cases, each between two network namespaces joined by a veth underlay (MTU
   (c) OpenVPN 2.6 p2p TAP, --cipher none --auth none, TAP MTU 65280, 4 MiB socket buffers
   (d) plain veth
   with --impair, (a) again through tests/netns/impair.py on the cable:
-  (a0) no loss (the impairer's own ceiling: it is a Python process), (a1) 1% loss,
+  (a0) no loss (the impairer's own ceiling), (a1) 1% loss,
   (a5) 5% loss + 1% duplication + 25% reordering; (a1) and (a5) are shown against (a)
   and against (a0)
-For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 20); for (a)
+For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 200, 10 ms apart); for (a)
 and (c) the daemons' CPU seconds (utime + stime, /proc/PID/stat) per GB moved in the
 single-stream run (for (b) the switch's alone), and gsnd's resident memory before any traffic.
 Prints the table and the ratios (a)/(c), (b)/(a) and the RTT ratio (a)/(c).
@@ -39,6 +39,7 @@ class Pair:
     """Two namespaces with a veth underlay 198.18.0.1/30 <-> 198.18.0.2/30."""
 
     def __init__(self, tag: str, mtu: int = 65280) -> None:
+        tag = f"{tag}{os.getpid() % 100000}"  # runs beside other benches on the machine
         self.ns = [f"gsnb{tag}a", f"gsnb{tag}b"]
         self.procs: list[subprocess.Popen] = []
         self.tmp = tempfile.mkdtemp(prefix="gsnbench-")
@@ -95,10 +96,13 @@ def measure(run, server_ns_exec, addr: str, seconds: float, pids=()) -> dict:
         if label == "tcp1" and pids:
             gb = out[label] * seconds / 8  # Gbit/s x s / 8 = GB
             out["cpu_s_per_gb"] = (cpu_seconds(pids) - cpu0) / gb if gb else float("nan")
-    r = run(1, "ping", "-c", "20", "-i", "0.05", "-q", addr)
+    r = run(1, "ping", "-c", str(PINGS), "-i", "0.01", "-q", addr)
     rtt = [line for line in r.stdout.splitlines() if "rtt" in line]
     out["rtt_ms"] = float(rtt[0].split("=")[1].split("/")[1]) if rtt else float("nan")
     return out
+
+
+PINGS = 200  # ping -c 200 -i 0.01: the RTT is their average
 
 
 def up_gsn0(run, i: int, addr: str) -> None:
@@ -185,7 +189,12 @@ def main() -> int:
                     help="the veth underlay's MTU for (a), (c), (d) (1500, 9000, ...; default 65280)")
     ap.add_argument("--impair", action="store_true", help="also (a) with 1%% loss, and with 5%% loss + 1%% dup "
                                                            "+ 25%% reordering on the cable")
+    ap.add_argument("--cases", default="abcd", metavar="LETTERS",
+                    help="which of (a) (b) (c) (d) to run, e.g. ac for a quick ratio against OpenVPN "
+                         "(default abcd; --impair adds (a1) and (a5))")
     args = ap.parse_args()
+    if not args.cases or set(args.cases) - set("abcd"):
+        ap.error(f"--cases {args.cases!r}: letters from abcd")
     if not 1280 <= args.underlay_mtu <= 65535:
         ap.error(f"--underlay-mtu {args.underlay_mtu}: must be 1280..65535")
     if os.geteuid() != 0:
@@ -198,8 +207,9 @@ def main() -> int:
     cases = {"(a) gsnd<->gsnd": lambda s: case_a(s, mtu), "(b) via gsn-switch": case_b,
              "(b-py) switch in Python": lambda s: case_b(s, "python"),
              "(c) OpenVPN TAP": lambda s: case_c(s, mtu), "(d) plain veth": lambda s: case_d(s, mtu)}
+    cases = {name: fn for name, fn in cases.items() if name[1] in args.cases}
     if args.impair:
-        # the impairer is a Python process: (a0) is its own ceiling, the anchor the link's
+        # the impairer is a process of its own (tests/netns/impair.c): (a0) is its ceiling, the anchor the link's
         # loss recovery is judged against (as well as (a))
         cases["(a0) impairer, no loss"] = lambda s: case_a(s, mtu, (0.0, 0.0, 0.0))
         cases["(a1) 1% loss"] = lambda s: case_a(s, mtu, (0.01, 0.0, 0.0))
@@ -213,7 +223,8 @@ def main() -> int:
         print(f"{name:<24}{r['tcp1']:>15.2f}{r['tcp4']:>15.2f}{r['rtt_ms']:>13.3f}"
               f"{r.get('cpu_s_per_gb', float('nan')):>10.2f}{r.get('idle_rss_mib', float('nan')):>14.1f}",
               flush=True)
-    a, b, c = res["(a) gsnd<->gsnd"], res["(b) via gsn-switch"], res["(c) OpenVPN TAP"]
+    nan = {"tcp1": float("nan"), "tcp4": float("nan"), "rtt_ms": float("nan"), "cpu_s_per_gb": float("nan")}
+    a, b, c = (res.get(k, nan) for k in ("(a) gsnd<->gsnd", "(b) via gsn-switch", "(c) OpenVPN TAP"))
     ratio = lambda x, y: x / y if y else float("nan")  # noqa: E731
     print(f"\n(a)/(c) TCP x1 {ratio(a['tcp1'], c['tcp1']):.2f}   x4 {ratio(a['tcp4'], c['tcp4']):.2f}   (target >= 1.0)")
     print(f"(b)/(a) TCP x1 {ratio(b['tcp1'], a['tcp1']):.2f}   x4 {ratio(b['tcp4'], a['tcp4']):.2f}   (target >= 0.8)")
@@ -223,7 +234,7 @@ def main() -> int:
     print(f"RTT (a)/(c)    {ratio(a['rtt_ms'], c['rtt_ms']):.2f}   (target <= 1.5)")
     print(f"(a) TCP x1 {a['tcp1']:.2f} Gbit/s against the 6.4 Gbit/s GSN line rate: {a['tcp1'] / 6.4:.2f}")
     print(f"CPU s/GB (a)/(c) {ratio(a['cpu_s_per_gb'], c['cpu_s_per_gb']):.2f}   (both daemons of each pair)")
-    if args.impair:
+    if args.impair and "a" in args.cases:
         for name, target in (("(a1) 1% loss", 0.5), ("(a5) 5%/1%dup/25%reord", 0.25)):
             print(f"{name} / (a) TCP x1 {ratio(res[name]['tcp1'], a['tcp1']):.2f}   (target >= {target});"
                   f"  / (a0) {ratio(res[name]['tcp1'], res['(a0) impairer, no loss']['tcp1']):.2f}")

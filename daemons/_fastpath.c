@@ -327,7 +327,17 @@ static PyObject *fp_deinterleave(PyObject *self, PyObject *args, PyObject *kw)
     return ret;
 }
 
+static PyObject *fp_crc_impl(PyObject *self, PyObject *args)
+{
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "|z:crc_impl", &name))
+        return NULL;
+    return PyUnicode_FromString(crc_use(name));
+}
+
 static PyMethodDef methods[] = {
+    {"crc_impl", fp_crc_impl, METH_VARARGS,
+     "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},
     {"crc16", (PyCFunction)(void (*)(void))fp_crc16, METH_VARARGS | METH_KEYWORDS, crc16_doc},
     {"lcrc_check", (PyCFunction)(void (*)(void))fp_lcrc_check, METH_VARARGS | METH_KEYWORDS, lcrc_check_doc},
     {"stamp", (PyCFunction)(void (*)(void))fp_stamp, METH_VARARGS | METH_KEYWORDS, stamp_doc},

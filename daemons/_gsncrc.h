@@ -6,6 +6,11 @@
 #include <stdint.h>
 #include <string.h>
 #include <Python.h>
+#include <stdlib.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GSN_CLMUL 1
+#include <immintrin.h>
+#endif
 
 #define MP_BYTES 40
 #define MP_DATA 32
@@ -18,6 +23,10 @@
 static uint16_t T[16][256];
 static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
 static uint16_t K32;                      /* M32(0xFFFF) */
+/* block_crc0 by carry-less multiply (PCLMULQDQ) instead of the tables: chosen by
+ * init_tables() when the CPU has it, unless GSN_CRC=tables; crc_use() switches (tests). */
+static int crc_clmul;
+static uint64_t KX208, KX144, KX80, MU80; /* x^n mod P; floor(x^80 / P) without its x^64 */
 
 static uint16_t advance_slow(uint16_t x, int nbytes)
 {
@@ -44,6 +53,32 @@ static void init_tables(void)
         M6[1][v] = advance_slow((uint16_t)v, 6);
     }
     K32 = advance_slow(CRC_INIT, 32);
+    KX208 = advance_slow(1, 26), KX144 = advance_slow(1, 18), KX80 = advance_slow(1, 10);
+    unsigned __int128 num = (unsigned __int128)1 << 80, p = (1u << 16) | CRC_POLY, q = 0;
+    for (int d = 80; d >= 16; d--) /* polynomial long division x^80 / P */
+        if ((num >> d) & 1)
+            num ^= p << (d - 16), q |= (unsigned __int128)1 << (d - 16);
+    MU80 = (uint64_t)q;
+    const char *want = getenv("GSN_CRC");
+#ifdef GSN_CLMUL
+    __builtin_cpu_init();
+    crc_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") &&
+                !(want && !strcmp(want, "tables"));
+#else
+    (void)want;
+#endif
+}
+
+/* Select "tables" or "clmul" (if the CPU has it); the one in use. */
+static const char *crc_use(const char *name)
+{
+#ifdef GSN_CLMUL
+    if (name && !strcmp(name, "clmul"))
+        crc_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    if (name && !strcmp(name, "tables"))
+        crc_clmul = 0;
+    return crc_clmul ? "clmul" : "tables";
 }
 
 static inline uint16_t adv32(uint16_t x) { return M32[0][x >> 8] ^ M32[1][x & 0xFF]; }
@@ -57,12 +92,46 @@ static inline uint16_t slice16(uint16_t c, const uint8_t *p)
            T[5][p[10]] ^ T[4][p[11]] ^ T[3][p[12]] ^ T[2][p[13]] ^ T[1][p[14]] ^ T[0][p[15]];
 }
 
-/* Zero-init CRC of one 32-byte block; the two halves are independent. */
-static inline uint16_t block_crc0(const uint8_t *p)
+static inline uint64_t load_be64(const uint8_t *p);
+
+/* Zero-init CRC of one 32-byte block by the tables; the two halves are independent. */
+static inline uint16_t block_crc0_tables(const uint8_t *p)
 {
     uint16_t hi = slice16(0, p), lo = slice16(0, p + 16);
     /* hi advanced by 16 zero bytes == slice16(hi, zeros) == T[15][hi>>8] ^ T[14][hi&0xFF] */
     return T[15][hi >> 8] ^ T[14][hi & 0xFF] ^ lo;
+}
+
+#ifdef GSN_CLMUL
+/* The same by carry-less multiply.  The block is m = A x^192 + B x^128 + C x^64 + D (big-
+ * endian 64-bit words: the first bit is the highest power) and its zero-init CRC is
+ * m x^16 mod P.  S = A (x^208 mod P) + B (x^144 mod P) + C (x^80 mod P) + D x^16 has degree
+ * < 80 and the same remainder; Barrett reduces it: q = floor(S/P) =
+ * floor(floor(S/x^16) floor(x^80/P) / x^64) (exact over GF(2)), and the CRC is the low
+ * 16 bits of S + q P, that is of S + q (P - x^16).  Five multiplies, no table. */
+__attribute__((target("pclmul,sse4.1"))) static uint16_t block_crc0_clmul(const uint8_t *p)
+{
+    const uint64_t a = load_be64(p), b = load_be64(p + 8), c = load_be64(p + 16), d = load_be64(p + 24);
+    const __m128i ab = _mm_set_epi64x((long long)b, (long long)a), k = _mm_set_epi64x((long long)KX144, (long long)KX208);
+    __m128i s = _mm_xor_si128(_mm_clmulepi64_si128(ab, k, 0x00), _mm_clmulepi64_si128(ab, k, 0x11));
+    s = _mm_xor_si128(s, _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)c), _mm_cvtsi64_si128((long long)KX80), 0));
+    const uint64_t lo = (uint64_t)_mm_cvtsi128_si64(s) ^ (d << 16), hi = (uint64_t)_mm_extract_epi64(s, 1) ^ (d >> 48);
+    const uint64_t top = (lo >> 16) | (hi << 48); /* floor(S / x^16) */
+    const __m128i t = _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)top), _mm_cvtsi64_si128((long long)MU80), 0);
+    const uint64_t q = top ^ (uint64_t)_mm_extract_epi64(t, 1);
+    const __m128i r = _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)q), _mm_cvtsi64_si128(CRC_POLY), 0);
+    return (uint16_t)(lo ^ (uint64_t)_mm_cvtsi128_si64(r));
+}
+#endif
+
+/* Zero-init CRC of one 32-byte block. */
+static inline uint16_t block_crc0(const uint8_t *p)
+{
+#ifdef GSN_CLMUL
+    if (crc_clmul)
+        return block_crc0_clmul(p);
+#endif
+    return block_crc0_tables(p);
 }
 
 /* Zero-init CRC of the first 6 bytes of a control word (bits 63..16). */
@@ -125,6 +194,7 @@ static void encode_mps(const uint8_t *hp, Py_ssize_t hl, const uint8_t *pp, Py_s
 {
     uint16_t ecrc = CRC_INIT;
     const uint64_t base = ((uint64_t)vc << 62) | (1ull << 58); /* DATA */
+    const uint16_t base_cc = ctrl6_crc0(base);
     for (Py_ssize_t i = 0; i < n; i++, q += MP_BYTES) {
         Py_ssize_t off = i * MP_DATA;
         if (off + MP_DATA <= hl) {
@@ -142,8 +212,10 @@ static void encode_mps(const uint8_t *hp, Py_ssize_t hl, const uint8_t *pp, Py_s
         uint64_t ctrl = i ? base : (((uint64_t)vc << 62) | ((uint64_t)first_type << 58));
         if (i == n - 1)
             ctrl |= 1ull << 57;
+        /* the control word's CRC is linear in it: the fixed part's, once, plus ECRC's bytes */
+        uint16_t cc = ctrl == base ? base_cc : ctrl6_crc0(ctrl);
         ctrl |= (uint64_t)ecrc << 16;
-        ctrl |= adv6(K32 ^ b) ^ ctrl6_crc0(ctrl);
+        ctrl |= adv6(K32 ^ b) ^ cc ^ T[1][ecrc >> 8] ^ T[0][ecrc & 0xFF];
         store_be64(q + MP_DATA, ctrl);
     }
 }

@@ -223,13 +223,10 @@ static PyObject *Core_dp_wants(Core *s, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* Frames from the TAP until it is empty, `limit` frames, or DP_VC holds `high` micropackets. */
-static PyObject *Core_tap_pump(Core *s, PyObject *args)
+/* Frames from the TAP until it is empty, `limit` frames, or DP_VC holds `high`
+ * micropackets; how many were read, -1 with an exception set. */
+static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
 {
-    Py_ssize_t limit, high;
-    NEED_DP(s);
-    if (!PyArg_ParseTuple(args, "nn:tap_pump", &limit, &high))
-        return NULL;
     DataPlane *dp = s->dp;
     VcQueue *q = &s->q[DP_VC];
     Py_ssize_t frames = 0;
@@ -288,7 +285,9 @@ static PyObject *Core_tap_pump(Core *s, PyObject *args)
         uint8_t *mps = PyMem_Malloc(n * MP_BYTES);
         if (!mps || q_room(q) < 0) {
             PyMem_Free(mps);
-            return mps ? NULL : PyErr_NoMemory();
+            if (!mps)
+                PyErr_NoMemory();
+            return -1;
         }
         encode_mps(head, RA_PREFIX, pl, plen, mps, n, DP_VC, T_HEADER);
         Chunk *ch = &q->c[q->end++];
@@ -299,18 +298,23 @@ static PyObject *Core_tap_pump(Core *s, PyObject *args)
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
         dp->counters[DP_IP_TX_FRAMES]++;
     }
-    return PyLong_FromSsize_t(frames);
+    return frames;
+}
+
+static PyObject *Core_tap_pump(Core *s, PyObject *args)
+{
+    Py_ssize_t limit, high;
+    NEED_DP(s);
+    if (!PyArg_ParseTuple(args, "nn:tap_pump", &limit, &high))
+        return NULL;
+    Py_ssize_t frames = dp_tap_read(s, limit, high);
+    return frames < 0 ? NULL : PyLong_FromSsize_t(frames);
 }
 
 /* Datagrams from the cable socket (GRO-coalesced ones split) into the link, up to about
- * `limit`; returns how many. */
-static PyObject *Core_rx_pump(Core *s, PyObject *args)
+ * `limit`; how many, -1 with an exception set. */
+static Py_ssize_t dp_rx_read(Core *s, double now, Py_ssize_t limit)
 {
-    double now;
-    Py_ssize_t limit;
-    NEED_DP(s);
-    if (!PyArg_ParseTuple(args, "dn:rx_pump", &now, &limit))
-        return NULL;
     DataPlane *dp = s->dp;
     Py_ssize_t got = 0, tries = 0;
     while (got < limit && tries++ < 4 * limit) {
@@ -361,28 +365,34 @@ static PyObject *Core_rx_pump(Core *s, PyObject *args)
             got++;
             dp->counters[DP_RX_DATAGRAMS]++;
             if (receive_raw(s, dp->rx + off, k, NULL, now) < 0)
-                return NULL;
+                return -1;
         }
     }
-    return PyLong_FromSsize_t(got);
+    return got;
 }
 
-/* Send the datagrams (bytes) in order, runs of equal size (the last may be shorter) as one
- * GSO sendmsg when gso.  Returns (sent, errno, gso_sends, gso_datagrams, max_sent): sent <
- * len(datagrams) when the kernel refused datagrams[sent] with errno. */
-static PyObject *Core_dp_send(Core *s, PyObject *args)
+static PyObject *Core_rx_pump(Core *s, PyObject *args)
 {
-    PyObject *list;
-    int gso;
+    double now;
+    Py_ssize_t limit;
     NEED_DP(s);
-    if (!PyArg_ParseTuple(args, "O!p:dp_send", &PyList_Type, &list, &gso))
+    if (!PyArg_ParseTuple(args, "dn:rx_pump", &now, &limit))
         return NULL;
-    DataPlane *dp = s->dp;
-    Py_ssize_t n = PyList_GET_SIZE(list), i = 0, sends = 0, segs = 0, biggest = 0;
-    int err = 0;
-    for (Py_ssize_t k = 0; k < n; k++)
-        if (!PyBytes_Check(PyList_GET_ITEM(list, k)))
-            return PyErr_Format(PyExc_TypeError, "dp_send: datagrams must be bytes");
+    Py_ssize_t got = dp_rx_read(s, now, limit);
+    return got < 0 ? NULL : PyLong_FromSsize_t(got);
+}
+
+/* What one dp_send_list() did. */
+typedef struct {
+    Py_ssize_t sent, sends, segs, biggest; /* datagrams sent; GSO sendmsgs and their datagrams; largest */
+    int err;                               /* errno of datagrams[sent] when sent < len(datagrams) */
+} DpSent;
+
+/* Send the datagrams (a list of bytes, checked by the caller) in order, runs of equal
+ * size (the last may be shorter) as one GSO sendmsg when gso; adds to *r. */
+static void dp_send_list(DataPlane *dp, PyObject *list, int gso, DpSent *r)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list), i = 0;
     while (i < n) {
         PyObject *first = PyList_GET_ITEM(list, i);
         Py_ssize_t size = PyBytes_GET_SIZE(first), j = i + 1, total = size;
@@ -416,16 +426,33 @@ static PyObject *Core_dp_send(Core *s, PyObject *args)
             memcpy(CMSG_DATA(c), &seg, sizeof seg);
         }
         if (sendmsg(dp->sock_fd, &mh, MSG_DONTWAIT) < 0) {
-            err = errno;
+            r->err = errno;
             break;
         }
         if (j - i > 1)
-            sends++, segs += j - i;
-        if (size > biggest)
-            biggest = size;
+            r->sends++, r->segs += j - i;
+        if (size > r->biggest)
+            r->biggest = size;
+        r->sent += j - i;
         i = j;
     }
-    return Py_BuildValue("ninnn", i, err, sends, segs, biggest);
+}
+
+/* dp_send(datagrams, gso) -> (sent, errno, gso_sends, gso_datagrams, max_sent): sent <
+ * len(datagrams) when the kernel refused datagrams[sent] with errno. */
+static PyObject *Core_dp_send(Core *s, PyObject *args)
+{
+    PyObject *list;
+    int gso;
+    NEED_DP(s);
+    if (!PyArg_ParseTuple(args, "O!p:dp_send", &PyList_Type, &list, &gso))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++)
+        if (!PyBytes_Check(PyList_GET_ITEM(list, k)))
+            return PyErr_Format(PyExc_TypeError, "dp_send: datagrams must be bytes");
+    DpSent r = {0};
+    dp_send_list(s->dp, list, gso, &r);
+    return Py_BuildValue("ninnn", r.sent, r.err, r.sends, r.segs, r.biggest);
 }
 
 /* {group: {name: count}} of the non-zero data-plane counters. */
@@ -483,6 +510,8 @@ static PyObject *Core_dp_counters(Core *s, PyObject *Py_UNUSED(ignored))
 
 static PyObject *Core_get_dp_vc(Core *s, void *c) { return PyLong_FromLong(s->dp ? DP_VC : -1); }
 
+#include "_loop.h"
+
 #define PUMP_METHODS                                                                                        \
     {"dp_attach", (PyCFunction)(void (*)(void))Core_dp_attach, METH_VARARGS | METH_KEYWORDS,                  \
      "dp_attach(tap_fd, sock_fd, peer, mtu, arp, aliases, max_payload): gsnd's data plane takes VC1"},        \
@@ -493,7 +522,8 @@ static PyObject *Core_get_dp_vc(Core *s, void *c) { return PyLong_FromLong(s->dp
     {"rx_pump", (PyCFunction)Core_rx_pump, METH_VARARGS, "rx_pump(now, limit) -> datagrams received"},     \
     {"dp_send", (PyCFunction)Core_dp_send, METH_VARARGS,                                                    \
      "dp_send(datagrams, gso) -> (sent, errno, gso_sends, gso_datagrams, max_sent)"},                       \
-    {"dp_counters", (PyCFunction)Core_dp_counters, METH_NOARGS, "{group: {name: count}}"},
+    {"dp_counters", (PyCFunction)Core_dp_counters, METH_NOARGS, "{group: {name: count}}"},                   \
+    LOOP_METHODS
 
 /* --- the reassembly alone, for the differential tests and the fuzz target --------- */
 
@@ -573,7 +603,17 @@ static PyObject *mod_setup_dp(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_crc_impl(PyObject *self, PyObject *args)
+{
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "|z:crc_impl", &name))
+        return NULL;
+    return PyUnicode_FromString(crc_use(name));
+}
+
 #define PUMP_MODULE_METHODS                                                                                  \
+    {"crc_impl", mod_crc_impl, METH_VARARGS,                                                                 \
+     "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},   \
     {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
      "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
     {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},

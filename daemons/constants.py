@@ -255,6 +255,9 @@ SHIM_FLAG_SEQUENCED = 0x01
 SHIM_BYTES = 32
 MAX_DATAGRAM_MPS = 1600  # 32 + 1600*40 = 64,032 bytes < 65,507
 SOCKET_BUFFER_BYTES = 8 << 20
+# Kernel memory a received datagram costs beyond its bytes (sk_buff, truesize rounding):
+# the cable window is sized so the peer's receive buffer holds it (io/runner.py).
+RX_DATAGRAM_OVERHEAD_BYTES = 1024
 NO_ACK = (1 << 64) - 1
 
 # --- authenticated cables (PROJECT CHOICE, issue 12; daemons/wire/cableauth.py) ------
@@ -306,3 +309,8 @@ EX_CONFIG = 78  # sysexits.h
 METRICS_MAX_CLIENTS = 8  # scrapes served at once; one more gets 503
 METRICS_TIMEOUT_S = 3.0  # to send the request head, and again to take the answer
 METRICS_MAX_REQUEST = 8192  # bytes of request head
+
+# gsnd's data-plane loop (daemons/_loop.h, io/runner.py): the longest it stays in C
+# before the other trio tasks run, when no control descriptor is ready (project choice:
+# trio's timers run at most this late under full load; ~500 returns/s cost nothing).
+DP_SLICE_S = 0.002

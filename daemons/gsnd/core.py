@@ -189,10 +189,13 @@ class Endpoint:
         self._acquire_due = now + ADMIN_RETRY_S
 
     def timer(self) -> float:
-        t = self.link.timer()
+        return min(self.link.timer(), self.own_timer())
+
+    def own_timer(self) -> float:
+        """The next deadline besides the link's (the ULA acquisition's retry)."""
         if self._acquiring is not None and self._acquire_due is not None:
-            t = min(t, self._acquire_due)
-        return t
+            return self._acquire_due
+        return float("inf")
 
     def handle_timer(self, now: float) -> list[bytes]:
         out = self.link.handle_timer(now)

@@ -140,12 +140,6 @@ class Gsnd:
         self.ip_counters["rx_frames"] += 1
 
     async def _tap_reader(self) -> None:
-        if self.dp is not None:  # frame -> Message -> VC1 in C, a batch per wake-up
-            while True:
-                await self.tap.wait_readable()
-                self.dp.tap_batch(HIGH_WATER_MPS)
-                self.runner.flush(trio.current_time())
-                await self._wait_room(VC_IP)
         tap, ep, mtu, counters = self.tap, self.ep, self.cfg.mtu, self.ip_counters
         while True:
             await tap.wait_readable()
@@ -318,11 +312,11 @@ class Gsnd:
             if usable(self.transport, self.tap):
                 self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
                                     wants=self.ulp.wants)
-                self.runner.use(self.dp.rx, self.dp.send_many)
+                self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer)
             log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)
-            if self.tap is not None:
+            if self.tap is not None and self.dp is None:  # the data plane reads the TAP itself
                 nursery.start_soon(self._tap_reader)
             await nursery.start(partial(serve_control, self.cfg.control_path, self._control, CONTROL_SCHEMA,
                                         counters=self.control_counters))

@@ -3,8 +3,12 @@
 The work is in C (daemons/_pump.h, on the CLink): ``tap_pump`` reads frames from the
 TAP and queues them as Messages on VC1; ``rx_pump`` receives the cable's datagrams
 (UDP GRO), runs the link, reassembles VC1 and writes IP frames to the TAP;
-``dp_send`` sends the link's datagrams (UDP GSO).  This module is the narrow
-interface the trio control plane uses: attach, one call per batch, the counters.
+``dp_send`` sends the link's datagrams (UDP GSO).  ``dp_run`` (daemons/_loop.h) is the
+loop gsnd runs: it polls TAP, cable socket and trio's own epoll descriptor with the GIL
+released, pumps and flushes in C, and returns only when Python has work (link events,
+a ready control or ULP socket, the retransmission timer, a refused send, the caller's
+deadline).  This module is the narrow interface the trio control plane uses: attach,
+``run`` (or one call per batch), ``wait_readable`` while idle, the counters.
 
 What still goes up to Python, as before: Messages on VC0/2/3, non-IP Messages on VC1
 (drop notices, ULP traffic), IP Messages a ULP client is bound to, ADMIN, link
@@ -14,13 +18,45 @@ the C send and receive know nothing of the MAC (``usable``).
 
 from __future__ import annotations
 
+import select
 from collections import Counter
+from typing import NamedTuple
+
+import trio
 
 from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULP_MAX_PAYLOAD
 
 PUMP_DATAGRAMS = 64  # datagrams per rx_pump call (io/udp.py drains as many per wake-up)
 PUMP_FRAMES = 64  # frames per tap_pump call (io/tap.py drains as many)
 _WANTS = ((ETHERTYPE_IPV4, 1), (ETHERTYPE_IPV6, 2), (ETHERTYPE_ARP, 4))
+
+
+# dp_run's reasons for returning (daemons/_loop.h LOOP_*)
+IDLE, DEADLINE, EVENTS, CONTROL, TIMER, SEND = range(6)
+REASONS = ("idle", "deadline", "events", "control", "timer", "send")
+
+
+class Ran(NamedTuple):
+    """What one ``DataPlane.run`` did."""
+    reason: int  # IDLE ... SEND
+    datagrams: int  # received from the cable
+    frames: int  # read from the TAP
+
+    @property
+    def idle(self) -> bool:
+        """Nothing moved until the deadline: wait in trio (wait_readable) instead."""
+        return self.reason == IDLE
+
+
+def trio_epoll_fd() -> int:
+    """trio's own epoll descriptor (readable when a task's descriptor is ready), or -1
+    when the run loop has none (another I/O backend): the loop then sees control work
+    only at its deadline.  trio has no public accessor; this reads the I/O manager."""
+    try:
+        from trio._core._run import GLOBAL_RUN_CONTEXT
+        return GLOBAL_RUN_CONTEXT.runner.io_manager._epoll.fileno()
+    except (AttributeError, ImportError):
+        return -1
 
 
 def usable(transport, tap) -> bool:
@@ -37,6 +73,34 @@ class DataPlane:
         self.link.dp_attach(tap.fd, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
                             b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD)
         self.set_ula(ep.ula)
+        # readable when the TAP or the cable is: what run()'s caller waits on in trio while idle
+        self._ready = select.epoll()
+        self._ready.register(tap.fd, select.EPOLLIN)
+        self._ready.register(transport.sock.fileno(), select.EPOLLIN)
+        self.trio_fd = trio_epoll_fd()
+        self.reasons: Counter[str] = Counter()  # why run() returned, for the loop's tests and benches
+
+    def close(self) -> None:
+        self._ready.close()
+
+    async def wait_readable(self) -> None:
+        """Until the TAP or the cable socket has something (level-triggered)."""
+        await trio.lowlevel.wait_readable(self._ready.fileno())
+
+    def run(self, now: float, deadline: float, high_water: int, trio_fd: int) -> Ran:
+        """The data plane in C until Python has work or ``deadline`` (trio time) passes;
+        the link's datagrams are sent there.  What the kernel refuses goes to the
+        transport's Python path (it re-cuts, learns and counts)."""
+        wants = self.wants
+        self.link.dp_wants(sum(bit for et, bit in _WANTS if wants(et)))
+        t = self.transport
+        reason, got, frames, sent, sends, segs, biggest, refused = self.link.dp_run(
+            now, deadline, trio_fd, high_water, t.gso)
+        self._count(sent, sends, segs, biggest)
+        if refused:
+            t.send_many(refused)
+        self.reasons[REASONS[reason]] += 1
+        return Ran(reason, got, frames)
 
     def set_ula(self, ula: bytes | None) -> None:
         self.link.dp_ula(ula)
@@ -57,15 +121,20 @@ class DataPlane:
         which re-cuts, learns and counts."""
         t = self.transport
         sent, _err, sends, segs, biggest = self.link.dp_send(datagrams, t.gso)
+        self._count(sent, sends, segs, biggest)
+        if sent < len(datagrams):
+            t.send_many(datagrams[sent:])
+
+    def _count(self, sent: int, sends: int, segs: int, biggest: int) -> None:
+        t = self.transport
         c = t.counters
-        c["tx_datagrams"] += sent
+        if sent:
+            c["tx_datagrams"] += sent
         if sends:
             c["tx_gso_sends"] += sends
             c["tx_gso_datagrams"] += segs
         if biggest > t.max_sent:
             t.max_sent = biggest
-        if sent < len(datagrams):
-            t.send_many(datagrams[sent:])
 
     def counters(self, group: str, python: Counter | dict) -> dict:
         """``python`` (the Python path's counters of ``group``) plus the data plane's."""

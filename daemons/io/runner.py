@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -11,18 +12,14 @@ from .. import constants as C
 from ..link.clink import CLink
 from ..link.link import Link
 
-# At most this many datagrams in flight on a cable.  Go-back-N retransmits on a
-# timer (20 ms by default) and the peer handles each datagram at a cost; a window of
-# ~1,000 small datagrams (1500-byte underlay) takes it longer than that to ack, the
-# timer fires though nothing was lost, and the copies bury it.  64 KB datagrams
-# never reach the bound (the default window is ~25 of them).
-WINDOW_DATAGRAMS = 128
-
-
 def cable_window(max_mps: int) -> int:
-    """The link window (micropackets) for datagrams of ``max_mps``: CLink's is fixed when
-    it is made, so the daemons make it with this (the runner narrows Link's later)."""
-    return min(C.SEQ_WINDOW_MPS, max_mps * WINDOW_DATAGRAMS)
+    """The link window (micropackets) for datagrams of ``max_mps``: counted in
+    micropackets, not datagrams, so a 1500-byte underlay (36 per datagram) gets the same
+    window as a 64 KB one; bounded by what the peer's receive buffer holds in datagrams
+    of this size.  CLink's is fixed when it is made, so the daemons make it with this
+    (the runner narrows Link's later)."""
+    per_datagram = C.SHIM_BYTES + max_mps * C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES
+    return max(max_mps, min(C.SEQ_WINDOW_MPS, C.SOCKET_BUFFER_BYTES // per_datagram * max_mps))
 
 
 class LinkRunner:
@@ -47,12 +44,17 @@ class LinkRunner:
         # a UDP cable sends a batch at once (GSO) and bounds the micropackets per
         # datagram by its path MTU; other transports (the in-memory cable) one by one
         self._send_many = getattr(transport, "send_many", None) or self._send_each
-        # gsnd's data plane replaces both ends: pump(now) receives a batch in C, the
-        # link's datagrams leave through send_many (daemons/gsnd/dataplane.py)
-        self.pump: Callable[[float], int] | None = None
+        # gsnd's data plane (daemons/gsnd/dataplane.py) replaces the loop: run_dataplane
+        self.dataplane: Any = None
+        self._high_water = 0
+        self._own_timer: Callable[[], float] = lambda: float("inf")
 
-    def use(self, pump: Callable[[float], int], send_many: Callable[[list], None]) -> None:
-        self.pump, self._send_many = pump, send_many
+    def use(self, dataplane, high_water: int, own_timer: Callable[[], float]) -> None:
+        """Run the cable and the TAP through ``dataplane`` (DataPlane.run in C).
+        ``own_timer()``: the core's next deadline besides the link's (the C loop keeps
+        the link's ack, credit and keepalive times itself)."""
+        self.dataplane, self._high_water, self._own_timer = dataplane, high_water, own_timer
+        self._send_many = dataplane.send_many
 
     def _send_each(self, dgrams) -> None:
         for dgram in dgrams:
@@ -83,25 +85,48 @@ class LinkRunner:
             self._scope.deadline = min(self._scope.deadline, self._timer())
 
     async def run(self) -> None:
+        if self.dataplane is not None:
+            return await self._run_dataplane()
         receive = self.link.receive
         while True:
             with trio.CancelScope(deadline=self._timer()) as self._scope:
                 await self.transport.wait_readable()
             self._scope = None
             now = trio.current_time()
-            if self.pump is not None:
-                if self.pump(now):
-                    self.last_heard = now
-            else:
-                dgrams = self.transport.drain()
-                if dgrams:
-                    self.last_heard = now
-                for dgram in dgrams:
-                    receive(dgram, now)
-            rtx = self._handle_timer(now)
-            if rtx:
-                self._send_many(rtx)
-            self.on_input(now)
-            # what came in took time to handle: acks and credits due by now leave now
-            self.after(trio.current_time())
+            dgrams = self.transport.drain()
+            if dgrams:
+                self.last_heard = now
+            for dgram in dgrams:
+                receive(dgram, now)
+            self._handled(now)
             await trio.lowlevel.checkpoint()
+
+    async def _run_dataplane(self) -> None:
+        """The C loop (daemons/_loop.h) while the data plane is busy; trio's wait while it
+        is idle.  Between two calls the other tasks run (a checkpoint), so a control
+        socket waits at most until the loop sees trio's epoll descriptor ready, and
+        trio's timers at most C.DP_SLICE_S."""
+        dp = self.dataplane
+        trio_fd = dp.trio_fd
+        while True:
+            now = trio.current_time()
+            ran = dp.run(now, min(now + C.DP_SLICE_S, self._own_timer()), self._high_water, trio_fd)
+            now = trio.current_time()
+            if ran.datagrams:
+                self.last_heard = now
+            self._handled(now)
+            if ran.idle:
+                with trio.CancelScope(deadline=self._timer()) as self._scope:
+                    await dp.wait_readable()
+                self._scope = None
+            else:
+                await trio.lowlevel.checkpoint()
+
+    def _handled(self, now: float) -> None:
+        """After input or a timer: retransmissions, the core's events, what it queued."""
+        rtx = self._handle_timer(now)
+        if rtx:
+            self._send_many(rtx)
+        self.on_input(now)
+        # what came in took time to handle: acks and credits due by now leave now
+        self.after(trio.current_time())

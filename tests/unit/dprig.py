@@ -50,14 +50,16 @@ def _free_ports(n: int) -> list[int]:
 
 
 class Rig:
-    def __init__(self, seed: int = 0, arp: bool = True, mtu: int = MTU, dataplane: bool = True) -> None:
-        """dataplane=False: the Python path (no pumps; bench/dataplane_cost.py compares)."""
+    def __init__(self, seed: int = 0, arp: bool = True, mtu: int = MTU, dataplane: bool = True,
+                 now: float = 0.0) -> None:
+        """dataplane=False: the Python path (no pumps; bench/dataplane_cost.py compares).
+        ``now``: the endpoints' start time (trio's, when the rig runs in trio)."""
         pa, pb = _free_ports(2)
-        self.now = 0.0
+        self.now = now
         self.transports = [UdpTransport(("127.0.0.1", pa), ("127.0.0.1", pb)),
                            UdpTransport(("127.0.0.1", pb), ("127.0.0.1", pa))]
         self.taps = [FakeTap(), FakeTap()]
-        self.eps = [Endpoint(7, 0.0, ula=ULAS[i], rng=random.Random(seed + i), max_payload=4 << 20)
+        self.eps = [Endpoint(7, now, ula=ULAS[i], rng=random.Random(seed + i), max_payload=4 << 20)
                     for i in (0, 1)]
         self.dps = [DataPlane(self.eps[i], self.transports[i], self.taps[i], mtu=mtu, arp=arp,
                               wants=lambda et: False) for i in (0, 1)] if dataplane else None
@@ -101,6 +103,8 @@ class Rig:
         return n
 
     def close(self) -> None:
+        for dp in self.dps or ():
+            dp.close()
         for t in self.transports:
             t.close()
         for t in self.taps:

@@ -1,0 +1,230 @@
+"""gsnd's data-plane loop (daemons/_loop.h, DataPlane.run, LinkRunner._run_dataplane):
+it moves frames in C, returns to Python when Python has work (link events, a ready
+control descriptor, the retransmission timer, the deadline) and never starves trio.
+Real descriptors and the real clock: the loop waits in ppoll()."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+
+import pytest
+import trio
+import trio.testing
+
+from daemons.constants import ETHERTYPE_IPV4, VC_IP
+from daemons.gsnd.core import MessageIn, UlaChanged
+from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, trio_epoll_fd, usable
+from daemons.io.runner import LinkRunner
+from daemons.io.udp import UdpTransport
+from tests.unit.dprig import ULAS, FakeTap, Rig
+from tests.unit.test_dataplane import frame, ipv4
+
+HIGH = 1 << 30
+
+
+@pytest.fixture
+def rig():
+    r = Rig()
+    r.bring_up()
+    for _ in range(30):  # everything acknowledged: no retransmission timer running
+        r.step()
+    for i in (0, 1):
+        r.taps[i].frames()
+    yield r
+    r.close()
+
+
+def run(rig, i: int, seconds: float, trio_fd: int = -1):
+    t0 = time.monotonic()
+    ran = rig.dps[i].run(rig.now, rig.now + seconds, HIGH, trio_fd)
+    elapsed = time.monotonic() - t0
+    rig.now += elapsed
+    return ran, elapsed
+
+
+def test_nothing_to_do_waits_until_the_deadline_then_says_idle(rig):
+    ran, elapsed = run(rig, 0, 0.05)
+    assert ran.reason == IDLE and ran.idle and (ran.datagrams, ran.frames) == (0, 0)
+    assert 0.045 <= elapsed < 1.0
+
+
+def test_frames_cross_in_c_and_the_deadline_ends_a_busy_call(rig):
+    sent = [frame(ULAS[1], ETHERTYPE_IPV4, ipv4(n)) for n in (20, 1500, 65000)]
+    for f in sent:
+        rig.taps[0].outer.send(f)
+    # 10 ms, under the 20 ms retransmission timer (which a slow build may still reach)
+    ran, _ = run(rig, 0, 0.01)
+    assert ran.reason in (DEADLINE, TIMER) and ran.frames == 3
+    ran, _ = run(rig, 1, 0.01)
+    assert ran.reason in (DEADLINE, TIMER) and ran.datagrams > 0
+    assert rig.taps[1].frames() == sent
+    assert rig.transports[0].counters["tx_datagrams"] > 0
+
+
+def test_a_ready_control_descriptor_ends_the_wait_at_once(rig):
+    a, b = socket.socketpair()
+    ep = select.epoll()  # stands for trio's: readable when a registered descriptor is
+    ep.register(a.fileno(), select.EPOLLIN)
+    threading.Timer(0.05, b.send, (b"x",)).start()
+    try:
+        ran, elapsed = run(rig, 0, 5.0, ep.fileno())
+        assert ran.reason == CONTROL
+        assert 0.04 <= elapsed < 1.0
+    finally:
+        ep.close(), a.close(), b.close()
+
+
+def test_a_message_for_python_returns_at_once_with_it_queued(rig):
+    # a non-IP Message on VC1 is not the data plane's: it goes up as an event
+    assert rig.eps[0].send(VC_IP, ULAS[1], 0x88B5, b"hello")
+    rig.dps[0].send_many(rig.eps[0].link.datagrams(rig.now))
+    ran, elapsed = run(rig, 1, 5.0)
+    assert ran.reason == EVENTS and elapsed < 1.0
+    rig.eps[1].process(rig.now)
+    got = [ev.message for ev in rig.eps[1].events() if isinstance(ev, MessageIn)]
+    assert [(m.ethertype, bytes(m.payload)) for m in got] == [(0x88B5, b"hello")]
+
+
+def test_the_retransmission_timer_returns_to_python(rig):
+    rig.taps[0].outer.send(frame(ULAS[1], ETHERTYPE_IPV4, ipv4(1000)))
+    ran, elapsed = run(rig, 0, 5.0)  # side 1 never answers
+    assert ran.reason == TIMER and ran.frames == 1
+    assert 0.015 <= elapsed < 1.0  # RTX_TIMEOUT_S after the send
+    assert rig.eps[0].handle_timer(rig.now)  # Python's handle_timer resends
+
+
+def test_a_full_vc1_leaves_the_tap_unread(rig):
+    rig.taps[0].outer.send(frame(ULAS[1], ETHERTYPE_IPV4, ipv4(1000)))
+    ran = rig.dps[0].run(rig.now, rig.now + 0.03, -1, -1)  # high water -1: VC1 always "full"
+    assert ran.frames == 0 and ran.reason == IDLE
+
+
+def test_a_keyed_cable_keeps_the_python_path():
+    tap = FakeTap()
+    plain = UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9))
+    keyed = UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9), key=bytes(range(32)))
+    try:
+        assert usable(plain, tap) and not usable(keyed, tap)
+    finally:
+        plain.close(), keyed.close(), tap.close()
+
+
+def test_trio_epoll_fd_is_the_run_loops_own():
+    async def main():
+        fd = trio_epoll_fd()
+        assert fd >= 0
+        sa, b = socket.socketpair()
+        a = trio.socket.from_stdlib_socket(sa)
+        with a, b:
+            async with trio.open_nursery() as n:
+                n.start_soon(a.recv, 1)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not select.select([fd], [], [], 0)[0]
+                b.send(b"x")  # a's waiter is ready: trio's epoll descriptor is readable
+                assert select.select([fd], [], [], 0)[0]
+    assert trio_epoll_fd() == -1  # outside a run
+    trio.run(main)
+
+
+def test_control_socket_and_trio_timers_are_served_under_full_load():
+    """Two endpoints' loops in one trio run, a thread filling one TAP as fast as it can:
+    a control socket's round trips and trio's sleeps stay prompt, frames keep moving."""
+    async def main():
+        rig = Rig(now=trio.current_time())
+        runners = []
+        for i in (0, 1):
+            ep, dp = rig.eps[i], rig.dps[i]
+
+            def on_input(now, ep=ep, dp=dp):
+                ep.process(now)
+                for ev in ep.events():
+                    if isinstance(ev, UlaChanged):
+                        dp.set_ula(ev.ula)
+
+            r = LinkRunner(ep.link, rig.transports[i], on_input, None, timer=ep.timer, handle_timer=ep.handle_timer)
+            r.after = r.flush
+            r.use(dp, 8192, ep.own_timer)
+            runners.append(r)
+        stop = threading.Event()
+        moved = [0]
+
+        def flood():
+            f = frame(ULAS[1], ETHERTYPE_IPV4, ipv4(60000))
+            while not stop.is_set():
+                try:
+                    rig.taps[0].outer.send(f)
+                except BlockingIOError:
+                    time.sleep(0.0005)
+
+        def drain():
+            while not stop.is_set():
+                moved[0] += len(rig.taps[1].frames())
+                time.sleep(0.001)
+
+        a, b = trio.socket.socketpair()
+        try:
+            async with trio.open_nursery() as n:
+                for r in runners:
+                    n.start_soon(r.run)
+                with trio.fail_after(10):
+                    while not all(ep.link.up and ep.ula for ep in rig.eps):
+                        await trio.sleep(0.01)
+
+                async def echo():
+                    while True:
+                        await a.send(await a.recv(16))
+                n.start_soon(echo)
+                threads = [threading.Thread(target=flood), threading.Thread(target=drain)]
+                for t in threads:
+                    t.start()
+                try:
+                    await trio.sleep(0.2)  # the loop is busy now
+                    before = moved[0]
+                    rtts, lates = [], []
+                    for _ in range(50):
+                        t0 = trio.current_time()
+                        await b.send(b"ping")
+                        assert await b.recv(16) == b"ping"
+                        rtts.append(trio.current_time() - t0)
+                        t0 = trio.current_time()
+                        await trio.sleep(0.003)
+                        lates.append(trio.current_time() - t0 - 0.003)
+                    assert moved[0] > before, "no frame crossed during the round trips"
+                finally:
+                    stop.set()
+                    for t in threads:
+                        t.join()
+                n.cancel_scope.cancel()
+        finally:
+            a.close(), b.close()
+            rig.close()
+        rtts.sort(), lates.sort()
+        # the machine is shared: bound the median tightly and the worst loosely
+        assert rtts[25] < 0.02 and rtts[-1] < 0.5, rtts
+        assert lates[25] < 0.02 and lates[-1] < 0.5, lates
+        assert runners[0].dataplane.reasons["control"] > 0
+    trio.run(main)
+
+
+@pytest.mark.parametrize("mtu", [1500, 9000, 65280])
+def test_the_cable_window_is_micropackets_and_fits_the_peers_receive_buffer(mtu):
+    from daemons import constants as C
+    from daemons.io.runner import cable_window
+    max_mps = min(C.MAX_DATAGRAM_MPS, (mtu - 20 - 8 - C.SHIM_BYTES) // C.MP_BYTES)
+    w = cable_window(max_mps)
+    # a 1500-byte underlay gets the window a 64 KB one gets: not bound by datagrams
+    assert w == cable_window(C.MAX_DATAGRAM_MPS) == C.SEQ_WINDOW_MPS
+    assert w >= C.VC_BUFFER_MPS[VC_IP]  # IP's credits, not the window, bound what is in flight
+    datagrams = -(-w // max_mps)
+    assert datagrams * (C.SHIM_BYTES + max_mps * C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES) <= C.SOCKET_BUFFER_BYTES
+
+
+def test_a_tiny_datagram_window_is_bounded_by_the_receive_buffer():
+    from daemons import constants as C
+    from daemons.io.runner import cable_window
+    w = cable_window(1)
+    assert 1 <= w < C.SEQ_WINDOW_MPS
+    assert w * (C.SHIM_BYTES + C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES) <= C.SOCKET_BUFFER_BYTES
