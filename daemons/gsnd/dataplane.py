@@ -23,9 +23,10 @@ PUMP_FRAMES = 64  # frames per tap_pump call (io/tap.py drains as many)
 _WANTS = ((ETHERTYPE_IPV4, 1), (ETHERTYPE_IPV6, 2), (ETHERTYPE_ARP, 4))
 
 
-def usable(transport, tap) -> bool:
-    """The data plane runs for a TAP over a UDP cable to a known peer, without a key."""
-    return (tap is not None and getattr(transport, "sock", None) is not None and transport.peer is not None
+def usable(transport) -> bool:
+    """The data plane runs over a UDP cable to a known peer, without a key (with a TAP
+    or without one: then every Message it reassembles goes up to the ULP clients)."""
+    return (getattr(transport, "sock", None) is not None and transport.peer is not None
             and getattr(transport, "auth", None) is None)
 
 
@@ -34,7 +35,7 @@ class DataPlane:
         """``wants(ethertype) -> bool``: a ULP client is bound to it (Python delivers those)."""
         self.link, self.transport, self.tap = ep.link, transport, tap
         self.wants = wants
-        self.link.dp_attach(tap.fd, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
+        self.link.dp_attach(tap.fd if tap is not None else -1, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
                             b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD)
         self.set_ula(ep.ula)
 
