@@ -1195,6 +1195,7 @@ static PyObject *Core_go_up(Core *s, PyObject *args)
 }
 
 #include "_pump.h"
+#include "_ulpsend.h"
 
 static PyObject *Core_get_up(Core *s, void *c) { return PyBool_FromLong(s->ready && s->state == ST_UP); }
 static PyObject *Core_get_state_code(Core *s, void *c) { return PyLong_FromLong(s->state); }
@@ -1258,6 +1259,7 @@ static PyMethodDef Core_methods[] = {
     {"_control_datagram", (PyCFunction)Core_control_datagram, METH_VARARGS, "(kind, dst_nonce=None)"},
     {"_go_up", (PyCFunction)Core_go_up, METH_VARARGS, "test hook: (peer_nonce, now)"},
     PUMP_METHODS
+    ULPSEND_METHODS
     {NULL},
 };
 
