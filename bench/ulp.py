@@ -5,7 +5,10 @@ beside a bare UDP send/recv loop measured in the same run.
     .venv/bin/python bench/ulp.py [--seconds 5] [--cable-mtu 1500]
 
 Prints messages/s and Gbit/s of payload for 1 KiB and 64 KiB messages on VC1 and
-VC3, and each as a ratio of the bare-UDP anchor (same message size)."""
+VC3, and each as a ratio of the bare-UDP anchor (same message size); then the
+round trip of a 64-byte Message (ping-pong through both gsnd and back, median)
+against a bare UDP ping-pong on loopback (targets, issue 11: 64 KiB >= 0.5x UDP,
+64-byte round trip <= 2x UDP's)."""
 
 from __future__ import annotations
 
@@ -129,6 +132,91 @@ def udp_run(size, seconds):
     return n / dt, nbytes * 8 / dt / 1e9
 
 
+ECHO_ETHERTYPE = 0x88B6
+
+
+def _ulp_echo(path, q, seconds):
+    """Send every 64-byte Message straight back to its source."""
+    c = UlpClient(path)
+    c.bind(ECHO_ETHERTYPE)
+    q.put("ready")
+    while True:
+        try:
+            f = c.recv(timeout=seconds + 5)
+        except socket.timeout:
+            return
+        if f.op is Op.RECV:
+            c.send(f.ula, f.payload, vc=f.vc, ethertype=ECHO_ETHERTYPE)
+
+
+def _udp_echo(port, q, seconds):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", port))
+    s.settimeout(seconds + 5)
+    q.put("ready")
+    while True:
+        try:
+            d, peer = s.recvfrom(2048)
+        except socket.timeout:
+            return
+        s.sendto(d, peer)
+
+
+def _median_us(samples):
+    samples.sort()
+    return samples[len(samples) // 2] * 1e6 if samples else float("nan")
+
+
+def rtt_ulp(dirs, ulas, seconds, size=64, vc=1):
+    """Median round trip of a ``size``-byte Message, client -> gsnd -> gsnd -> echo and back."""
+    q = mp.Queue()
+    e = mp.Process(target=_ulp_echo, args=(f"{dirs[1]}/gsn0.ulp", q, seconds))
+    e.start()
+    q.get(timeout=10)
+    c = UlpClient(f"{dirs[0]}/gsn0.ulp")
+    c.bind(ECHO_ETHERTYPE)
+    payload, samples = os.urandom(size), []
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            c.send(ulas[1], payload, vc=vc, ethertype=ECHO_ETHERTYPE)
+            while True:
+                f = c.recv(timeout=2.0)
+                if f.op is Op.RECV:
+                    break
+            samples.append(time.perf_counter() - t0)
+    finally:
+        c.close()
+        e.terminate()
+        e.join()
+    return _median_us(samples)
+
+
+def rtt_udp(seconds, size=64):
+    """Anchor: median round trip of a ``size``-byte UDP datagram to an echo process."""
+    port = 38000 + os.getpid() % 1000
+    q = mp.Queue()
+    e = mp.Process(target=_udp_echo, args=(port, q, seconds))
+    e.start()
+    q.get(timeout=10)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2.0)
+    payload, samples = os.urandom(size), []
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            s.sendto(payload, ("127.0.0.1", port))
+            s.recv(2048)
+            samples.append(time.perf_counter() - t0)
+    finally:
+        s.close()
+        e.terminate()
+        e.join()
+    return _median_us(samples)
+
+
 def start_pair(tmp, procs, extra=(), port=16400):
     """Two gsnd back to back on loopback UDP ports ``port`` and ``port + 1``."""
     gsnd = shutil.which("gsnd") or os.path.join(os.path.dirname(sys.executable), "gsnd")
@@ -180,6 +268,10 @@ def main():
                 rate, gbps = ulp_run(dirs, ulas, size, vc, args.seconds)
                 print(f"{f'{size // 1024} KiB VC{vc}':<22}{rate:>12.0f}{gbps:>10.3f}{anchor[0]:>14.0f}"
                       f"{anchor[1]:>12.3f}{gbps / anchor[1]:>8.3f}")
+        ulp_us, udp_us = rtt_ulp(dirs, ulas, args.seconds), rtt_udp(args.seconds)
+        print(f"64-byte round trip: ULP VC1 {ulp_us:.1f} us, bare UDP {udp_us:.1f} us, "
+              f"ratio {ulp_us / udp_us:.2f} (target <= 2)")
+        print(f"load average {os.getloadavg()[0]:.1f}")
     finally:
         stop(procs, tmp)
 
