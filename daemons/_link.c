@@ -1194,6 +1194,7 @@ static PyObject *Core_go_up(Core *s, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#include "_cableauth.h"
 #include "_pump.h"
 #include "_ulpsend.h"
 
@@ -1260,6 +1261,7 @@ static PyMethodDef Core_methods[] = {
     {"_go_up", (PyCFunction)Core_go_up, METH_VARARGS, "test hook: (peer_nonce, now)"},
     PUMP_METHODS
     ULPSEND_METHODS
+    CABLEAUTH_METHODS
     {NULL},
 };
 
@@ -1303,7 +1305,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__link(void)
 {
     init_tables();
-    if (PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&CableAuthCoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
@@ -1311,6 +1313,12 @@ PyMODINIT_FUNC PyInit__link(void)
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&CableAuthCoreType);
+    if (PyModule_AddObject(m, "CableAuthCore", (PyObject *)&CableAuthCoreType) < 0) {
+        Py_DECREF(&CableAuthCoreType);
         Py_DECREF(m);
         return NULL;
     }

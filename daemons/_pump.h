@@ -360,6 +360,8 @@ static PyObject *Core_rx_pump(Core *s, PyObject *args)
             Py_ssize_t k = len - off < seg ? len - off : seg;
             got++;
             dp->counters[DP_RX_DATAGRAMS]++;
+            if (dp->auth && (k = ca_open_dp(dp->auth, dp->rx + off, k)) < 0) /* a keyed cable: counted there */
+                continue;
             if (receive_raw(s, dp->rx + off, k, NULL, now) < 0)
                 return NULL;
         }

@@ -8,8 +8,8 @@ interface the trio control plane uses: attach, one call per batch, the counters.
 
 What still goes up to Python, as before: Messages on VC0/2/3, non-IP Messages on VC1
 (drop notices, ULP traffic), IP Messages a ULP client is bound to, ADMIN, link
-up/down, timers.  A cable with a key (an authenticated cable) keeps the Python path:
-the C send and receive know nothing of the MAC (``usable``).
+up/down, timers.  A cable with a key (an authenticated cable) is sealed and opened in
+C too (daemons/_cableauth.h, shared with the transport's Python path).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ _WANTS = ((ETHERTYPE_IPV4, 1), (ETHERTYPE_IPV6, 2), (ETHERTYPE_ARP, 4))
 
 
 def usable(transport) -> bool:
-    """The data plane runs over a UDP cable to a known peer, without a key (with a TAP
+    """The data plane runs over a UDP cable to a known peer, keyed or not (with a TAP
     or without one: then every Message it reassembles goes up to the ULP clients)."""
-    return (getattr(transport, "sock", None) is not None and transport.peer is not None
-            and getattr(transport, "auth", None) is None)
+    return getattr(transport, "sock", None) is not None and transport.peer is not None
 
 
 class DataPlane:
@@ -38,6 +37,9 @@ class DataPlane:
         self.link.dp_attach(tap.fd if tap is not None else -1, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
                             b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD)
         self.set_ula(ep.ula)
+        self.auth = getattr(transport, "auth", None)  # a keyed cable: sealed and opened in C
+        if self.auth is not None:
+            self.link.dp_auth(self.auth.core)
 
     def set_ula(self, ula: bytes | None) -> None:
         self.link.dp_ula(ula)
@@ -57,6 +59,8 @@ class DataPlane:
         (EMSGSIZE after a path MTU drop, no GSO, a full socket) goes to the Python path,
         which re-cuts, learns and counts."""
         t = self.transport
+        if self.auth is not None:
+            datagrams = self.auth.seal_many(datagrams)
         sent, _err, sends, segs, biggest = self.link.dp_send(datagrams, t.gso)
         c = t.counters
         c["tx_datagrams"] += sent
@@ -66,10 +70,12 @@ class DataPlane:
         if biggest > t.max_sent:
             t.max_sent = biggest
         if sent < len(datagrams):
-            t.send_many(datagrams[sent:])
+            t.send_sealed(datagrams[sent:])
 
     def counters(self, group: str, python: Counter | dict) -> dict:
         """``python`` (the Python path's counters of ``group``) plus the data plane's."""
         out = Counter(python)
         out.update(self.link.dp_counters().get(group, {}))
+        if group == "cable" and self.auth is not None:
+            out.update(self.auth.core.dp_counts())
         return dict(out)

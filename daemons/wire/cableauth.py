@@ -66,6 +66,7 @@ import ipaddress
 import struct
 from collections import Counter
 
+from .. import _link
 from ..constants import AUTH_KEY_BYTES, AUTH_REPLAY_WINDOW, AUTH_TAG_BYTES, AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES
 
 _IDS = struct.Struct("!QQ")
@@ -94,6 +95,17 @@ def direction(local: tuple[str, int], peer: tuple[str, int]) -> int:
     if mine == theirs:
         raise ValueError(f"the cable's local and peer address are both {local[0]}:{local[1]}")
     return int(mine.packed > theirs.packed)
+
+
+def _subkeys(key: bytes, direction: int, session: int) -> tuple[bytes, bytes]:
+    """(tx, rx) subkeys of this end, after checking the arguments (ValueError)."""
+    if len(key) != AUTH_KEY_BYTES:
+        raise ValueError(f"a cable key is {AUTH_KEY_BYTES} bytes, not {len(key)}")
+    if direction not in (0, 1):
+        raise ValueError(f"direction {direction!r} is not 0 or 1")
+    if not 0 <= session < 1 << 64:
+        raise ValueError(f"session {session} is not a 64-bit unsigned number")
+    return subkey(key, direction), subkey(key, 1 - direction)
 
 
 def tag(key: bytes, signed) -> bytes:
@@ -149,13 +161,7 @@ class CableAuth:
 
     def __init__(self, key: bytes, direction: int, session: int, counters: Counter | None = None,
                  window: int = AUTH_REPLAY_WINDOW) -> None:
-        if len(key) != AUTH_KEY_BYTES:
-            raise ValueError(f"a cable key is {AUTH_KEY_BYTES} bytes, not {len(key)}")
-        if direction not in (0, 1):
-            raise ValueError(f"direction {direction!r} is not 0 or 1")
-        if not 0 <= session < 1 << 64:
-            raise ValueError(f"session {session} is not a 64-bit unsigned number")
-        self.tx_key, self.rx_key = subkey(key, direction), subkey(key, 1 - direction)
+        self.tx_key, self.rx_key = _subkeys(key, direction, session)
         self.session = session
         self.counter = 0  # the next datagram's
         self.window = ReplayWindow(window)
@@ -166,6 +172,9 @@ class CableAuth:
         signed = bytes(body) + _IDS.pack(self.session, self.counter)
         self.counter += 1
         return signed + tag(self.tx_key, signed)
+
+    def seal_many(self, bodies: list) -> list:
+        return [self.seal(b) for b in bodies]
 
     def open(self, datagram) -> bytes | None:
         """The link's datagram inside ``datagram``, or None (the reason counted)."""
@@ -188,3 +197,41 @@ class CableAuth:
     def _drop(self, reason: str) -> None:
         self.counters[f"rx_auth_{reason}"] += 1
         return None
+
+
+class CompiledCableAuth:
+    """:class:`CableAuth` in C (daemons/_cableauth.h, libcrypto's HMAC-SHA256), what the
+    daemons use; CableAuth is its oracle (tests/unit/test_cableauth_compiled.py: same
+    sealed bytes, same opens and drop reasons in the same order).  ``core`` is shared
+    with gsnd's data plane (``Core.dp_auth``), which seals with the same counter and
+    opens against the same replay window; the data plane counts its own opens
+    (``core.dp_counts()``), this object the Python path's, into ``counters``."""
+
+    def __init__(self, key: bytes, direction: int, session: int, counters: Counter | None = None,
+                 window: int = AUTH_REPLAY_WINDOW) -> None:
+        tx_key, rx_key = _subkeys(key, direction, session)
+        self.core = _link.CableAuthCore(tx_key, rx_key, session, window)
+        self.counters: Counter[str] = Counter() if counters is None else counters
+
+    @property
+    def session(self) -> int:
+        return self.core.session
+
+    @property
+    def counter(self) -> int:
+        """The next datagram's counter."""
+        return self.core.counter
+
+    def seal(self, body) -> bytes:
+        return self.core.seal(body)
+
+    def seal_many(self, bodies: list) -> list:
+        return self.core.seal_many(bodies)
+
+    def open(self, datagram) -> bytes | None:
+        out = self.core.open(datagram)
+        if isinstance(out, str):
+            self.counters[f"rx_auth_{out}"] += 1
+            return None
+        self.counters["rx_auth_ok"] += 1
+        return out

@@ -63,8 +63,8 @@ def test_a_keyed_fabric_carries_ip_and_shows_auth_on():
         for i in (1, 2):
             c = gsnd_cable(fab, i)
             assert c["auth"] == "on" and c["rx_auth_ok"] > 0
-            # the compiled data plane has no MAC yet: a keyed cable's IP takes the Python path
-            assert fab.gsnd_status(i)["ip"]["dataplane"] is False
+            # the compiled data plane seals and opens keyed datagrams (daemons/_cableauth.h)
+            assert fab.gsnd_status(i)["ip"]["dataplane"] is True
             assert not any(k.startswith("rx_auth_") and k != "rx_auth_ok" for k in c), c
             p = port_cable(fab, i)
             assert p["auth"] == "on" and p["rx_auth_ok"] > 0

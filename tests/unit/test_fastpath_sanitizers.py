@@ -23,6 +23,7 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "tests/fuzz/test_fuzz_link.py", "tests/unit/test_reasm_differential.py", "tests/unit/test_dataplane.py",
          "tests/fuzz/test_fuzz_dataplane.py", "tests/unit/test_switchfwd_differential.py",
          "tests/fuzz/test_fuzz_switchfwd.py", "tests/sim/test_switch_sim.py", "tests/unit/test_ulp_send.py",
+         "tests/unit/test_cableauth_compiled.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
          "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run",
@@ -67,7 +68,8 @@ def test_kernels_clean_under_asan_and_ubsan(tmp_path):
         build = subprocess.run(
             ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
              "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-             "-I", sysconfig.get_paths()["include"], str(ROOT / "daemons" / f"{name}.c"), "-o", str(so)],
+             "-I", sysconfig.get_paths()["include"], str(ROOT / "daemons" / f"{name}.c"), "-o", str(so),
+             *(["-lcrypto"] if name == "_link" else [])],  # keyed cables' HMAC (_cableauth.h)
             capture_output=True, text=True,
         )
         assert build.returncode == 0, build.stderr
