@@ -68,13 +68,12 @@ def main() -> None:
           f"{'plain msg/s':>13}{'keyed msg/s':>13}")
     try:
         for label, size, extra in cases:
-            procs: list = []
             quiet = [*extra, "--log-level", "error"]  # a client hanging up between runs is no news
-            plain_procs, plain_dirs, ulas = start_pair(f"{tmp}/plain", procs, quiet, port=16400)
+            plain_procs: list = []
             keyed_procs: list = []
-            keyed_procs, keyed_dirs, _ = start_pair(f"{tmp}/keyed", keyed_procs, [*quiet, "--key-file", key],
-                                                    port=16410)
-            try:
+            try:  # start_pair adds each daemon to the list as it starts it: all are stopped below
+                _, plain_dirs, ulas = start_pair(f"{tmp}/plain", plain_procs, quiet)
+                _, keyed_dirs, _ = start_pair(f"{tmp}/keyed", keyed_procs, [*quiet, "--key-file", key])
                 plain, keyed = [], []
                 for _ in range(args.rounds):
                     plain.append(ulp_run(plain_dirs, ulas, size, 1, args.seconds))

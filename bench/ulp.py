@@ -217,21 +217,38 @@ def rtt_udp(seconds, size=64):
     return _median_us(samples)
 
 
-def start_pair(tmp, procs, extra=(), port=16400):
-    """Two gsnd back to back on loopback UDP ports ``port`` and ``port + 1``."""
+def _free_udp_ports(n: int) -> list[int]:
+    """``n`` loopback UDP ports free right now (so that benches run beside each other)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def start_pair(tmp, procs, extra=(), port=None):
+    """Two gsnd back to back on loopback UDP ports ``port`` and ``port + 1`` (default:
+    two free ports)."""
+    ports = [port, port + 1] if port is not None else _free_udp_ports(2)
     gsnd = shutil.which("gsnd") or os.path.join(os.path.dirname(sys.executable), "gsnd")
     dirs = [f"{tmp}/a", f"{tmp}/b"]
     ulas = ["02:00:00:00:00:0a", "02:00:00:00:00:0b"]
     procs += [
-        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{port}", "--peer", f"127.0.0.1:{port + 1}", "--ula", ulas[0],
+        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{ports[0]}", "--peer", f"127.0.0.1:{ports[1]}", "--ula", ulas[0],
                           "--runtime-dir", dirs[0], "--log-level", "warning", "--no-tap", *extra]),
-        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{port + 1}", "--peer", f"127.0.0.1:{port}", "--ula", ulas[1],
+        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{ports[1]}", "--peer", f"127.0.0.1:{ports[0]}", "--ula", ulas[1],
                           "--runtime-dir", dirs[1], "--log-level", "warning", "--no-tap", *extra]),
     ]
+    pair = procs[-2:]
+    deadline = time.monotonic() + 60  # a loaded machine starts Python daemons slowly
     for d in dirs:
-        for _ in range(100):
-            if os.path.exists(f"{d}/gsn0.ulp"):
-                break
+        while not os.path.exists(f"{d}/gsn0.ulp"):
+            dead = [p.pid for p in pair if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"bench: gsnd {'exited' if dead else 'not ready in 60 s'} ({' '.join(extra)})")
             time.sleep(0.05)
     for d in dirs:  # wait until each side has its ULA
         c = UlpClient(f"{d}/gsn0.ulp")
@@ -248,7 +265,12 @@ def stop(procs, tmp) -> None:
     for p in reversed(procs):
         p.terminate()
     for p in procs:
-        p.wait()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # say so, and never leave one running
+            print(f"bench: pid {p.pid} ignored SIGTERM for 10 s; killed", file=sys.stderr)
+            p.kill()
+            p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
 
 
