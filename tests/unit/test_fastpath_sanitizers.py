@@ -23,12 +23,13 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "tests/fuzz/test_fuzz_link.py", "tests/unit/test_reasm_differential.py", "tests/unit/test_dataplane.py",
          "tests/fuzz/test_fuzz_dataplane.py", "tests/unit/test_switchfwd_differential.py",
          "tests/fuzz/test_fuzz_switchfwd.py", "tests/sim/test_switch_sim.py", "tests/unit/test_ulp_send.py",
-         "tests/unit/test_cableauth_compiled.py",
+         "tests/unit/test_cableauth_compiled.py", "tests/fuzz/test_fuzz_cableauth.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
          "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_dataplane.py::test_atheris_short_run",
-         "--deselect", "tests/fuzz/test_fuzz_switchfwd.py::test_atheris_short_run"]
+         "--deselect", "tests/fuzz/test_fuzz_switchfwd.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_cableauth.py::test_atheris_short_run"]
 
 # Load the instrumented modules as daemons._fastpath / _link / _switchfwd before anything imports them.
 RUNNER = """
