@@ -2,7 +2,8 @@
  * specification): seal = body || session(8) || counter(8) || tag(16), tag = the first 16
  * bytes of HMAC-SHA256(k_dir, body || session || counter), big-endian numbers.
  *
- * HMAC-SHA256 is libcrypto's (OpenSSL), the construction the README names byte for byte;
+ * HMAC-SHA256 is libcrypto's (OpenSSL 3's EVP_MAC "HMAC"), the construction the README
+ * names byte for byte;
  * it uses the CPU's SHA extensions where there are some, which a SHA-256 written here would
  * not (README "Authenticated cables" says why the build links -lcrypto).
  *
@@ -22,7 +23,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #define CA_KEY 32
 #define CA_TAG 16
@@ -43,7 +44,7 @@ static const char *ca_names[CA_N] = {CA_REASONS(CA_NAME)};
 
 typedef struct {
     PyObject_HEAD
-    uint8_t tx_key[CA_KEY], rx_key[CA_KEY];
+    EVP_MAC_CTX *tx, *rx;      /* HMAC-SHA256 keyed with each direction's subkey */
     uint64_t session, counter; /* ours: the next datagram's counter */
     int have;                  /* a peer session has been accepted */
     uint64_t peer_session, top;
@@ -52,12 +53,32 @@ typedef struct {
     uint64_t dp_counts[CA_N];  /* the data plane's opens */
 } CableAuthCore;
 
-static void ca_tag(const uint8_t *key, const uint8_t *data, size_t len, uint8_t out[CA_TAG])
+/* The tag with a keyed context (EVP_MAC "HMAC", SHA-256): re-initialised with a NULL
+ * key, it keeps the key's inner and outer pads, so a datagram costs its own hashing only
+ * (the one-shot HMAC() fetches the algorithm and pads the key on every call).  Returns
+ * -1 if libcrypto fails (then nothing matches and nothing is sent). */
+static int ca_tag(EVP_MAC_CTX *ctx, const uint8_t *data, size_t len, uint8_t out[CA_TAG])
 {
     uint8_t md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    HMAC(EVP_sha256(), key, CA_KEY, data, len, md, &mdlen);
+    size_t mdlen = 0;
+    if (!EVP_MAC_init(ctx, NULL, 0, NULL) || !EVP_MAC_update(ctx, data, len)
+        || !EVP_MAC_final(ctx, md, &mdlen, sizeof md) || mdlen < CA_TAG)
+        return -1;
     memcpy(out, md, CA_TAG);
+    return 0;
+}
+
+static EVP_MAC_CTX *ca_keyed(const uint8_t *key)
+{
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    EVP_MAC_free(mac); /* the context holds its own reference */
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0), OSSL_PARAM_construct_end()};
+    if (ctx && !EVP_MAC_init(ctx, key, CA_KEY, params)) {
+        EVP_MAC_CTX_free(ctx);
+        ctx = NULL;
+    }
+    return ctx;
 }
 
 static inline int ca_bit(CableAuthCore *a, uint64_t c) { return (int)((a->ring[(c % a->window) >> 6] >> (c % a->window & 63)) & 1); }
@@ -104,9 +125,9 @@ static int ca_open(CableAuthCore *a, const uint8_t *d, Py_ssize_t n, Py_ssize_t 
     if (n < CA_SHIM + CA_MP + CA_TRAILER || (n - CA_TRAILER - CA_SHIM) % CA_MP)
         return CA_TRUNC;
     uint8_t t[CA_TAG];
-    ca_tag(a->rx_key, d, (size_t)(n - CA_TAG), t);
-    if (CRYPTO_memcmp(t, d + n - CA_TAG, CA_TAG)) {
-        ca_tag(a->tx_key, d, (size_t)(n - CA_TAG), t);
+    if (ca_tag(a->rx, d, (size_t)(n - CA_TAG), t) < 0 || CRYPTO_memcmp(t, d + n - CA_TAG, CA_TAG)) {
+        if (ca_tag(a->tx, d, (size_t)(n - CA_TAG), t) < 0)
+            return CA_BAD_MAC;
         return CRYPTO_memcmp(t, d + n - CA_TAG, CA_TAG) ? CA_BAD_MAC : CA_REFLECTED;
     }
     int why = ca_window(a, load_be64(d + n - CA_TRAILER), load_be64(d + n - CA_TRAILER + 8));
@@ -136,9 +157,10 @@ static int CableAuthCore_init(CableAuthCore *a, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "y*y*KL:CableAuthCore", kwlist, &tx, &rx, &session, &window))
         return -1;
     int bad = tx.len != CA_KEY || rx.len != CA_KEY;
-    if (!bad) {
-        memcpy(a->tx_key, tx.buf, CA_KEY);
-        memcpy(a->rx_key, rx.buf, CA_KEY);
+    if (!bad && window >= 1 && window <= (1 << 20)) {
+        EVP_MAC_CTX_free(a->tx);
+        EVP_MAC_CTX_free(a->rx);
+        a->tx = ca_keyed(tx.buf), a->rx = ca_keyed(rx.buf);
     }
     PyBuffer_Release(&tx);
     PyBuffer_Release(&rx);
@@ -148,6 +170,10 @@ static int CableAuthCore_init(CableAuthCore *a, PyObject *args, PyObject *kw)
     }
     if (window < 1 || window > (1 << 20)) {
         PyErr_SetString(PyExc_ValueError, "CableAuthCore: window is 1 .. 2**20 datagrams");
+        return -1;
+    }
+    if (!a->tx || !a->rx) {
+        PyErr_SetString(PyExc_RuntimeError, "CableAuthCore: libcrypto has no HMAC-SHA256");
         return -1;
     }
     PyMem_Free(a->ring);
@@ -162,6 +188,8 @@ static int CableAuthCore_init(CableAuthCore *a, PyObject *args, PyObject *kw)
 
 static void CableAuthCore_dealloc(CableAuthCore *a)
 {
+    EVP_MAC_CTX_free(a->tx);
+    EVP_MAC_CTX_free(a->rx);
     PyMem_Free(a->ring);
     Py_TYPE(a)->tp_free((PyObject *)a);
 }
@@ -180,7 +208,10 @@ static PyObject *ca_seal_one(CableAuthCore *a, const uint8_t *body, Py_ssize_t l
     memcpy(o, body, (size_t)len);
     store_be64(o + len, a->session);
     store_be64(o + len + 8, a->counter++);
-    ca_tag(a->tx_key, o, (size_t)(len + CA_IDS), o + len + CA_IDS);
+    if (ca_tag(a->tx, o, (size_t)(len + CA_IDS), o + len + CA_IDS) < 0) {
+        Py_DECREF(out);
+        return PyErr_Format(PyExc_RuntimeError, "libcrypto's HMAC-SHA256 failed");
+    }
     return out;
 }
 
