@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What authenticated cables cost: ULP throughput between two gsnd back to back on
 loopback over a plain cable and over a keyed one, measured alternately in the same
-run, and the seal/open cost per datagram beside a bare HMAC-SHA256 of the same bytes.
+run, and the seal/open cost per datagram -- the compiled one the daemons use
+(CompiledCableAuth, daemons/_cableauth.h) and its Python oracle (CableAuth) -- beside a
+bare HMAC-SHA256 of the same bytes.
 
     .venv/bin/python bench/cable_auth.py [--seconds 3] [--rounds 2]
 
@@ -24,14 +26,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench.ulp import start_pair, stop, ulp_run  # noqa: E402
 from daemons import constants as C  # noqa: E402
 from daemons.runtime.keyfile import new_key, write_key  # noqa: E402
-from daemons.wire.cableauth import CableAuth  # noqa: E402
+from daemons.wire.cableauth import CableAuth, CompiledCableAuth  # noqa: E402
 
 
-def per_datagram_cost(n_mps: int, number: int) -> tuple[float, float, float]:
-    """Microseconds to seal and to open one datagram of ``n_mps`` micropackets, and for a
-    bare hmac.digest over the same bytes (the floor: OpenSSL's HMAC-SHA256)."""
+def per_datagram_cost(impl, n_mps: int, number: int) -> tuple[float, float, float]:
+    """Microseconds to seal and to open one datagram of ``n_mps`` micropackets with
+    ``impl``, and for a bare hmac.digest over the same bytes (OpenSSL's HMAC-SHA256)."""
     key = new_key()
-    tx, rx = CableAuth(key, 0, 1), CableAuth(key, 1, 2)
+    tx, rx = impl(key, 0, 1), impl(key, 1, 2)
     body = bytes(C.SHIM_BYTES) + os.urandom(n_mps * C.MP_BYTES)
     seal = timeit.timeit(lambda: tx.seal(body), number=number) / number
     sealed = [tx.seal(body) for _ in range(number)]
@@ -49,12 +51,13 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(1/5/15 min) on {os.cpu_count()} CPUs")
-    print(f"\n{'seal/open per datagram':<34}{'seal us':>10}{'open us':>10}{'bare HMAC us':>14}{'MB/s open':>11}")
+    print(f"\n{'seal/open per datagram':<44}{'seal us':>10}{'open us':>10}{'bare HMAC us':>14}{'MB/s open':>11}")
     for label, n_mps, number in (("64 KiB (32 + 1600 x 40 bytes)", 1600, 2000),
                                  ("1.4 KB (32 + 35 x 40 bytes)", 35, 20000)):
-        s, o, b = per_datagram_cost(n_mps, number)
-        size = C.SHIM_BYTES + n_mps * C.MP_BYTES
-        print(f"{label:<34}{s:>10.1f}{o:>10.1f}{b:>14.1f}{size / o:>11.0f}")
+        for impl, name in ((CompiledCableAuth, "C"), (CableAuth, "Python oracle")):
+            s, o, b = per_datagram_cost(impl, n_mps, number)
+            size = C.SHIM_BYTES + n_mps * C.MP_BYTES
+            print(f"{f'{label}, {name}':<44}{s:>10.1f}{o:>10.1f}{b:>14.1f}{size / o:>11.0f}")
 
     tmp = tempfile.mkdtemp(prefix="gsnauthbench-")
     key = f"{tmp}/cable.key"
@@ -65,13 +68,12 @@ def main() -> None:
           f"{'plain msg/s':>13}{'keyed msg/s':>13}")
     try:
         for label, size, extra in cases:
-            procs: list = []
             quiet = [*extra, "--log-level", "error"]  # a client hanging up between runs is no news
-            plain_procs, plain_dirs, ulas = start_pair(f"{tmp}/plain", procs, quiet, port=16400)
+            plain_procs: list = []
             keyed_procs: list = []
-            keyed_procs, keyed_dirs, _ = start_pair(f"{tmp}/keyed", keyed_procs, [*quiet, "--key-file", key],
-                                                    port=16410)
-            try:
+            try:  # start_pair adds each daemon to the list as it starts it: all are stopped below
+                _, plain_dirs, ulas = start_pair(f"{tmp}/plain", plain_procs, quiet)
+                _, keyed_dirs, _ = start_pair(f"{tmp}/keyed", keyed_procs, [*quiet, "--key-file", key])
                 plain, keyed = [], []
                 for _ in range(args.rounds):
                     plain.append(ulp_run(plain_dirs, ulas, size, 1, args.seconds))

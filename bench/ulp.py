@@ -5,7 +5,10 @@ beside a bare UDP send/recv loop measured in the same run.
     .venv/bin/python bench/ulp.py [--seconds 5] [--cable-mtu 1500]
 
 Prints messages/s and Gbit/s of payload for 1 KiB and 64 KiB messages on VC1 and
-VC3, and each as a ratio of the bare-UDP anchor (same message size)."""
+VC3, and each as a ratio of the bare-UDP anchor (same message size); then the
+round trip of a 64-byte Message (ping-pong through both gsnd and back, median)
+against a bare UDP ping-pong on loopback (targets, issue 11: 64 KiB >= 0.5x UDP,
+64-byte round trip <= 2x UDP's)."""
 
 from __future__ import annotations
 
@@ -129,21 +132,123 @@ def udp_run(size, seconds):
     return n / dt, nbytes * 8 / dt / 1e9
 
 
-def start_pair(tmp, procs, extra=(), port=16400):
-    """Two gsnd back to back on loopback UDP ports ``port`` and ``port + 1``."""
+ECHO_ETHERTYPE = 0x88B6
+
+
+def _ulp_echo(path, q, seconds):
+    """Send every 64-byte Message straight back to its source."""
+    c = UlpClient(path)
+    c.bind(ECHO_ETHERTYPE)
+    q.put("ready")
+    while True:
+        try:
+            f = c.recv(timeout=seconds + 5)
+        except TimeoutError:
+            return
+        if f.op is Op.RECV:
+            c.send(f.ula, f.payload, vc=f.vc, ethertype=ECHO_ETHERTYPE)
+
+
+def _udp_echo(port, q, seconds):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", port))
+    s.settimeout(seconds + 5)
+    q.put("ready")
+    while True:
+        try:
+            d, peer = s.recvfrom(2048)
+        except TimeoutError:
+            return
+        s.sendto(d, peer)
+
+
+def _median_us(samples):
+    samples.sort()
+    return samples[len(samples) // 2] * 1e6 if samples else float("nan")
+
+
+def rtt_ulp(dirs, ulas, seconds, size=64, vc=1):
+    """Median round trip of a ``size``-byte Message, client -> gsnd -> gsnd -> echo and back."""
+    q = mp.Queue()
+    e = mp.Process(target=_ulp_echo, args=(f"{dirs[1]}/gsn0.ulp", q, seconds))
+    e.start()
+    q.get(timeout=10)
+    c = UlpClient(f"{dirs[0]}/gsn0.ulp")
+    c.bind(ECHO_ETHERTYPE)
+    payload, samples = os.urandom(size), []
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            c.send(ulas[1], payload, vc=vc, ethertype=ECHO_ETHERTYPE)
+            while True:
+                f = c.recv(timeout=2.0)
+                if f.op is Op.RECV:
+                    break
+            samples.append(time.perf_counter() - t0)
+    finally:
+        c.close()
+        e.terminate()
+        e.join()
+    return _median_us(samples)
+
+
+def rtt_udp(seconds, size=64):
+    """Anchor: median round trip of a ``size``-byte UDP datagram to an echo process."""
+    port = 38000 + os.getpid() % 1000
+    q = mp.Queue()
+    e = mp.Process(target=_udp_echo, args=(port, q, seconds))
+    e.start()
+    q.get(timeout=10)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2.0)
+    payload, samples = os.urandom(size), []
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            s.sendto(payload, ("127.0.0.1", port))
+            s.recv(2048)
+            samples.append(time.perf_counter() - t0)
+    finally:
+        s.close()
+        e.terminate()
+        e.join()
+    return _median_us(samples)
+
+
+def _free_udp_ports(n: int) -> list[int]:
+    """``n`` loopback UDP ports free right now (so that benches run beside each other)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def start_pair(tmp, procs, extra=(), port=None):
+    """Two gsnd back to back on loopback UDP ports ``port`` and ``port + 1`` (default:
+    two free ports)."""
+    ports = [port, port + 1] if port is not None else _free_udp_ports(2)
     gsnd = shutil.which("gsnd") or os.path.join(os.path.dirname(sys.executable), "gsnd")
     dirs = [f"{tmp}/a", f"{tmp}/b"]
     ulas = ["02:00:00:00:00:0a", "02:00:00:00:00:0b"]
     procs += [
-        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{port}", "--peer", f"127.0.0.1:{port + 1}", "--ula", ulas[0],
+        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{ports[0]}", "--peer", f"127.0.0.1:{ports[1]}", "--ula", ulas[0],
                           "--runtime-dir", dirs[0], "--log-level", "warning", "--no-tap", *extra]),
-        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{port + 1}", "--peer", f"127.0.0.1:{port}", "--ula", ulas[1],
+        subprocess.Popen([gsnd, "--local", f"127.0.0.1:{ports[1]}", "--peer", f"127.0.0.1:{ports[0]}", "--ula", ulas[1],
                           "--runtime-dir", dirs[1], "--log-level", "warning", "--no-tap", *extra]),
     ]
+    pair = procs[-2:]
+    deadline = time.monotonic() + 60  # a loaded machine starts Python daemons slowly
     for d in dirs:
-        for _ in range(100):
-            if os.path.exists(f"{d}/gsn0.ulp"):
-                break
+        while not os.path.exists(f"{d}/gsn0.ulp"):
+            dead = [p.pid for p in pair if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"bench: gsnd {'exited' if dead else 'not ready in 60 s'} ({' '.join(extra)})")
             time.sleep(0.05)
     for d in dirs:  # wait until each side has its ULA
         c = UlpClient(f"{d}/gsn0.ulp")
@@ -160,7 +265,12 @@ def stop(procs, tmp) -> None:
     for p in reversed(procs):
         p.terminate()
     for p in procs:
-        p.wait()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # say so, and never leave one running
+            print(f"bench: pid {p.pid} ignored SIGTERM for 10 s; killed", file=sys.stderr)
+            p.kill()
+            p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -180,6 +290,10 @@ def main():
                 rate, gbps = ulp_run(dirs, ulas, size, vc, args.seconds)
                 print(f"{f'{size // 1024} KiB VC{vc}':<22}{rate:>12.0f}{gbps:>10.3f}{anchor[0]:>14.0f}"
                       f"{anchor[1]:>12.3f}{gbps / anchor[1]:>8.3f}")
+        ulp_us, udp_us = rtt_ulp(dirs, ulas, args.seconds), rtt_udp(args.seconds)
+        print(f"64-byte round trip: ULP VC1 {ulp_us:.1f} us, bare UDP {udp_us:.1f} us, "
+              f"ratio {ulp_us / udp_us:.2f} (target <= 2)")
+        print(f"load average {os.getloadavg()[0]:.1f}")
     finally:
         stop(procs, tmp)
 

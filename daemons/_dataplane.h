@@ -55,6 +55,7 @@ typedef struct {
     int64_t withheld;
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    PyObject *auth;           /* a keyed cable: its CableAuthCore (_cableauth.h), else NULL */
     uint64_t counters[DP_N];
     uint64_t errnos[DPE_N][DP_ERRNOS];
     uint8_t frame[DP_FRAME_BYTES];
@@ -69,6 +70,7 @@ static void dp_free(DataPlane *dp)
     if (!dp)
         return;
     ra_free(&dp->ra);
+    Py_CLEAR(dp->auth);
     PyMem_Free(dp);
 }
 

@@ -1282,8 +1282,10 @@ static PyObject *Core_go_up(Core *s, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#include "_cableauth.h"
 #include "_pump.h"
 #include "_switchloop.h"
+#include "_ulpsend.h"
 
 static PyObject *Core_get_up(Core *s, void *c) { return PyBool_FromLong(s->ready && s->state == ST_UP); }
 static PyObject *Core_get_state_code(Core *s, void *c) { return PyLong_FromLong(s->state); }
@@ -1347,6 +1349,8 @@ static PyMethodDef Core_methods[] = {
     {"_control_datagram", (PyCFunction)Core_control_datagram, METH_VARARGS, "(kind, dst_nonce=None)"},
     {"_go_up", (PyCFunction)Core_go_up, METH_VARARGS, "test hook: (peer_nonce, now)"},
     PUMP_METHODS
+    ULPSEND_METHODS
+    CABLEAUTH_METHODS
     {NULL},
 };
 
@@ -1390,7 +1394,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__link(void)
 {
     init_tables();
-    if (PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&CableAuthCoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
@@ -1409,6 +1413,12 @@ PyMODINIT_FUNC PyInit__link(void)
         return NULL;
     }
     if (PyType_Ready(&PlaneType) < 0 || PyModule_AddObjectRef(m, "SwitchPlane", (PyObject *)&PlaneType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&CableAuthCoreType);
+    if (PyModule_AddObject(m, "CableAuthCore", (PyObject *)&CableAuthCoreType) < 0) {
+        Py_DECREF(&CableAuthCoreType);
         Py_DECREF(m);
         return NULL;
     }

@@ -364,6 +364,8 @@ static Py_ssize_t dp_rx_read(Core *s, double now, Py_ssize_t limit)
             Py_ssize_t k = len - off < seg ? len - off : seg;
             got++;
             dp->counters[DP_RX_DATAGRAMS]++;
+            if (dp->auth && (k = ca_open_dp(dp->auth, dp->rx + off, k)) < 0) /* a keyed cable: counted there */
+                continue;
             if (receive_raw(s, dp->rx + off, k, NULL, now) < 0)
                 return -1;
         }

@@ -76,7 +76,9 @@ class UlpClient:
                 raise UlpError(frame.payload.decode(errors="replace"))
 
     def send(self, ula: bytes, payload: bytes, *, vc: int = 1, ethertype: int) -> None:
-        self.sock.send(Frame(Op.SEND, vc, ethertype, ula, payload).encode())
+        """One SEND frame: header and payload in one sendmsg (the payload is not copied
+        into a joined frame first)."""
+        self.sock.sendmsg([HEADER.pack(Op.SEND, vc, ethertype, ula), payload])
 
     def recv(self, timeout: float | None = None) -> Frame:
         self.sock.settimeout(timeout)

@@ -18,7 +18,7 @@ from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import AdminIn, Delivered, Reassembler
 from ..wire.admin import Admin, i_am_args, parse_i_am
 from ..wire.errors import DecodeError
-from ..wire.message import Message, encode_stream, max_payload, single_records, stream_records
+from ..wire.message import Message, max_payload, single_records
 
 
 
@@ -149,7 +149,7 @@ class Endpoint:
         if len(payload) > max_payload(vc):
             self.counters[f"tx_drop_vc{vc}_limit"] += 1
             return False
-        self.link.enqueue(vc, stream_records(vc, encode_stream(vc, d_ula, self.ula, ethertype, payload)))
+        self.link.enqueue_message(vc, d_ula, self.ula, ethertype, payload)  # encoded in C (CLink)
         self.counters["tx_messages"] += 1
         self.per_vc["tx_messages"][vc] += 1
         self.per_vc["tx_bytes"][vc] += len(payload)

@@ -309,11 +309,11 @@ class Gsnd:
             self.tap = Tap(self.cfg.tap)
             self.tap.configure(mac=self.ep.ula or self.cfg.ula, mtu=self.cfg.mtu)
             self._carrier()
-            if usable(self.transport, self.tap):
-                self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
-                                    wants=self.ulp.wants)
-                self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer)
-            log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
+        if usable(self.transport):  # with --no-tap too: ULP Messages on VC1 are reassembled in C
+            self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
+                                wants=self.ulp.wants)
+            self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer)
+        log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)
             if self.tap is not None and self.dp is None:  # the data plane reads the TAP itself

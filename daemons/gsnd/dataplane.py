@@ -12,8 +12,8 @@ deadline).  This module is the narrow interface the trio control plane uses: att
 
 What still goes up to Python, as before: Messages on VC0/2/3, non-IP Messages on VC1
 (drop notices, ULP traffic), IP Messages a ULP client is bound to, ADMIN, link
-up/down, timers.  A cable with a key (an authenticated cable) keeps the Python path:
-the C send and receive know nothing of the MAC (``usable``).
+up/down, timers.  A cable with a key (an authenticated cable) is sealed and opened in
+C too (daemons/_cableauth.h, shared with the transport's Python path).
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ def trio_epoll_fd() -> int:
         return -1
 
 
-def usable(transport, tap) -> bool:
-    """The data plane runs for a TAP over a UDP cable to a known peer, without a key."""
-    return (tap is not None and getattr(transport, "sock", None) is not None and transport.peer is not None
+def usable(transport) -> bool:
+    """The data plane runs over a UDP cable to a known peer, without a key (a keyed cable
+    keeps the Python path, with its MAC in C), with a TAP or without one (then every
+    Message it reassembles goes up to the ULP clients)."""
+    return (getattr(transport, "sock", None) is not None and transport.peer is not None
             and getattr(transport, "auth", None) is None)
 
 
@@ -70,12 +72,13 @@ class DataPlane:
         """``wants(ethertype) -> bool``: a ULP client is bound to it (Python delivers those)."""
         self.link, self.transport, self.tap = ep.link, transport, tap
         self.wants = wants
-        self.link.dp_attach(tap.fd, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
+        self.link.dp_attach(tap.fd if tap is not None else -1, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
                             b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD)
         self.set_ula(ep.ula)
         # readable when the TAP or the cable is: what run()'s caller waits on in trio while idle
         self._ready = select.epoll()
-        self._ready.register(tap.fd, select.EPOLLIN)
+        if tap is not None:
+            self._ready.register(tap.fd, select.EPOLLIN)
         self._ready.register(transport.sock.fileno(), select.EPOLLIN)
         self.trio_fd = trio_epoll_fd()
         self.reasons: Counter[str] = Counter()  # why run() returned, for the loop's tests and benches

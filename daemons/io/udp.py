@@ -14,7 +14,7 @@ import trio
 
 from ..runtime.oserrors import errno_name
 from ..constants import AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES, SOCKET_BUFFER_BYTES
-from ..wire.cableauth import CableAuth, direction
+from ..wire.cableauth import CompiledCableAuth, direction
 from . import pmtu
 from .pmtu import DEFAULT_MTU
 
@@ -94,11 +94,11 @@ class UdpTransport:
         self.local = local
         self.peer = peer
         self.counters: Counter[str] = Counter()
-        self.auth: CableAuth | None = None
+        self.auth: CompiledCableAuth | None = None
         self.overhead = 0  # bytes each datagram carries beyond the link's (the auth trailer)
         if key is not None:
             # the session: this cable's opening time, newer than any earlier run's
-            self.auth = CableAuth(key, direction(self.sock.getsockname()[:2], peer),
+            self.auth = CompiledCableAuth(key, direction(self.sock.getsockname()[:2], peer),
                                   max(0, time.clock_gettime_ns(time.CLOCK_REALTIME)), counters=self.counters)
             self.overhead = AUTH_TRAILER_BYTES
         self.on_mtu = on_mtu
@@ -209,7 +209,11 @@ class UdpTransport:
             self.counters["tx_no_peer"] += len(datagrams)
             return
         if self.auth is not None:
-            datagrams = list(map(self.auth.seal, datagrams))
+            datagrams = self.auth.seal_many(list(datagrams))
+        self.send_sealed(datagrams)
+
+    def send_sealed(self, datagrams) -> None:
+        """``send_many`` of datagrams sealed already (a keyed cable), or plain ones."""
         n = len(datagrams)
         self.counters["tx_datagrams"] += n
         i = 0

@@ -15,6 +15,7 @@ gsnd, the link's credits) while a client's socket is full.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import socket
 import struct
@@ -85,6 +86,7 @@ class UlpServer:
         self._buf: bytearray | None = None
         self._reserve: int | None = None
         self._timer_moved = trio.Event()
+        self._armed = math.inf  # the deadline _timeouts waits for (woken only when one comes earlier)
 
     # --- accepting -----------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -304,13 +306,15 @@ class UlpServer:
         for c in keys:
             if self.delivery.backlog(c):
                 c.wake.set()
-        self._timer_moved.set()
+        if self.delivery.timer() < self._armed:  # a hold or a notice due before what _timeouts waits for
+            self._timer_moved.set()
 
     async def _timeouts(self) -> None:
         """Runs the delivery's bound (dropping the backlog of a client that reads
         nothing) and releases aggregated drop notices."""
         while True:
-            with trio.move_on_at(self.delivery.timer()):
+            self._armed = self.delivery.timer()
+            with trio.move_on_at(self._armed):
                 await self._timer_moved.wait()
             self._timer_moved = trio.Event()
             now = trio.current_time()

@@ -28,6 +28,7 @@ from .. import _fastpath
 from .. import constants as C
 from ..constants import MpType
 from ..wire.errors import DecodeError
+from ..wire.message import encode_stream, stream_records
 from ..wire.micropacket import MP_DTYPE, Micropacket, credit_split, field
 from ..wire.shim import Shim, decode_datagram
 from .credits import CreditLedger
@@ -219,6 +220,13 @@ class Link:
     def enqueue(self, vc: int, recs: np.ndarray) -> None:
         """Queue micropackets (whole Messages, or successive parts of one) on ``vc``."""
         self.queues[vc].push(recs)
+
+    def enqueue_message(self, vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload) -> int:
+        """Queue one Message built from its fields; the micropackets queued.  (CLink does
+        the same in C, daemons/_ulpsend.h; this is its oracle.)"""
+        recs = stream_records(vc, encode_stream(vc, d_ula, s_ula, ethertype, payload))
+        self.enqueue(vc, recs)
+        return len(recs)
 
     def queued(self, vc: int) -> int:
         return self.queues[vc].count

@@ -66,7 +66,9 @@ import hmac
 import ipaddress
 import struct
 from collections import Counter
+from typing import Any
 
+from .._link import CableAuthCore
 from ..constants import AUTH_KEY_BYTES, AUTH_REPLAY_WINDOW, AUTH_TAG_BYTES, AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES
 
 from .buffers import Bytes
@@ -97,6 +99,17 @@ def direction(local: tuple[str, int], peer: tuple[str, int]) -> int:
     if mine == theirs:
         raise ValueError(f"the cable's local and peer address are both {local[0]}:{local[1]}")
     return int(mine.packed > theirs.packed)
+
+
+def _subkeys(key: bytes, direction: int, session: int) -> tuple[bytes, bytes]:
+    """(tx, rx) subkeys of this end, after checking the arguments (ValueError)."""
+    if len(key) != AUTH_KEY_BYTES:
+        raise ValueError(f"a cable key is {AUTH_KEY_BYTES} bytes, not {len(key)}")
+    if direction not in (0, 1):
+        raise ValueError(f"direction {direction!r} is not 0 or 1")
+    if not 0 <= session < 1 << 64:
+        raise ValueError(f"session {session} is not a 64-bit unsigned number")
+    return subkey(key, direction), subkey(key, 1 - direction)
 
 
 def tag(key: bytes, signed: Bytes) -> bytes:
@@ -164,13 +177,7 @@ class CableAuth:
 
     def __init__(self, key: bytes, direction: int, session: int, counters: Counter[str] | None = None,
                  window: int = AUTH_REPLAY_WINDOW) -> None:
-        if len(key) != AUTH_KEY_BYTES:
-            raise ValueError(f"a cable key is {AUTH_KEY_BYTES} bytes, not {len(key)}")
-        if direction not in (0, 1):
-            raise ValueError(f"direction {direction!r} is not 0 or 1")
-        if not 0 <= session < 1 << 64:
-            raise ValueError(f"session {session} is not a 64-bit unsigned number")
-        self.tx_key, self.rx_key = subkey(key, direction), subkey(key, 1 - direction)
+        self.tx_key, self.rx_key = _subkeys(key, direction, session)
         self.session = session
         self.counter = 0  # the next datagram's
         self.window = ReplayWindow(window)
@@ -181,6 +188,9 @@ class CableAuth:
         signed = bytes(body) + _IDS.pack(self.session, self.counter)
         self.counter += 1
         return signed + tag(self.tx_key, signed)
+
+    def seal_many(self, bodies: list[Bytes]) -> list[bytes]:
+        return [self.seal(b) for b in bodies]
 
     def open(self, datagram: Bytes) -> bytes | None:
         """The link's datagram inside ``datagram``, or None (the reason counted)."""
@@ -204,3 +214,42 @@ class CableAuth:
         """Count ``reason``; None, for ``open`` to return."""
         self.counters[f"rx_auth_{reason}"] += 1
         return None
+
+
+class CompiledCableAuth:
+    """:class:`CableAuth` in C (daemons/_cableauth.h, libcrypto's HMAC-SHA256), what the
+    daemons use; CableAuth is its oracle (tests/unit/test_cableauth_compiled.py: same
+    sealed bytes, same opens and drop reasons in the same order).  ``core`` is shared
+    with a CLink's receive pump (``Core.dp_auth``: opens against the same replay window,
+    counted in ``core.dp_counts()``); gsnd's data-plane loop does not seal yet, so a keyed
+    cable runs gsnd's Python path with this MAC.  This object counts its own opens into
+    ``counters``."""
+
+    def __init__(self, key: bytes, direction: int, session: int, counters: Counter[str] | None = None,
+                 window: int = AUTH_REPLAY_WINDOW) -> None:
+        tx_key, rx_key = _subkeys(key, direction, session)
+        self.core: Any = CableAuthCore(tx_key, rx_key, session, window)
+        self.counters: Counter[str] = Counter() if counters is None else counters
+
+    @property
+    def session(self) -> int:
+        return int(self.core.session)
+
+    @property
+    def counter(self) -> int:
+        """The next datagram's counter."""
+        return int(self.core.counter)
+
+    def seal(self, body: Bytes) -> bytes:
+        return bytes(self.core.seal(body))
+
+    def seal_many(self, bodies: list[Bytes]) -> list[bytes]:
+        return list(self.core.seal_many(bodies))
+
+    def open(self, datagram: Bytes) -> bytes | None:
+        out: str | bytes = self.core.open(datagram)
+        if isinstance(out, str):
+            self.counters[f"rx_auth_{out}"] += 1
+            return None
+        self.counters["rx_auth_ok"] += 1
+        return out

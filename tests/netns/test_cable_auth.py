@@ -63,7 +63,8 @@ def test_a_keyed_fabric_carries_ip_and_shows_auth_on():
         for i in (1, 2):
             c = gsnd_cable(fab, i)
             assert c["auth"] == "on" and c["rx_auth_ok"] > 0
-            # the compiled data plane has no MAC yet: a keyed cable's IP takes the Python path
+            # gsnd's data-plane loop does not seal yet: a keyed cable takes the Python path
+            # (its MAC in C, daemons/_cableauth.h)
             assert fab.gsnd_status(i)["ip"]["dataplane"] is False
             assert not any(k.startswith("rx_auth_") and k != "rx_auth_ok" for k in c), c
             p = port_cable(fab, i)

@@ -28,12 +28,14 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "tests/unit/test_dploop.py",
          # its bounds are wall-clock latencies, which the instrumented build stretches
          "--deselect", "tests/unit/test_dploop.py::test_control_socket_and_trio_timers_are_served_under_full_load",
+         "tests/unit/test_ulp_send.py", "tests/unit/test_cableauth_compiled.py", "tests/fuzz/test_fuzz_cableauth.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
          "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_dataplane.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_switchfwd.py::test_atheris_short_run",
-         "--deselect", "tests/fuzz/test_fuzz_switchloop.py::test_atheris_short_run"]
+         "--deselect", "tests/fuzz/test_fuzz_switchloop.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_cableauth.py::test_atheris_short_run"]
 
 # Load the instrumented modules as daemons._fastpath / _link / _switchfwd before anything imports them.
 RUNNER = """
@@ -73,7 +75,8 @@ def test_kernels_clean_under_asan_and_ubsan(tmp_path):
         build = subprocess.run(
             ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
              "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-             "-I", sysconfig.get_paths()["include"], str(ROOT / "daemons" / f"{name}.c"), "-o", str(so)],
+             "-I", sysconfig.get_paths()["include"], str(ROOT / "daemons" / f"{name}.c"), "-o", str(so),
+             *(["-lcrypto"] if name == "_link" else [])],  # keyed cables' HMAC (_cableauth.h)
             capture_output=True, text=True,
         )
         assert build.returncode == 0, build.stderr
