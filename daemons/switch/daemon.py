@@ -60,7 +60,7 @@ class SwitchDaemon:
             # per wake-up one C call receives every cable's ready datagrams, forwards and pumps
             for n, t in self.transports.items():
                 self.core.plane.cable(n, t)
-                self.runners[n].use(lambda now, n=n: self._rx(now).get(n, 0), t.send_many)
+                self.runners[n].use_pump(lambda now, n=n: self._rx(now).get(n, 0), t.send_many)
         self.agent_timer = AgentTimer(self.core, self._flush)
         self._generation = 0
         self.drops = CounterLog(log)
