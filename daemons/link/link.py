@@ -27,6 +27,7 @@ import numpy as np
 from .. import _fastpath
 from .. import constants as C
 from ..constants import MpType
+from ..transitions import TransitionTable
 from ..wire.errors import DecodeError
 from ..wire.message import encode_stream, stream_records
 from ..wire.micropacket import MP_DTYPE, Micropacket, credit_split, field
@@ -42,6 +43,22 @@ _SEQUENCED[[int(t) for t in C.SEQUENCED_TYPES]] = True
 class LinkState(enum.Enum):
     RESETTING = "resetting"
     UP = "up"
+
+
+class LinkEvent(enum.Enum):
+    RESET_ACKED = "reset_acked"  # the peer answered our RESET/INIT (remote)
+    PEER_RESET = "peer_reset"  # the peer sent a RESET/INIT with a new nonce (remote)
+    FAILED = "failed"  # dead interval or retransmission limit (local)
+
+
+# The link's transitions (daemons/_link.c's CLink follows the same table: its
+# ST_RESETTING/ST_UP moves are checked against this one by the differential tests).
+LINK_TABLE: TransitionTable[LinkState, LinkEvent] = TransitionTable("link", {
+    (LinkState.RESETTING, LinkEvent.RESET_ACKED): LinkState.UP,
+    (LinkState.RESETTING, LinkEvent.PEER_RESET): LinkState.UP,
+    (LinkState.UP, LinkEvent.PEER_RESET): LinkState.UP,  # the peer restarted: up again with its new nonce
+    (LinkState.UP, LinkEvent.FAILED): LinkState.RESETTING,
+}, remote=(LinkEvent.RESET_ACKED, LinkEvent.PEER_RESET), initial=(LinkState.RESETTING,))
 
 
 @dataclass(frozen=True)
@@ -191,13 +208,12 @@ class Link:
 
     def _start_reset(self, now: float) -> None:
         self.my_nonce = self.rng.getrandbits(32) or 1
-        self.state = LinkState.RESETTING
         self._clear()
         self.reset_due = now
 
-    def _go_up(self, peer_nonce: int, now: float) -> None:
+    def _go_up(self, peer_nonce: int, now: float, event: LinkEvent) -> None:
         self.peer_nonce = peer_nonce
-        self.state = LinkState.UP
+        self.state = LINK_TABLE.next(self.state, event)
         self.last_heard = now
         self.ledger.grant_initial()
         self.counters["link_up"] += 1
@@ -206,6 +222,7 @@ class Link:
     def _fail(self, reason: str, now: float) -> None:
         self.counters[f"link_down_{reason}"] += 1
         self._events.append(LinkDown(reason))
+        self.state = LINK_TABLE.next(self.state, LinkEvent.FAILED)
         self._start_reset(now)
 
     @property
@@ -449,7 +466,7 @@ class Link:
                 self._on_reset(shim.src_nonce, MpType.RESET_ACK if kind is MpType.RESET else MpType.INIT_ACK, now)
             elif kind in (MpType.RESET_ACK, MpType.INIT_ACK):
                 if self.state is LinkState.RESETTING and shim.dst_nonce == self.my_nonce:
-                    self._go_up(shim.src_nonce, now)
+                    self._go_up(shim.src_nonce, now, LinkEvent.RESET_ACKED)
                 elif self.state is LinkState.UP and (shim.src_nonce, shim.dst_nonce) == (self.peer_nonce,
                                                                                        self.my_nonce):
                     self.counters["duplicate_reset_ack"] += 1
@@ -473,7 +490,7 @@ class Link:
             # sides resetting at once); stale data is still told apart because
             # the peer's nonce is new.
             self._clear()
-            self._go_up(their_nonce, now)
+            self._go_up(their_nonce, now, LinkEvent.PEER_RESET)
         self._control_out.append(self._control_datagram(answer, dst_nonce=their_nonce))
 
     def _want_ack(self, now: float, soon: bool) -> None:

@@ -1,5 +1,6 @@
-"""The state machines kept as tables (daemons/transitions.py): HARP's LIS phase and
-cache revalidation (harpd/states.py), ST's connection and transfer (stpd/states.py).
+"""The state machines kept as tables (daemons/transitions.py): the cable link
+(daemons/link/link.py), HARP's LIS phase and cache revalidation (harpd/states.py), ST's
+connection and transfer (stpd/states.py).
 
 Every defined transition is reachable from a state the machine is created in; a walk
 of random events follows the table exactly and every undefined pair raises the error
@@ -9,6 +10,7 @@ registration answer is counted, never fatal."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from daemons.link.link import LINK_TABLE, LinkState
 from daemons.transitions import TransitionTable
 from daemons.wire.errors import LocalProtocolError, RemoteProtocolError
 from harpd.states import PHASE_MACHINE, REVAL_MACHINE, Phase, PhaseEvent
@@ -18,7 +20,7 @@ from stpd.drops import Drop
 from stpd.states import TRANSFER_MACHINE, VC_MACHINE, State, VcEvent
 from stpd.wire import Header, decode
 
-MACHINES = [VC_MACHINE, TRANSFER_MACHINE, PHASE_MACHINE, REVAL_MACHINE]
+MACHINES = [LINK_TABLE, VC_MACHINE, TRANSFER_MACHINE, PHASE_MACHINE, REVAL_MACHINE]
 
 
 def _enums(m: TransitionTable):
@@ -138,3 +140,26 @@ def test_a_registration_answer_the_phase_does_not_allow_is_counted_not_obeyed():
     core.receive(srv, reg[0].reply(IPv4Address("192.0.2.1"), ULA_HARP_SERVER, HOp.INHARP_REPLY).encode(), t)
     assert core.counters[HDrop.OUT_OF_STATE] == 1 and core.counters["rx_dropped_out_of_state"] == 1
     assert lis.phase is Phase.OPER_BCAST and not lis.servers[0].responsive
+
+
+def test_the_link_moves_through_its_table_up_failed_and_reset_by_its_peer():
+    """A pair of Links (the oracle; CLink mirrors it under the differential tests): up
+    by RESET_ACK, down by the dead interval (FAILED), up again; a peer's new RESET
+    while up keeps it up with the new nonce."""
+    from tests.unit.linkpair import Pair
+
+    pair = Pair()
+    pair.run(0.05)
+    a, b = pair.links
+    assert pair.up() and a.state is LinkState.UP
+    pair.cut = True  # the cable goes silent: each side fails on its dead interval
+    pair.run(a.timers.dead_interval + 0.05)
+    assert a.state is LinkState.RESETTING and a.counters["link_down_silent"] >= 1
+    pair.cut = False
+    pair.run(0.2)
+    assert pair.up()
+    old = a.peer_nonce
+    b.last_heard = pair.now - b.timers.dead_interval - 0.001  # b alone has missed a: FAILED,
+    b.handle_timer(pair.now)  # it resets with a new nonce, and a (up) takes its RESET: PEER_RESET
+    pair.run(0.2)
+    assert pair.up() and a.peer_nonce != old and a.counters["link_down_peer_reset"] == 1
