@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from daemons.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, poll
 from daemons.runtime.control import request
 from tests.netns.test_pktway_over_servernet import ROUTER, snet_toml
 from tests.netns.test_pw_ip_paths import pw0, tcp_64mib
