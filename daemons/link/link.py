@@ -211,7 +211,7 @@ class Link:
         self._clear()
         self.reset_due = now
 
-    def _go_up(self, peer_nonce: int, now: float, event: LinkEvent) -> None:
+    def _go_up(self, peer_nonce: int, now: float, event: LinkEvent = LinkEvent.RESET_ACKED) -> None:
         self.peer_nonce = peer_nonce
         self.state = LINK_TABLE.next(self.state, event)
         self.last_heard = now
