@@ -228,7 +228,7 @@ def main() -> int:
     ratio = lambda x, y: x / y if y else float("nan")  # noqa: E731
     print(f"\n(a)/(c) TCP x1 {ratio(a['tcp1'], c['tcp1']):.2f}   x4 {ratio(a['tcp4'], c['tcp4']):.2f}   (target >= 1.0)")
     print(f"(b)/(a) TCP x1 {ratio(b['tcp1'], a['tcp1']):.2f}   x4 {ratio(b['tcp4'], a['tcp4']):.2f}   (target >= 0.8)")
-    bp = res["(b-py) switch in Python"]
+    bp = res.get("(b-py) switch in Python", nan)
     print(f"(b-py)/(a) TCP x1 {ratio(bp['tcp1'], a['tcp1']):.2f}   switch CPU s/GB compiled {b['cpu_s_per_gb']:.2f}, "
           f"Python {bp['cpu_s_per_gb']:.2f} ({ratio(b['cpu_s_per_gb'], bp['cpu_s_per_gb']):.2f})")
     print(f"RTT (a)/(c)    {ratio(a['rtt_ms'], c['rtt_ms']):.2f}   (target <= 1.5)")
