@@ -47,6 +47,11 @@ class Ran(NamedTuple):
         """Nothing moved until the deadline: wait in trio (wait_readable) instead."""
         return self.reason == IDLE
 
+    @property
+    def control(self) -> bool:
+        """A descriptor of trio's was ready: its task must run before the next ``run``."""
+        return self.reason == CONTROL
+
 
 def trio_epoll_fd() -> int:
     """trio's own epoll descriptor (readable when a task's descriptor is ready), or -1
