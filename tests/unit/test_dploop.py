@@ -228,3 +228,60 @@ def test_a_tiny_datagram_window_is_bounded_by_the_receive_buffer():
     w = cable_window(1)
     assert 1 <= w < C.SEQ_WINDOW_MPS
     assert w * (C.SHIM_BYTES + C.MP_BYTES + C.RX_DATAGRAM_OVERHEAD_BYTES) <= C.SOCKET_BUFFER_BYTES
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_task_woken_with_a_control_return_runs_before_the_next_dp_run():
+    """dp_run returns CONTROL when one of trio's descriptors is ready; trio then wakes that
+    task into the runner's own batch, in either order.  The runner must let it run before
+    it blocks in dp_run again (it used to wait for the loop's slice: a ULP round trip took
+    2.8 ms instead of 0.5).  Trio orders a batch at random, so this runs 40 times."""
+    from daemons.gsnd.dataplane import Ran
+
+    class Link:
+        max_mps = 1
+
+        def timer(self):
+            return float("inf")
+
+        def handle_timer(self, now):
+            return []
+
+    async def once():
+        a, b = socket.socketpair()
+        reader = trio.socket.from_stdlib_socket(a)
+        served: list[bytes] = []
+        seen: list[int] = []
+
+        class DataPlane:
+            trio_fd = -1
+
+            def send_many(self, datagrams):
+                pass
+
+            def run(self, now, deadline, high, trio_fd):
+                seen.append(len(served))
+                if len(seen) == 1:
+                    b.send(b"x")  # the reader's descriptor is ready now: the loop would return CONTROL
+                    return Ran(CONTROL, 0, 0)
+                raise _Stop
+
+        runner = LinkRunner(Link(), None, lambda now: None, lambda now: None)
+        runner.use(DataPlane(), 0, lambda: float("inf"))
+        with reader, b:
+            async with trio.open_nursery() as n:
+                async def read():
+                    served.append(await reader.recv(1))
+                n.start_soon(read)
+                await trio.testing.wait_all_tasks_blocked()
+                with pytest.raises(_Stop):
+                    await runner.run()
+        assert seen == [0, 1], seen  # the second dp_run came after the reader had its byte
+
+    async def main():
+        for _ in range(40):
+            await once()
+    trio.run(main)
