@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons import _link  # noqa: E402
 from daemons.constants import ETHERTYPE_IPV4  # noqa: E402
-from daemons.gsnd.core import MessageIn  # noqa: E402
+from daemons.endpoint.core import MessageIn  # noqa: E402
 from daemons.wire.ether import frame_to_message, message_to_frame  # noqa: E402
 from tests.unit.dprig import ULAS, Rig  # noqa: E402
 

@@ -67,7 +67,7 @@ def link(data: bytes) -> None:
 
 # --- gsnd --------------------------------------------------------------------------------
 def _endpoint():
-    from daemons.gsnd.core import Endpoint
+    from daemons.endpoint.core import Endpoint
 
     attacker = new_link(CABLE, 3)
     ep = Endpoint(CABLE, 0.0, ula=bytes.fromhex("020000000001"), rng=random.Random(4))

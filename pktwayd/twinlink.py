@@ -12,7 +12,7 @@ from collections.abc import Callable
 import trio
 
 from daemons.constants import ULA_BROADCAST, ULP_MAX_PAYLOAD
-from daemons.gsnd.core import Endpoint, LinkState, MessageIn, UlaChanged
+from daemons.endpoint.core import Endpoint, LinkState, MessageIn, UlaChanged
 from daemons.io.runner import LinkRunner, cable_window
 from daemons.io.udp import UdpTransport
 from daemons.wire.message import max_payload

@@ -25,7 +25,7 @@ from ..wire.message import max_payload
 from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
-from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
+from ..endpoint.core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
 from .dataplane import DataPlane, usable
 from .delivery import is_notice, notice_in, settle
 from ..constants import ADMIN_MAX_HOPS, ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, HIGH_WATER_MPS, SWITCH_TABLE_MAX, AdminCmd

@@ -208,7 +208,7 @@ def is_notice(msg: Message) -> bool:
 
 
 def settle(delivery: Delivery, ep, now: float) -> list[Frame]:
-    """Glue to a sans-IO :class:`~daemons.gsnd.core.Endpoint` after delivery state
+    """Glue to a sans-IO :class:`~daemons.endpoint.core.Endpoint` after delivery state
     changed: hold exactly the VCs that have Messages waiting, and send the drop
     notices due.  Returns the ERROR frames for notices about our own Messages
     (gsnd gives them to its clients bound to the frame's EtherType)."""

@@ -7,7 +7,7 @@ import random
 
 import trio
 
-from daemons.gsnd.core import AdminResponse, Endpoint, MessageIn
+from daemons.endpoint.core import AdminResponse, Endpoint, MessageIn
 from daemons.io.memory import MemoryCable
 from daemons.io.runner import LinkRunner
 from daemons.switch.core import Switch

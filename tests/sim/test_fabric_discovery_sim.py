@@ -253,7 +253,7 @@ async def test_a_loop_cabled_without_switch_true_does_not_storm(autojump_clock):
     host's broadcast reaches the host and goes round no loop."""
     import random
 
-    from daemons.gsnd.core import Endpoint, MessageIn
+    from daemons.endpoint.core import Endpoint, MessageIn
     from daemons.io.memory import MemoryCable
     from daemons.io.runner import LinkRunner
     from daemons.switch.core import Switch

@@ -10,7 +10,7 @@ import random
 import socket
 
 from daemons.constants import IP_MTU as MTU
-from daemons.gsnd.core import Endpoint, UlaChanged
+from daemons.endpoint.core import Endpoint, UlaChanged
 from daemons.gsnd.dataplane import DataPlane
 from daemons.io.udp import UdpTransport
 

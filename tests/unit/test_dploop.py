@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from daemons.constants import ETHERTYPE_IPV4, RTX_TIMEOUT_MIN_S, VC_IP
-from daemons.gsnd.core import MessageIn, UlaChanged
+from daemons.endpoint.core import MessageIn, UlaChanged
 from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, trio_epoll_fd, usable
 from daemons.io.runner import LinkRunner
 from daemons.io.udp import UdpTransport

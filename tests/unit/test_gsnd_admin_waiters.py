@@ -6,7 +6,7 @@ import trio
 
 from daemons.constants import AdminCmd
 from daemons.gsnd.config import GsndConfig
-from daemons.gsnd.core import AdminResponse
+from daemons.endpoint.core import AdminResponse
 from daemons.gsnd.daemon import Gsnd
 from daemons.wire.admin import Admin, ula_list_args
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from daemons import constants as C
 from daemons.constants import MpType
-from daemons.gsnd.core import Endpoint
+from daemons.endpoint.core import Endpoint
 from daemons.link.link import Link, Received
 from daemons.switch.core import Switch
 from daemons.wire.message import encode_stream, mps_for, single_records, stream_records

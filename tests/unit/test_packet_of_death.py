@@ -2,7 +2,7 @@
 reserved TYPE and a valid LCRC) ended gsnd and gsn-switch.  It must be a counted
 drop on every cable path."""
 
-from daemons.gsnd.core import Endpoint
+from daemons.endpoint.core import Endpoint
 from tests.unit.linkpair import each_impl
 from daemons.switch.core import Switch
 from daemons.wire.micropacket import MP_DTYPE, lcrc_exact

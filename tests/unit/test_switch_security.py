@@ -14,7 +14,7 @@ import pytest
 
 from daemons import constants as C
 from daemons.constants import AdminCmd, AdminStatus, ElementType, MpType
-from daemons.gsnd.core import AdminResponse, Endpoint, MessageIn
+from daemons.endpoint.core import AdminResponse, Endpoint, MessageIn
 from daemons.switch.core import Switch
 from daemons.wire.admin import Admin, change_route_args, parse_i_am, parse_ula_list
 from daemons.wire.message import encode_stream, single_records, stream_records

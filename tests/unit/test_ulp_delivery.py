@@ -8,7 +8,7 @@ import random
 from collections import deque
 
 from daemons import constants as C
-from daemons.gsnd.core import Endpoint, MessageIn
+from daemons.endpoint.core import Endpoint, MessageIn
 from daemons.gsnd.delivery import Delivery, is_notice, notice_in, settle
 from daemons.wire.message import Message
 from daemons.wire.ulp import DropNotice, DropReason, Frame, Op

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from daemons import constants as C
-from daemons.gsnd.core import Endpoint, MessageIn
+from daemons.endpoint.core import Endpoint, MessageIn
 from daemons.link.reassembly import Delivered, Reassembler
 from daemons.wire.message import encode_stream, stream_records
 

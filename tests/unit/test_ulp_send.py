@@ -10,7 +10,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from daemons.gsnd.core import Endpoint
+from daemons.endpoint.core import Endpoint
 from daemons.link.clink import CLink
 from daemons.link.link import Link
 from daemons.wire.message import encode_stream, max_payload, stream_records_numpy

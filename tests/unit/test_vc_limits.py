@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemons import constants as C
-from daemons.gsnd.core import Endpoint
+from daemons.endpoint.core import Endpoint
 from daemons.link.reassembly import Delivered, Reassembler
 from daemons.wire.errors import DecodeError
 from daemons.wire.message import Message, decode_stream, encode_stream, max_payload, mps_for, stream_records
