@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -39,7 +39,7 @@ _link.setup_dp(_delivered, AdminIn)
 _LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
 
 
-class _Counters(Mapping):
+class _Counters(Mapping[str, int]):
     """Live, read-only view of the C counters with Counter semantics (a missing
     name reads 0; only non-zero counters are listed)."""
 
@@ -49,18 +49,18 @@ class _Counters(Mapping):
         self._core = core
 
     def __getitem__(self, name: str) -> int:
-        return self._core._counter(name)
+        return int(self._core._counter(name))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._core._counter_dict())
 
     def __len__(self) -> int:
         return len(self._core._counter_dict())
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._core._counter(name) > 0
 
-    def __pos__(self) -> Counter:
+    def __pos__(self) -> Counter[str]:
         return Counter(self._core._counter_dict())
 
     def total(self) -> int:
@@ -70,12 +70,14 @@ class _Counters(Mapping):
         return f"Counters({self._core._counter_dict()!r})"
 
 
-class _LedgerList(list):
+class _LedgerList(list[int]):
     """A snapshot of one ledger row; item assignment writes through (test hooks)."""
 
     __slots__ = ("_core", "_name")
+    _core: CLink
+    _name: str
 
-    def __setitem__(self, vc, value):
+    def __setitem__(self, vc: int, value: int) -> None:  # type: ignore[override]  # one VC's count, no slices
         list.__setitem__(self, vc, value)
         self._core._ledger_set(self._name, vc, value)
 
@@ -86,7 +88,7 @@ class _LedgerView:
     def __init__(self, core: CLink) -> None:
         self._core = core
 
-    def _row(self, i: int) -> list:
+    def _row(self, i: int) -> list[int]:
         row = _LedgerList(self._core._ledger()[i])
         row._core, row._name = self._core, _LEDGER_FIELDS[i]
         return row
@@ -106,7 +108,7 @@ class _LedgerView:
                    for u, p, o, b, t in zip(used, pending, out, buffers, tx))
 
 
-class CLink(_link.Core):
+class CLink(_link.Core):  # type: ignore[misc]  # the C extension has no stub; CLink's own surface is typed
     def __init__(
         self,
         cable_id: int,
@@ -136,9 +138,10 @@ class CLink(_link.Core):
 
     @property
     def credits(self) -> list[int]:
-        return self._ledger()[0]
+        tx: list[int] = self._ledger()[0]
+        return tx
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         tx, used, pending, out, buffers = self._ledger()
         return {
             "state": self.state.value,

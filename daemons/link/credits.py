@@ -12,6 +12,8 @@ it never goes negative.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..constants import NUM_VCS
 
 
@@ -30,7 +32,7 @@ class CreditLedger:
         self.rx_outstanding = [0] * NUM_VCS
 
     # transmit side
-    def granted(self, per_vc) -> None:
+    def granted(self, per_vc: np.ndarray) -> None:
         for vc in range(NUM_VCS):
             self.tx[vc] += int(per_vc[vc])
 

@@ -20,7 +20,9 @@ import enum
 import random
 import struct
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from .. import constants as C
 from ..constants import MpType
 from ..transitions import TransitionTable
 from ..wire.errors import DecodeError
+from ..wire.buffers import Bytes
 from ..wire.message import encode_stream, stream_records
 from ..wire.micropacket import MP_DTYPE, Micropacket, credit_split, field
 from ..wire.shim import Shim, decode_datagram
@@ -79,6 +82,10 @@ class Received:
     recs: np.ndarray
 
 
+Event: TypeAlias = LinkUp | LinkDown | Received
+"""What :meth:`Link.events` hands up."""
+
+
 @dataclass(frozen=True)
 class Timers:
     ack_delay: float = C.ACK_DELAY_S
@@ -106,7 +113,7 @@ class _VcQueue:
             self.chunks.append(recs)
             self.count += len(recs)
 
-    def take(self, n: int, out: list) -> int:
+    def take(self, n: int, out: list[np.ndarray]) -> int:
         taken = 0
         while taken < n and self.chunks:
             chunk = self.chunks[0]
@@ -137,7 +144,7 @@ class _Sent:
         self.sacked = self.lost = False  # sent < 0: retransmitted, no round-trip sample (Karn)
 
 
-def sack_ranges(buffered: dict, expected: int) -> list[tuple[int, int]]:
+def sack_ranges(buffered: dict[int, np.ndarray], expected: int) -> list[tuple[int, int]]:
     """The lowest SACK_RANGES merged ranges of buffered datagrams, as offsets from ``expected``."""
     out: list[list[int]] = []
     for seq in sorted(buffered):
@@ -173,7 +180,7 @@ class Link:
         self.rng = rng or random.Random()
         self.counters: Counter[str] = Counter()
         self.queues = [_VcQueue() for _ in range(C.NUM_VCS)]
-        self._events: list = []
+        self._events: list[Event] = []
         self._control_out: list[bytes] = []
         self.state = LinkState.RESETTING
         self.peer_nonce = 0
@@ -229,7 +236,7 @@ class Link:
     def up(self) -> bool:
         return self.state is LinkState.UP
 
-    def events(self) -> list:
+    def events(self) -> list[Event]:
         ev, self._events = self._events, []
         return ev
 
@@ -238,7 +245,7 @@ class Link:
         """Queue micropackets (whole Messages, or successive parts of one) on ``vc``."""
         self.queues[vc].push(recs)
 
-    def enqueue_message(self, vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload) -> int:
+    def enqueue_message(self, vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload: Bytes) -> int:
         """Queue one Message built from its fields; the micropackets queued.  (CLink does
         the same in C, daemons/_ulpsend.h; this is its oracle.)"""
         recs = stream_records(vc, encode_stream(vc, d_ula, s_ula, ethertype, payload))
@@ -262,7 +269,7 @@ class Link:
         return self.ledger.tx
 
     # --- receive ----------------------------------------------------------------
-    def receive(self, datagram, now: float) -> None:
+    def receive(self, datagram: Bytes, now: float) -> None:
         try:
             shim, count = decode_datagram(datagram)
         except DecodeError as exc:
@@ -440,8 +447,8 @@ class Link:
         if not upper.all():
             recs, vcs = recs[upper], vcs[upper]
         counts = np.bincount(vcs, minlength=C.NUM_VCS)
-        for vc in np.flatnonzero(counts):
-            vc = int(vc)
+        for vc_index in np.flatnonzero(counts):
+            vc = int(vc_index)
             part = recs if counts[vc] == len(recs) else recs[vcs == vc]
             accepted = self.ledger.received(vc, len(part))
             if accepted < len(part):
@@ -460,7 +467,7 @@ class Link:
             self.counters[f"bad_control_{exc.field}"] += 1
             return
         for mp in mps:
-            kind = mp.type
+            kind = MpType(mp.type)  # decode() made it one; this tells the checker
             if kind in (MpType.RESET, MpType.INIT):
                 self.counters[f"rx_{kind.name.lower()}"] += 1
                 self._on_reset(shim.src_nonce, MpType.RESET_ACK if kind is MpType.RESET else MpType.INIT_ACK, now)
@@ -650,7 +657,7 @@ class Link:
             self.last_sent = now
         return out
 
-    def _resend(self, which, counter: str) -> list[bytes]:
+    def _resend(self, which: Callable[[_Sent], bool], counter: str) -> list[bytes]:
         out = []
         for e in self.inflight:
             if which(e):
@@ -665,7 +672,7 @@ class Link:
     def _stamp_rseq(self, recs: np.ndarray) -> None:
         _fastpath.stamp(recs, (self.expected - 1) & 0xFF)  # RSEQ only, LCRC fixed in place
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return {
             "state": self.state.value,
             "credits_tx": list(self.ledger.tx),

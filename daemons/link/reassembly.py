@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field as dc_field
+from typing import TypeAlias
 
 import numpy as np
 
@@ -46,9 +47,13 @@ class AdminIn:
     data: bytes
 
 
+Arrival: TypeAlias = Delivered | AdminIn
+"""What :meth:`Reassembler.feed` hands up."""
+
+
 @dataclass
 class _Open:
-    parts: list = dc_field(default_factory=list)
+    parts: list[np.ndarray] = dc_field(default_factory=list)
     count: int = 0
     last_ecrc: int = CRC_INIT
     expect: int = 0  # micropackets M_len announces
@@ -72,8 +77,8 @@ class Reassembler:
     def _discard(self, reason: str) -> None:
         self.counters[f"discard_{reason}"] += 1
 
-    def feed(self, vc: int, recs: np.ndarray) -> list:
-        out: list = []
+    def feed(self, vc: int, recs: np.ndarray) -> list[Arrival]:
+        out: list[Arrival] = []
         ctrl = recs["ctrl"].astype(_U64)
         types = field(ctrl, CTRL_TYPE_SHIFT, 4)
         tails = np.flatnonzero(field(ctrl, CTRL_TAIL_SHIFT, 1))
@@ -141,7 +146,7 @@ class Reassembler:
         st.last_ecrc = int(field(int(ctrl[-1]), CTRL_ECRC_SHIFT, 16))
         st.parts.append(recs)
 
-    def _finish(self, vc: int, st: _Open, out: list) -> None:
+    def _finish(self, vc: int, st: _Open, out: list[Arrival]) -> None:
         if st.bad is None and st.count != st.expect:
             st.bad = "shorter_than_m_len"
         if st.bad:
@@ -156,7 +161,7 @@ class Reassembler:
         except DecodeError as exc:  # pragma: no cover - _start checked the header
             self._discard(f"header_{exc.field}")
 
-    def _admin(self, vc: int, rec, ctrl: int, out: list) -> None:
+    def _admin(self, vc: int, rec: np.void, ctrl: int | np.uint64, out: list[Arrival]) -> None:
         defect = admin_defect(rec, ctrl)
         if defect:
             self._discard(defect)
@@ -164,7 +169,7 @@ class Reassembler:
         out.append(AdminIn(vc, rec["data"].tobytes()))
 
 
-def admin_defect(rec, ctrl) -> str | None:
+def admin_defect(rec: np.void, ctrl: int | np.uint64) -> str | None:
     """Why an ADMIN micropacket (a one-micropacket Message) must be discarded by its
     final destination, or None: no TAIL, ERROR set, or a failed ECRC (spec §1.6)."""
     ctrl = int(ctrl)

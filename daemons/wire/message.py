@@ -58,7 +58,7 @@ class MessageHeader:
     ethertype: int
 
     @classmethod
-    def decode(cls, data: bytes) -> MessageHeader:
+    def decode(cls, data: Bytes) -> MessageHeader:
         if len(data) < _PREFIX:
             raise DecodeError("header", len(data), "shorter than MAC header + LLC/SNAP")
         d_ula, s_ula, m_len = _MAC.unpack_from(data)
@@ -136,7 +136,7 @@ def single_records(vc: int, mp_type: int, data32: bytes) -> np.ndarray:
     return stream_records(vc, data32, first_type=mp_type)
 
 
-def decode_stream(vc: int, stream: bytes, mps: int | None = None) -> Message:
+def decode_stream(vc: int, stream: Bytes, mps: int | None = None) -> Message:
     """Message from a reassembled stream of ``mps`` micropackets' data areas."""
     hdr = MessageHeader.decode(stream)
     count = len(stream) // MP_DATA_BYTES if mps is None else mps
