@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from .. import constants as C
 from ..constants import ADMIN_RETRY_S, AdminCmd, AdminStatus, ElementType, MpType
@@ -17,6 +19,7 @@ from ..link.clink import CLink
 from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import AdminIn, Delivered, Reassembler
 from ..wire.admin import Admin, i_am_args, parse_i_am
+from ..wire.buffers import Bytes
 from ..wire.errors import DecodeError
 from ..wire.message import Message, max_payload, single_records
 
@@ -43,7 +46,11 @@ class LinkState:
     reason: str = ""
 
 
-def merged(counters, more: dict | None) -> dict:
+Event: TypeAlias = LinkState | UlaChanged | MessageIn | AdminResponse
+"""What :meth:`Endpoint.events` hands up."""
+
+
+def merged(counters: Mapping[str, int], more: Mapping[str, int] | None) -> dict[str, int]:
     """Python-path counters plus the data plane's of the same names."""
     out = Counter(counters)
     out.update(more or {})
@@ -76,7 +83,7 @@ class Endpoint:
         self.counters: Counter[str] = Counter()
         # Messages and payload bytes per VC, each way (gsnctl show, metrics)
         self.per_vc: dict[str, list[int]] = {k: [0] * C.NUM_VCS for k in ("tx_messages", "tx_bytes", "rx_messages", "rx_bytes")}
-        self._events: list = []
+        self._events: list[Event] = []
         self._acquiring: Admin | None = None
         self._acquire_due: float | None = None
         # Credits withheld per VC while the upper layer cannot take Messages (hold()).
@@ -84,7 +91,7 @@ class Endpoint:
         self.withheld = [0] * C.NUM_VCS
 
     # --- events -----------------------------------------------------------------
-    def events(self) -> list:
+    def events(self) -> list[Event]:
         ev, self._events = self._events, []
         return ev
 
@@ -138,7 +145,7 @@ class Endpoint:
             self.withheld[vc] = 0
 
     # --- sending ----------------------------------------------------------------
-    def send(self, vc: int, d_ula: bytes, ethertype: int, payload) -> bool:
+    def send(self, vc: int, d_ula: bytes, ethertype: int, payload: Bytes) -> bool:
         """Queue a Message; False (and counted) when it cannot be sent now."""
         if not self.link.up:
             self.counters["tx_drop_link_down"] += 1
@@ -169,7 +176,8 @@ class Endpoint:
         self.link.enqueue(vc, single_records(vc, MpType.ADMIN, admin.encode()))
         self.counters["tx_admin"] += 1
 
-    def admin_request(self, command: int, args: bytes = b"", *, hops: int = 1, route=()) -> Admin:
+    def admin_request(self, command: int, args: bytes = b"", *, hops: int = 1,
+                      route: Sequence[int] = ()) -> Admin:
         """Originate a request (``hops`` >= 1: 1 = the element across the link; ``route``:
         the output port at each multi-port switch); the response arrives as an
         AdminResponse event."""
@@ -177,9 +185,9 @@ class Endpoint:
             raise ValueError(f"hop count {hops} outside 1..255 (hop 0 is answered by answer_local)")
         if len(route) > C.ADMIN_ROUTE_SLOTS or any(not 0 <= p < C.ADMIN_ROUTE_UNUSED for p in route):
             raise ValueError(f"route: at most {C.ADMIN_ROUTE_SLOTS} ports, each 0..{C.ADMIN_ROUTE_UNUSED - 1}")
-        route = tuple(route) + (C.ADMIN_ROUTE_UNUSED,) * (C.ADMIN_ROUTE_SLOTS - len(route))
+        slots = tuple(route) + (C.ADMIN_ROUTE_UNUSED,) * (C.ADMIN_ROUTE_SLOTS - len(route))
         # Leaving the host, the request passes its own adapter (hop 0 = own adapter).
-        req = Admin(command, xid=self.rng.getrandbits(32), hop_count=hops - 1, init_hops=hops, route=route,
+        req = Admin(command, xid=self.rng.getrandbits(32), hop_count=hops - 1, init_hops=hops, route=slots,
                     args=bytes(args).ljust(16, b"\0"))
         self.send_admin(req, C.VC_ADMIN_REQUEST)
         return req
@@ -189,7 +197,8 @@ class Endpoint:
         self._acquire_due = now + ADMIN_RETRY_S
 
     def timer(self) -> float:
-        return min(self.link.timer(), self.own_timer())
+        link_due: float = self.link.timer()
+        return min(link_due, self.own_timer())
 
     def own_timer(self) -> float:
         """The next deadline besides the link's (the ULA acquisition's retry)."""
@@ -198,7 +207,7 @@ class Endpoint:
         return float("inf")
 
     def handle_timer(self, now: float) -> list[bytes]:
-        out = self.link.handle_timer(now)
+        out: list[bytes] = self.link.handle_timer(now)
         if self._acquiring is not None and self._acquire_due is not None and now >= self._acquire_due:
             self.counters["admin_retry"] += 1
             cmd = self._acquiring.command
@@ -282,14 +291,14 @@ class Endpoint:
         else:
             self.counters["admin_unexpected_response"] += 1
 
-    def _per_vc(self, dp: dict) -> dict:
+    def _per_vc(self, dp: Mapping[str, int]) -> dict[str, list[int]]:
         """Messages and bytes per VC, the data plane's (IP on VC1) included."""
         out = {k: list(v) for k, v in self.per_vc.items()}
         for k in out:
             out[k][C.VC_IP] += dp.get(k, 0)
         return out
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         from ..wire.ula import format_ula
 
         dp = self.dp_counters()
@@ -303,6 +312,7 @@ class Endpoint:
             "per_vc": self._per_vc(dp.get("gsnd") or {}),
         }
 
-    def dp_counters(self) -> dict:
+    def dp_counters(self) -> dict[str, dict[str, int]]:
         """The data plane's counters by group (ip, gsnd, tap, cable, reassembly), or {}."""
-        return self.link.dp_counters() if self.link.dp_vc >= 0 else {}
+        groups: dict[str, dict[str, int]] = self.link.dp_counters() if self.link.dp_vc >= 0 else {}
+        return groups

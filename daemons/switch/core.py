@@ -73,9 +73,9 @@ class Port:
     trust_source: bool = False  # S_ULA not checked (an uplink to another switch)
     fabric: bool = False  # cabled to another switch: walked, programmed, broadcast only on the tree
     stray_switch: bool = False  # trust_source, not `switch`, yet a switch answered here: no broadcast
-    inq: list = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
-    current: list = field(default_factory=lambda: [None] * C.NUM_VCS)  # targets of the open Message
-    counters: Counter = field(default_factory=Counter)
+    inq: list[deque[_Segment]] = field(default_factory=lambda: [deque() for _ in range(C.NUM_VCS)])
+    current: list[tuple[int, ...] | None] = field(default_factory=lambda: [None] * C.NUM_VCS)  # the open Message's targets
+    counters: Counter[str] = field(default_factory=Counter)
 
 
 class Switch:
@@ -123,8 +123,8 @@ class Switch:
         self.static = dict(static or {})
         self.table: dict[bytes, int] = dict(self.static)  # ULA -> port
         self.kind: dict[bytes, str] = {u: "static" for u in self.static}
-        self.owner = {p: [None] * C.NUM_VCS for p in self.ports}  # output VC -> input owning it
-        self.admin_q = [deque() for _ in range(C.NUM_VCS)]
+        self.owner: dict[int, list[int | None]] = {p: [None] * C.NUM_VCS for p in self.ports}  # output VC -> input owning it
+        self.admin_q: list[deque[_Segment]] = [deque() for _ in range(C.NUM_VCS)]
         # Forwarded request XID -> (ingress, egress, expiry), oldest first: the memory time is
         # constant, so insertion order is deadline order and expiry pops from the front
         # (amortised O(1) per request); at most ADMIN_XID_TABLE_MAX entries.
@@ -212,7 +212,7 @@ class Switch:
                 self._admin_mp(port, recs[pos], port.current[vc] is not None, now)
                 pos += 1
 
-    def _admin_mp(self, port: Port, rec, in_message: bool, now: float) -> None:
+    def _admin_mp(self, port: Port, rec: np.void, in_message: bool, now: float) -> None:
         """One ADMIN micropacket the ingress walk stopped at."""
         if in_message:
             port.counters["drop_admin_inside_message"] += 1
@@ -221,7 +221,7 @@ class Switch:
         else:
             self._admin_in(port, rec["data"].tobytes(), now)
 
-    def _admin_from_plane(self, port_no: int, rec: bytes, current, now: float) -> None:
+    def _admin_from_plane(self, port_no: int, rec: bytes, current: tuple[int, ...] | None, now: float) -> None:
         self._admin_mp(self.ports[port_no], np.frombuffer(rec, MP_DTYPE)[0], current is not None, now)
 
     def pump(self) -> None:
@@ -447,7 +447,7 @@ class Switch:
         return self.rng.getrandbits(32)
 
     def register(self, addr: int) -> int | None:
-        values = {
+        values: dict[int, int] = {
             Register.ELEMENT_ADDRESS: self.switch_id,
             Register.SERIAL: self.serial,
             Register.PORT_COUNT: len(self.ports),
@@ -469,9 +469,10 @@ class Switch:
 
     # --- timers and status ----------------------------------------------------------
     def timer(self) -> float:
-        return min(min(p.link.timer() for p in self.ports.values()), self.agent.timer())
+        links_due: float = min(p.link.timer() for p in self.ports.values())
+        return min(links_due, self.agent.timer())
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return {
             "kind": "gsn-switch",
             "switch_id": self.switch_id,
