@@ -19,7 +19,7 @@ def checksum(src: bytes, dst: bytes, icmp: bytes) -> int:
     data = src + dst + struct.pack("!I3xB", len(icmp), ICMPV6) + icmp
     if len(data) % 2:
         data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
 from . import addr, mgmt, nodeinfo, packet, sa
 from .addr import HwAddr
@@ -34,7 +35,7 @@ class Group:
     busy: bool = False
     retry_at: float = 0.0
     backoff: float = JOIN_BACKOFF_MIN_S
-    queue: deque = field(default_factory=deque)
+    queue: deque[bytes] = field(default_factory=deque)
     used: float = 0.0  # last send to a send-only group (reaped when idle)
 
 
@@ -46,7 +47,7 @@ def _is_probe(payload: bytes) -> bool:
 
 
 class Iface:
-    def __init__(self, name: str, pkey: int | None, qpn: int, counters: Counter) -> None:
+    def __init__(self, name: str, pkey: int | None, qpn: int, counters: Counter[str]) -> None:
         self.name = name
         self.want_pkey = pkey  # None: the P_Key at index 0
         self.pkey = 0  # the table entry in use (membership bit as the SM gave it)
@@ -68,11 +69,19 @@ class Iface:
         return addr.broadcast_mgid(self.pkey)
 
 
+Ctx: TypeAlias = tuple[Literal["path", "leave"], str, bytes] | tuple[Literal["join"], str, bytes, int]
+"""What an SA request was for: (what, interface, GID or MGID[, JoinState])."""
+
+Out: TypeAlias = (tuple[Literal["cable", "sm"], bytes] | tuple[Literal["tap"], str, bytes]
+                  | tuple[Literal["carrier"], str, bool, int])
+"""What :meth:`PortCore.outgoing` hands the driver (the module docstring lists them)."""
+
+
 @dataclass
 class Request:
     kind: Kind
     body: bytes
-    ctx: tuple
+    ctx: Ctx
     deadline: float
     tries: int = 1
 
@@ -91,7 +100,7 @@ class PortCore:
         self.gid = b""
         self.requests: dict[int, Request] = {}
         self._tid = itertools.count(1)
-        self._out: list[tuple] = []
+        self._out: list[Out] = []
         self._next_register = now
         self._next_hello = now
         self._next_reap = now + 1.0
@@ -105,7 +114,7 @@ class PortCore:
     def hwaddr(self, ifc: Iface) -> HwAddr:
         return HwAddr(ifc.qpn, self.gid)
 
-    def _request(self, kind: Kind, body: bytes, ctx: tuple, now: float) -> None:
+    def _request(self, kind: Kind, body: bytes, ctx: Ctx, now: float) -> None:
         tid = next(self._tid)
         self.timers_changed = True
         self.requests[tid] = Request(kind, body, ctx, now + SA_TIMEOUT_S)
@@ -279,26 +288,26 @@ class PortCore:
         return self.by_name[name]
 
     def _answer(self, req: Request, m: mgmt.Mgmt | None, now: float) -> None:
-        ok = m is not None and m.status == Status.OK
+        body = m.body if m is not None and m.status == Status.OK else None  # None: failed or timed out
         if m is not None and m.epoch != self.epoch and self.info is not None:
             self._next_register = now  # an SM we have not registered with answered: re-register
             self.timers_changed = True
-        what = req.ctx[0]
-        ifc = self._iface(req.ctx[1])
-        if what == "path":
-            gid = req.ctx[2]
-            if ok:
-                path = sa.PathRecord.decode(m.body)
+        ctx = req.ctx
+        ifc = self._iface(ctx[1])
+        if ctx[0] == "path":
+            gid = ctx[2]
+            if body is not None:
+                path = sa.PathRecord.decode(body)
                 for p, hw, payload in ifc.shadow.resolved(gid, path, now):
                     self._send_ud(ifc, p.dlid, hw.qpn, p.sl, payload)
             else:
                 ifc.shadow.failed(gid)
-        elif what == "join":
-            g = ifc.groups.get(req.ctx[2])
+        elif ctx[0] == "join":
+            g = ifc.groups.get(ctx[2])
             if g is None:
                 return
-            if ok:
-                self._joined(ifc, g, req.ctx[3], sa.MCMemberRecord.decode(m.body), now)
+            if body is not None:
+                self._joined(ifc, g, ctx[3], sa.MCMemberRecord.decode(body), now)
             else:
                 self._join_failed(ifc, g, now)
 
@@ -328,11 +337,11 @@ class PortCore:
                     continue
                 self._deliver(ifc, p, now)
             return
-        ifc = self.by_qpn.get(p.dqpn)
-        if ifc is None or p.dlid != self.lid:
+        dest = self.by_qpn.get(p.dqpn)
+        if dest is None or p.dlid != self.lid:
             self.counters["rx_drop_no_such_qp"] += 1
             return
-        self._deliver(ifc, p, now)
+        self._deliver(dest, p, now)
 
     def _deliver(self, ifc: Iface, p: packet.UdPacket, now: float) -> None:
         if ifc.tr is None or not ifc.carrier:
@@ -443,21 +452,21 @@ class PortCore:
                 self._reap_sendonly(ifc, now)
         self._joins(now)
 
-    def outgoing(self) -> list[tuple]:
+    def outgoing(self) -> list[Out]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
-        return []
+    def events(self) -> list[object]:
+        return []  # none: everything it says is in outgoing()
 
     # --- the compiled steady state (ib.fastpath mirrors these into ib/_ibfast.c) -------------------------
-    def fast_config(self) -> tuple:
+    def fast_config(self) -> tuple[int, bool, list[tuple[bool, int, int, int, int]]]:
         """(LID, registered, [(carrier, QPN, P_Key, Q_Key, MTU)] per interface): what the
         compiled path checks a frame against."""
         return (self.lid, self.info is not None,
                 [(i.carrier and i.tr is not None, i.qpn, i.pkey, i.qkey, i.mtu) for i in self.ifaces])
 
-    def fast_key(self) -> tuple:
+    def fast_key(self) -> tuple[tuple[int, int, int], ...]:
         """Moves whenever ``fast_neighbours()`` may have changed."""
         return tuple((id(i.tr), i.tr.remacs.version if i.tr else -1, i.shadow.version) for i in self.ifaces)
 
@@ -485,7 +494,7 @@ class PortCore:
                 n.used = last
 
     # --- operators -------------------------------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return {
             "port_guid": f"{self.guid:#018x}", "gid": addr.gid_text(self.gid) if self.gid else None, "lid": self.lid,
             "registered": self.info is not None, "sm_epoch": f"{self.epoch:#018x}",
@@ -496,14 +505,14 @@ class PortCore:
             "counters": dict(self.counters),
         }
 
-    def neighbours(self) -> list[dict]:
+    def neighbours(self) -> list[dict[str, object]]:
         return [dict(n, interface=i.name) for i in self.ifaces for n in i.shadow.table()]
 
-    def groups(self) -> list[dict]:
+    def groups(self) -> list[dict[str, object]]:
         return [{"interface": i.name, "mgid": addr.gid_text(g.mgid), "mlid": f"{g.mlid:#06x}", "joined": g.joined,
                  "wanted": g.want, "queued": len(g.queue)} for i in self.ifaces for g in i.groups.values()]
 
-    def path_info(self, mac: bytes) -> dict | None:
+    def path_info(self, mac: bytes) -> dict[str, object] | None:
         """The seed's ipoib_path_info for the neighbour behind ``mac`` (None: unknown)."""
         for ifc in self.ifaces:
             if ifc.tr is None:
@@ -513,7 +522,8 @@ class PortCore:
                 continue
             n = ifc.shadow.neighs.get(hw)
             p = n.path if n else None
-            info = {"interface": ifc.name, "hwaddr": HwAddr.unpack(hw).text(), "state": n.state.value if n else "absent"}
+            info: dict[str, object] = {"interface": ifc.name, "hwaddr": HwAddr.unpack(hw).text(),
+                                       "state": n.state.value if n else "absent"}
             if p is not None:
                 info.update(dest_gid=addr.gid_text(p.dgid), source_gid=addr.gid_text(p.sgid), dest_lid=p.dlid,
                             source_lid=p.slid, flow_label=p.flow_label, pkey=f"{p.pkey:#06x}", service_level=p.sl,

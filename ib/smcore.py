@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from . import addr, mgmt, sa
 from .constants import (GID_PREFIX_DEFAULT, PORT_EXPIRY_S, SWITCH_EXPIRY_S, IB_MTU_BYTES, LID_MCAST_MAX, LID_MCAST_MIN,
@@ -27,13 +28,16 @@ from .constants import (GID_PREFIX_DEFAULT, PORT_EXPIRY_S, SWITCH_EXPIRY_S, IB_M
 from .mgmt import PEER_CA, PEER_SWITCH, Kind, Status
 from .partitions import Partition, may_talk, pkey_table
 
+SockAddr: TypeAlias = tuple[str, int] | tuple[str, int, int, int]
+"""A UDP peer's address as the socket gives it (IPv4 or IPv6)."""
+
 
 
 @dataclass
 class Port:
     guid: int
     lid: int
-    addr: tuple
+    addr: SockAddr
     pkeys: tuple[int, ...]
     seen: float
     reregister: bool = True  # until the port joins a group again (ClientReregister)
@@ -42,7 +46,7 @@ class Port:
 @dataclass
 class Switch:
     guid: int
-    addr: tuple
+    addr: SockAddr
     ports: dict[int, tuple[int, int, int]]  # port -> (peer guid, peer port, peer kind)
     lft_version: int
     mft_version: int
@@ -78,7 +82,7 @@ class SmCore:
         self.lft: dict[int, dict[int, int]] = {}
         self.mft: dict[int, dict[int, int]] = {}
         self._dirty = True
-        self._out: list[tuple[tuple, bytes]] = []
+        self._out: list[tuple[SockAddr, bytes]] = []
         for p in partitions:
             if p.ipoib:
                 mgid = addr.broadcast_mgid(p.pkey)
@@ -86,7 +90,7 @@ class SmCore:
                                           True)
 
     # --- input ----------------------------------------------------------------------
-    def on_datagram(self, data: bytes, src: tuple, now: float) -> None:
+    def on_datagram(self, data: bytes, src: SockAddr, now: float) -> None:
         try:
             m = mgmt.decode(data)
             if m.kind == Kind.REGISTER:
@@ -105,12 +109,12 @@ class SmCore:
             self.counters["drop_bad_record"] += 1
         self._recompute()
 
-    def _reply(self, dst: tuple, m: mgmt.Mgmt, kind: Kind, status: Status = Status.OK, body: bytes = b"") -> None:
+    def _reply(self, dst: SockAddr, m: mgmt.Mgmt, kind: Kind, status: Status = Status.OK, body: bytes = b"") -> None:
         self._out.append((dst, mgmt.Mgmt(kind, m.tid, self.epoch, status, body).encode()))
         if status != Status.OK:
             self.counters[f"sa_{status.name.lower()}"] += 1
 
-    def _register(self, m: mgmt.Mgmt, src: tuple, now: float) -> None:
+    def _register(self, m: mgmt.Mgmt, src: SockAddr, now: float) -> None:
         guid, _node = mgmt.parse_register(m.body)
         if guid == 0:
             raise mgmt.MgmtError("bad_register")
@@ -147,7 +151,7 @@ class SmCore:
         used = {g.mlid for g in self.groups.values()}
         return next(m for m in range(LID_MCAST_MIN, LID_MCAST_MAX + 1) if m not in used)
 
-    def _switch_report(self, m: mgmt.Mgmt, src: tuple, now: float) -> None:
+    def _switch_report(self, m: mgmt.Mgmt, src: SockAddr, now: float) -> None:
         r = mgmt.SwitchReport.decode(m.body)
         ports = {p: (g, pp, k) for p, g, pp, k in r.ports}
         sw = self.switches.get(r.guid)
@@ -174,7 +178,7 @@ class SmCore:
         self.counters["tables_pushed"] += 1
 
     # --- SA -------------------------------------------------------------------------------
-    def _sender(self, src: tuple, gid: bytes) -> Port | None:
+    def _sender(self, src: SockAddr, gid: bytes) -> Port | None:
         """The registered port that sent from ``src`` and owns ``gid`` (no spoofed SGIDs)."""
         port = self._port_by_gid(gid)
         return port if port is not None and port.addr == src else None
@@ -187,7 +191,7 @@ class SmCore:
     def _gid(self, port: Port) -> bytes:
         return addr.gid(self.prefix, port.guid)
 
-    def _path_get(self, m: mgmt.Mgmt, src: tuple) -> None:
+    def _path_get(self, m: mgmt.Mgmt, src: SockAddr) -> None:
         mask, raw = mgmt.parse_masked(m.body, sa.PATH_RECORD_BYTES)
         q = sa.PathRecord.decode(raw)
         self.counters["path_queries"] += 1
@@ -220,7 +224,7 @@ class SmCore:
                     return pa
         return None
 
-    def _mc(self, m: mgmt.Mgmt, src: tuple) -> None:
+    def _mc(self, m: mgmt.Mgmt, src: SockAddr) -> None:
         mask, raw = mgmt.parse_masked(m.body, sa.MCMEMBER_RECORD_BYTES)
         r = sa.MCMemberRecord.decode(raw)
         me = self._sender(src, r.port_gid)
@@ -318,14 +322,14 @@ class SmCore:
                 self._dirty = True
         self._recompute()
 
-    def outgoing(self) -> list[tuple[tuple, bytes]]:
+    def outgoing(self) -> list[tuple[SockAddr, bytes]]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
-        return []
+    def events(self) -> list[object]:
+        return []  # none: everything it says goes out as datagrams
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return {
             "epoch": f"{self.epoch:#018x}", "gid_prefix": f"{self.prefix:#018x}", "version": self.version,
             "ports": [{"guid": f"{p.guid:#018x}", "lid": p.lid, "gid": addr.gid_text(self._gid(p)),
@@ -390,9 +394,9 @@ def route(switches: dict[int, Switch], ports: dict[int, Port], groups: dict[byte
                     placed.add(peer)
                     todo.append(peer)
     mft: dict[int, dict[int, int]] = {g: {} for g in switches}
-    for g in groups.values():
+    for group in groups.values():
         local: dict[int, int] = {}  # switch -> mask of member CA ports
-        for pgid, state in g.members.items():
+        for pgid, state in group.members.items():
             if not state & (sa.JOIN_FULL | sa.JOIN_NON_MEMBER):
                 continue  # send-only members receive nothing
             at = attach.get(int.from_bytes(pgid[8:], "big"))
@@ -412,5 +416,5 @@ def route(switches: dict[int, Switch], ports: dict[int, Port], groups: dict[byte
                 if has_members(y, x):
                     mask |= 1 << p
             if mask:
-                mft[x][g.mlid] = mask
+                mft[x][group.mlid] = mask
     return lft, mft

@@ -6,10 +6,14 @@ them to the SM.  Time is injected; the driver moves the bytes."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal, TypeAlias
 
 from . import mgmt, nodeinfo, packet
 from .constants import (LID_MCAST_MAX, LID_MCAST_MIN, LID_PERMISSIVE, LINK_DEAD_S, LINK_HELLO_S, SWITCH_REPORT_S)
 from .mgmt import PEER_SWITCH, Kind
+
+Out: TypeAlias = tuple[Literal["cable"], int, bytes] | tuple[Literal["sm"], bytes]
+"""What :meth:`SwitchCore.outgoing` hands the driver: a datagram for a cable port or for the SM."""
 
 
 class SwitchCore:
@@ -22,7 +26,7 @@ class SwitchCore:
         self.neighbours: dict[int, tuple[int, int, int, float]] = {}  # port -> (guid, peer port, kind, last seen)
         self.counters: Counter[str] = Counter()
         self.sm_epoch = 0
-        self._out: list[tuple] = []
+        self._out: list[Out] = []
         self._next_hello = now
         self._next_report = now
         self.timers_changed = True  # see daemons.runtime.corerunner
@@ -110,14 +114,14 @@ class SwitchCore:
             self._next_report = now + SWITCH_REPORT_S
             self._out.append(("sm", self.report()))
 
-    def outgoing(self) -> list[tuple]:
+    def outgoing(self) -> list[Out]:
         out, self._out = self._out, []
         return out
 
-    def events(self) -> list:
-        return []
+    def events(self) -> list[object]:
+        return []  # none: everything it says goes out as datagrams
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return {"guid": f"{self.guid:#018x}", "ports": self.ports,
                 "neighbours": {str(p): {"guid": f"{g:#018x}", "port": pp, "kind": "switch" if k == PEER_SWITCH else "ca"}
                                for p, (g, pp, k, _) in sorted(self.neighbours.items())},
