@@ -15,6 +15,7 @@ import zlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from typing import TypedDict, Unpack
 
 from .codec import Packet, encode_datagram, max_data
 from .constants import (DOORBELL_BYTES, PAGE_BYTES, PENDING_OPS, RESPONSE_TIMEOUT_S, RETRIES_SAME_FABRIC,
@@ -56,7 +57,7 @@ class Op:
     inflight: int = 0
     acked: int = 0
     rang: bool = False  # the doorbell was sent
-    packets: Counter = field(default_factory=Counter)  # by fabric name
+    packets: Counter[str] = field(default_factory=Counter)  # by fabric name
 
     def finish(self, now: float, error: str | None = None, result: bytes | None = None) -> None:
         if self.done:
@@ -64,6 +65,14 @@ class Op:
         self.done, self.error, self.result, self.finished = True, error, result, now
         if self.on_done is not None:
             self.on_done(self)
+
+
+class OpOptions(TypedDict, total=False):
+    """The optional fields of an :class:`Op` that :meth:`Bte.read`, ``write`` and ``block`` pass on."""
+
+    fabric: int | None
+    bell_data: bytes | None
+    on_done: Callable[[Op], None] | None
 
 
 @dataclass(eq=False)
@@ -91,7 +100,7 @@ class Bte:
         self.slots: list[Txn | None] = [None] * TID_COUNT
         self.quarantine = [0.0] * TID_COUNT  # a TID whose request was re-sent rests a while before reuse
         self.ready: deque[Op] = deque()
-        self.paths = {(p, f): Path(p, f, now) for p in peers for f in (Fabric.X, Fabric.Y)}
+        self.paths: dict[tuple[int, int], Path] = {(p, f): Path(p, f, now) for p in peers for f in (Fabric.X, Fabric.Y)}
         self.soonest = float("inf")  # the earliest deadline set since the driver last asked (timer_moved)
         for path in self.paths.values():
             path.on_due = self._moved
@@ -142,13 +151,13 @@ class Bte:
             return False
         return not (self.ii and (op.address % 8 or n % 8))
 
-    def read(self, peer: int, address: int, length: int, now: float, **kw) -> Op:
+    def read(self, peer: int, address: int, length: int, now: float, **kw: Unpack[OpOptions]) -> Op:
         return self.submit(Op("read", peer, address, length=length, **kw), now)
 
-    def write(self, peer: int, address: int, data: bytes, now: float, **kw) -> Op:
+    def write(self, peer: int, address: int, data: bytes, now: float, **kw: Unpack[OpOptions]) -> Op:
         return self.submit(Op("write", peer, address, bytes(data), **kw), now)
 
-    def block(self, peer: int, address: int, data: bytes, bell: int, now: float, **kw) -> Op:
+    def block(self, peer: int, address: int, data: bytes, bell: int, now: float, **kw: Unpack[OpOptions]) -> Op:
         return self.submit(Op("block", peer, address, bytes(data), len(data), doorbell=bell, **kw), now)
 
     # --- fabric choice --------------------------------------------------------------------------
@@ -188,7 +197,7 @@ class Bte:
             data = op.data[op.next_off:op.next_off + n]
             op.next_off += n
             return TType.WRITE, addr, data, 0, False
-        if op.inflight or op.rang:
+        if op.inflight or op.rang or op.doorbell is None:  # (submit refused a block without one)
             return None
         op.rang = True
         bell = op.bell_data if op.bell_data is not None else doorbell(op.address, len(op.data), op.seq,
@@ -264,7 +273,7 @@ class Bte:
         op = txn.op
         path = self.paths[op.peer, fabric]
         if op.kind == "barrier":
-            self.paths[op.peer, op.fabric].on_barrier(pkt.ack, now)
+            self.paths[op.peer, txn.fabric].on_barrier(pkt.ack, now)  # a BARRIER goes on its op's fabric
             op.finish(now, None if pkt.ack else "nak")
         else:
             path.on_ack(now)
@@ -307,7 +316,7 @@ class Bte:
         self.counters[f"timeout_{FABRIC_NAMES[txn.fabric]}"] += 1
         if op.kind == "barrier":
             self._release(txn, now)
-            self.paths[op.peer, op.fabric].on_barrier(False, now)
+            self.paths[op.peer, txn.fabric].on_barrier(False, now)  # a BARRIER goes on its op's fabric
             op.finish(now, "timeout")
             return
         path = self.paths[op.peer, txn.fabric]

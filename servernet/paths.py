@@ -113,6 +113,6 @@ class Path:
             self.timeouts = 0
             self._to(State.UP, now)
 
-    def status(self, now: float) -> dict:
+    def status(self, now: float) -> dict[str, object]:
         return {"state": self.state.value, "for_s": round(now - self.since, 3), "timeouts": self.timeouts,
                 "probe_acks": self.probe_acks, "counters": dict(self.counters)}
