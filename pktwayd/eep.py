@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from daemons.wire.errors import DecodeError
 
@@ -60,6 +61,10 @@ class Symbol:
         return body + bytes(_pad_to_word(len(body)))
 
 
+Route: TypeAlias = tuple[L2RH | Symbol, ...]
+"""L2RH and Symbol records in order: a packet's prefix, or a source route."""
+
+
 @dataclass(frozen=True)
 class OptField:
     """An optional header field; ``mandatory``: do not process the packet if unknown."""
@@ -87,8 +92,8 @@ class Packet:
     pt: int
     te: int = 0
     data: bytes = b""
-    prefix: tuple = ()  # L2RH and Symbol records, in order
-    options: tuple = ()  # OptField
+    prefix: Route = ()
+    options: tuple[OptField, ...] = ()
     trailer: bytes = b""  # OT area, whole words
     tail: int = 0  # the EI word
     v: int = 0
@@ -174,7 +179,7 @@ def decode(data: bytes, dialect: str = "pw0") -> Packet:
     if n < 3 * W:
         raise DecodeError("packet", n, "shorter than header + TAIL")
     off = 0
-    prefix = []
+    prefix: list[L2RH | Symbol] = []
     while True:
         if off + 2 * W + W > n:
             raise DecodeError("header", off, "no room for the EEP header and TAIL")
@@ -226,7 +231,7 @@ def decode(data: bytes, dialect: str = "pw0") -> Packet:
     return Packet(data=body, prefix=tuple(prefix), options=tuple(options), trailer=trailer, tail=tail, **fields)
 
 
-def _pw_fields(data: bytes, off: int) -> dict:
+def _pw_fields(data: bytes, off: int) -> dict[str, int]:
     w0, w1 = struct.unpack_from(">QQ", data, off)
     v = w0 >> 62
     if v != 0:
@@ -261,7 +266,7 @@ def pw_to_mw_addr(a: int) -> int:
     return a
 
 
-def _mw_fields(data: bytes, off: int) -> dict:
+def _mw_fields(data: bytes, off: int) -> dict[str, int]:
     da, prio, version, pt, te = struct.unpack_from(">HBBHH", data, off)
     if version != K.MW_VERSION:
         raise DecodeError("Version", off + 3, f"MessageWay version {version} is not 5")

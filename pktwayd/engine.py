@@ -2,8 +2,9 @@
 
 ``from_san`` and ``from_twin`` take decoded packets and return actions:
 ``("san", addr, packet)`` send natively on my SAN to ``addr`` (the SR of my LRT
-entry for it), ``("twin", None, packet)`` hand to my twin, ``("local", None,
-packet)`` for my own EEP engine.  Routing state lives in a :class:`HalfRouter`.
+entry for it), ``("route", native route, packet)`` send on my SAN along that route,
+``("twin", None, packet)`` hand to my twin, ``("local", None, packet)`` for my own
+EEP engine.  Routing state lives in a :class:`HalfRouter`.
 
 Optional header fields (spec §1.8) are looked at wherever the EEP header is processed
 (L3 forwarding, messages for me), not when an L2RH leads (the header travels untouched,
@@ -15,7 +16,9 @@ Trailer fields are opaque (PC §1.8).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Literal, TypeAlias
 
 from daemons.wire.errors import DecodeError
 
@@ -23,7 +26,12 @@ from . import messages as M
 from .constants import (ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S,
                         LOGICAL_BASE, LOGICAL_MASK, REGATHER_S, PT, ErrTE, RrpTE)
 from .eep import L2RH, Packet, Symbol, decode, ei_update
-from .routing import HalfRouter, NodeEntry, logical_only, records_to_rt, rt_to_records
+from .rrp import Addr, Capa, Ladr, Name, Record, Rthd
+from .routing import RT, HalfRouter, NodeEntry, logical_only, native_route, records_to_rt, rt_to_records
+
+Action: TypeAlias = (tuple[Literal["san"], int, Packet] | tuple[Literal["twin", "local"], None, Packet]
+                     | tuple[Literal["route"], bytes, Packet])
+"""What the half-router asks its driver to do with a packet (the module docstring says each)."""
 
 
 class Engine:
@@ -46,9 +54,9 @@ class Engine:
         # restricted to the native routes the SAN's map says are present (None: all)
         self.static = {n.addr: n for n in hr.lrt_nodes}
         self.registered: dict[int, NodeEntry] = {}
-        self.present: set | None = None
+        self.present: set[bytes] | None = None
         self.own_route: bytes | None = None  # my port's native route (my ULA), from the driver
-        self.map_seen: set = set()  # routes of the last map, each asked "who are you" once
+        self.map_seen: set[bytes] = set()  # routes of the last map, each asked "who are you" once
         self.heard: dict[int, float] = {}  # routers of my SAN -> when last heard from
         self.silent: set[int] = set()  # ... and those that stopped answering WRUs
         self.last_tick = now  # when handle_timer last ran
@@ -63,7 +71,7 @@ class Engine:
     def route_of(self, addr: int) -> bytes | None:
         """The native route (a ULA on GSN) from me to a node of my SAN."""
         e = self.hr.entry.get(addr)
-        return e.sr[0].route if e is not None and len(e.sr) == 1 else None
+        return native_route(e) if e is not None else None
 
     @property
     def me(self) -> int:
@@ -72,7 +80,7 @@ class Engine:
     def _on_my_san(self, addr: int) -> bool:
         return addr in self.hr.entry
 
-    def _reply(self, to: int, pkt: Packet) -> list:
+    def _reply(self, to: int, pkt: Packet) -> list[Action]:
         if to == 0 or to & 0x800000:
             return []  # unspecified source: no answer
         if to == self.hr.twin:
@@ -87,12 +95,12 @@ class Engine:
         self.counters["reply_unroutable"] += 1
         return []
 
-    def _general(self, pkt: Packet) -> list:
+    def _general(self, pkt: Packet) -> list[Action]:
         """ERR/GENERAL to the packet's source, carrying a copy of it from its EEP header (§2.2)."""
         raw = replace(pkt, prefix=()).encode()[:ERR_GENERAL_COPY_MAX]
         return self._reply(pkt.sa, M.err(ErrTE.GENERAL, pkt.sa, self.me, raw=raw))
 
-    def _unknown_mandatory(self, pkt: Packet) -> list | None:
+    def _unknown_mandatory(self, pkt: Packet) -> list[Action] | None:
         """None if every mandatory optional header field is of a known type; otherwise the
         drop is counted and the answer is ERR/GENERAL (none about an ERR message)."""
         if not any(o.mandatory and o.otype not in KNOWN_OH_TYPES for o in pkt.options):
@@ -100,7 +108,7 @@ class Engine:
         self.counters["drop_oh_unknown_mandatory"] += 1
         return [] if pkt.pt == PT.ERR else self._general(pkt)
 
-    def _first_hop(self, d: int):
+    def _first_hop(self, d: int) -> tuple[Literal["local", "twin"] | int, int] | None:
         """('local' | 'twin' | buddy address, MTU) of the best route to ``d``, or None."""
         if self._on_my_san(d):
             return "local", self.hr.mtu
@@ -112,7 +120,7 @@ class Engine:
         return ("twin" if hop == self.hr.twin else hop), mtu
 
     # --- bytes off the wire: what the drivers hand over -----------------------------------------
-    def from_san_bytes(self, raw: bytes, dialect: str = "pw0", src_route: bytes | None = None) -> list:
+    def from_san_bytes(self, raw: bytes, dialect: str = "pw0", src_route: bytes | None = None) -> list[Action]:
         """A packet as it came off my SAN (native framing removed); a malformed one is
         dropped, counted by the field that was wrong."""
         try:
@@ -122,7 +130,7 @@ class Engine:
             return []
         return self.from_san(pkt, src_route=src_route)
 
-    def from_twin_bytes(self, raw: bytes) -> list:
+    def from_twin_bytes(self, raw: bytes) -> list[Action]:
         """A packet from my twin over the inter-SAN link (PacketWay dialect)."""
         try:
             pkt = decode(raw)
@@ -132,11 +140,11 @@ class Engine:
         return self.from_twin(pkt)
 
     # --- packets from my SAN -----------------------------------------------------------------
-    def from_san(self, pkt: Packet, error_detected: bool = False, src_route: bytes | None = None) -> list:
+    def from_san(self, pkt: Packet, error_detected: bool = False, src_route: bytes | None = None) -> list[Action]:
         back = self._heard(pkt.sa, src_route) if src_route is not None else []
         return back + self._from_san(pkt, error_detected, src_route)
 
-    def _from_san(self, pkt: Packet, error_detected: bool, src_route: bytes | None) -> list:
+    def _from_san(self, pkt: Packet, error_detected: bool, src_route: bytes | None) -> list[Action]:
         if src_route is not None and not pkt.prefix and pkt.pt == PT.RRP and pkt.te == RrpTE.INFO \
                 and pkt.dt in (self.me, ADDR_HEY_YOU):
             refused = self._unknown_mandatory(pkt)
@@ -151,12 +159,12 @@ class Engine:
             return [("twin", None, pkt)]
         return self._l3(pkt, from_twin=False)
 
-    def from_twin(self, pkt: Packet) -> list:
+    def from_twin(self, pkt: Packet) -> list[Action]:
         self.twin_heard = self.now
         out = [] if self.twin_alive else self.twin_up()
         return out + self._from_twin(pkt)
 
-    def _from_twin(self, pkt: Packet) -> list:
+    def _from_twin(self, pkt: Packet) -> list[Action]:
         if pkt.prefix and isinstance(pkt.prefix[0], L2RH):
             # the twin consumes the L2RH: it is the native route to a node on my SAN
             node = self.by_route.get(pkt.prefix[0])
@@ -170,7 +178,7 @@ class Engine:
             return [("san", node, out)]
         return self._l3(pkt, from_twin=True)
 
-    def _l3(self, pkt: Packet, from_twin: bool) -> list:
+    def _l3(self, pkt: Packet, from_twin: bool) -> list[Action]:
         refused = self._unknown_mandatory(pkt)
         if refused is not None:
             return refused
@@ -189,7 +197,7 @@ class Engine:
             return self._general(pkt)
         self.counters["l3_forwarded"] += 1
         if where == "local":
-            out = [("san", d, pkt)]
+            out: list[Action] = [("san", d, pkt)]
             if not from_twin and self._on_my_san(pkt.sa):
                 out.append(("san", pkt.sa, M.rdrc(pkt.sa, self.me, d, d)))  # "D is on your SAN"
             return out
@@ -201,7 +209,7 @@ class Engine:
         return out
 
     # --- logical (group) and broadcast destinations (PC, spec §1.2) ------------------------------
-    def _group(self, pkt: Packet) -> list:
+    def _group(self, pkt: Packet) -> list[Action]:
         """Deliver to every member: a node listens to the logical addresses it announced (LADR
         in its INFO, carried in the RTs); broadcast reaches every node but routers.  The HR
         that gets the packet from its source makes one copy per member: natively to those of
@@ -210,7 +218,7 @@ class Engine:
         members = sorted({n.addr for rt in self.hr.rts.values() for n in rt.nodes
                           if not n.router and n.addr not in (pkt.sa, self.me)
                           and (pkt.dt == ADDR_BROADCAST or pkt.dt in n.groups)})
-        out = []
+        out: list[Action] = []
         for m in members:
             if self._on_my_san(m):
                 out.append(("san", m, pkt))
@@ -221,7 +229,7 @@ class Engine:
             _q, sr, _mtu, rt = routes[0]
             if rt.rcvf[1] == self.hr.twin:
                 out.append(("twin", None, replace(pkt, prefix=tuple(sr))))
-            elif sr:
+            elif sr and isinstance(sr[0], L2RH):  # (always: the first hop is a buddy's LRT entry)
                 out.append(("route", sr[0].route, replace(pkt, prefix=tuple(sr[1:]))))
         self.counters["group_copies"] += len(out)
         if not out:
@@ -229,7 +237,7 @@ class Engine:
         return out
 
     # --- my own RRP engine ------------------------------------------------------------------
-    def _local(self, pkt: Packet) -> list:
+    def _local(self, pkt: Packet) -> list[Action]:
         if pkt.options:  # only optional ones are left unknown here: drop those fields (§1.8)
             known = tuple(o for o in pkt.options if o.otype in KNOWN_OH_TYPES)
             self.counters["oh_unknown_optional_ignored"] += len(pkt.options) - len(known)
@@ -268,21 +276,23 @@ class Engine:
         if te is RrpTE.GVRT:
             return self._rt_messages(self.gvrt_answer(sa))
         if te is RrpTE.RTBL:
+            rthd = recs[0] if recs else None
             try:
-                rt = records_to_rt(recs[0])
-            except (ValueError, IndexError, AttributeError):
+                if not isinstance(rthd, Rthd):
+                    raise ValueError("an RTBL carries an RTHD")
+                rt = records_to_rt(rthd)
+            except ValueError:
                 self.counters["rtbl_malformed"] += 1
                 return []
             return self._rt_messages(self.hr.receive(sa, rt))
         if te in (RrpTE.GVL2, RrpTE.HRTO):
-            if not recs or not hasattr(recs[0], "addr"):
+            asked = recs[0] if recs else None
+            if not isinstance(asked, Addr) or not self._on_my_san(sa):
                 return self._general(pkt)
-            if not self._on_my_san(sa):
-                return self._general(pkt)
-            return self._plan(te, sa, recs[0].addr)
+            return self._plan(te, sa, asked.addr)
         return []
 
-    def _plan(self, te: RrpTE, sa: int, d: int) -> list:
+    def _plan(self, te: RrpTE, sa: int, d: int) -> list[Action]:
         hop = self._first_hop(d)
         if hop is None:
             return [("san", sa, M.unk(sa, self.me, d))]
@@ -297,8 +307,8 @@ class Engine:
         return [("san", sa, M.l2sr(sa, self.me, d, via_twin[: self.k]))]
 
     # --- routing-table exchange as RRP messages ----------------------------------------------------
-    def _rt_messages(self, pairs) -> list:
-        out = []
+    def _rt_messages(self, pairs: Iterable[tuple[int, RT]]) -> list[Action]:
+        out: list[Action] = []
         for dest, rt in pairs:
             try:
                 msg = M.rrp(RrpTE.RTBL, dest, self.me, [rt_to_records(rt)])
@@ -308,7 +318,7 @@ class Engine:
             out.append(("twin", None, msg) if dest == self.hr.twin else ("san", dest, msg))
         return out
 
-    def gvrt_answer(self, asker: int) -> list:
+    def gvrt_answer(self, asker: int) -> list[tuple[int, RT]]:
         """One RTBL per kept RT the exchange rule would send to ``asker`` (§3.2)."""
         hr = self.hr
         if asker == hr.twin:
@@ -319,19 +329,20 @@ class Engine:
             return []
         return [(asker, rt) for rt in keep]
 
-    def start(self) -> list:
+    def start(self) -> list[Action]:
         """At power-up: the LRT to the twin."""
         return self._rt_messages(self.hr.start())
 
     # --- HRDOWN / LINKDOWN (§3.4) --------------------------------------------------------------------
-    def _withdraw(self, pkt: Packet) -> list:
+    def _withdraw(self, pkt: Packet) -> list[Action]:
         try:
-            addrs = tuple(r.addr for r in M.records(pkt))
-        except (ValueError, AttributeError):
+            recs = M.records(pkt)
+        except ValueError:
             self.counters["err_malformed"] += 1
             return []
+        addrs = tuple(r.addr for r in recs if isinstance(r, Addr))
         code = "HRDOWN" if pkt.te == ErrTE.HRDOWN else "LINKDOWN"
-        if len(addrs) != (1 if code == "HRDOWN" else 2):
+        if len(addrs) != len(recs) or len(addrs) != (1 if code == "HRDOWN" else 2):
             self.counters["err_malformed"] += 1
             return []
         before = len(self.hr.rts)
@@ -340,20 +351,20 @@ class Engine:
             self.gvrt_due = self.now + REGATHER_S  # relearn what is left (relayed or not)
         return self._err_to(code, addrs, relay)
 
-    def _err_to(self, code: str, addrs: tuple[int, ...], targets) -> list:
+    def _err_to(self, code: str, addrs: tuple[int, ...], targets: Iterable[int]) -> list[Action]:
         te = ErrTE.HRDOWN if code == "HRDOWN" else ErrTE.LINKDOWN
-        out = []
+        out: list[Action] = []
         for t in targets:
             msg = M.err(te, t, self.me, [M.Addr(a) for a in addrs])
             out.append(("twin", None, msg) if t == self.hr.twin else ("san", t, msg))
         return out
 
-    def twin_lost(self) -> list:
+    def twin_lost(self) -> list[Action]:
         """The twin stopped answering (no WRU answer): LINKDOWN(me, twin) to my buddies."""
         self.gvrt_due = self.now + REGATHER_S
         return self._err_to("LINKDOWN", (self.me, self.hr.twin), self.hr.twin_lost())
 
-    def buddy_lost(self, buddy: int) -> list:
+    def buddy_lost(self, buddy: int) -> list[Action]:
         """A buddy vanished from my SAN: HRDOWN(buddy) to my twin and remaining buddies."""
         self.gvrt_due = self.now + REGATHER_S
         return self._err_to("HRDOWN", (buddy,), self.hr.buddy_lost(buddy))
@@ -361,7 +372,7 @@ class Engine:
     def timer(self) -> float:
         return min(self.probe_due, self.gvrt_due if self.gvrt_due is not None else self.probe_due)
 
-    def handle_timer(self, now: float) -> list:
+    def handle_timer(self, now: float) -> list[Action]:
         self.now = now
         out = []
         if now - self.last_tick > 2 * self.liveness:
@@ -385,14 +396,14 @@ class Engine:
             out += [("san", b, M.rrp(RrpTE.GVRT, b, self.me)) for b in sorted(self.hr.buddies)]
         return out
 
-    def twin_up(self) -> list:
+    def twin_up(self) -> list[Action]:
         """The twin answers (again): what the exchange rule owes it (my LRT and what my
         buddies taught me), and ask for what it knows."""
         self.twin_alive = True
         self.counters["twin_up"] += 1
         return self._greet(self.hr.twin)
 
-    def _greet(self, peer: int) -> list:
+    def _greet(self, peer: int) -> list[Action]:
         """GVRT to ``peer`` and the RTs it would have had from me, had it been listening
         (what was sent while it or my port was down is lost; SNs make repeats harmless)."""
         gvrt = M.rrp(RrpTE.GVRT, peer, self.me)
@@ -400,39 +411,39 @@ class Engine:
                                                              else ("san", peer, gvrt)]
 
     # --- my SAN: the map and power-up registration (Hey-You) ----------------------------------------
-    def powerup(self) -> list:
+    def powerup(self) -> list[Action]:
         """My SAN port came up: LRT to the twin, greet my buddies (GVRT, and the RTs my twin
         taught me while the port was down), WRU to Hey-You on every configured route so that
         the nodes behind them tell me who they are."""
         out = self.start() + [m for b in sorted(self.hr.buddies) for m in self._greet(b)]
-        routes = {n.sr[0].route for n in self.static.values() if len(n.sr) == 1}
+        routes = {r for n in self.static.values() if (r := native_route(n)) is not None}
         return out + self._hey_you(routes)
 
-    def _hey_you(self, routes) -> list:
+    def _hey_you(self, routes: Iterable[bytes]) -> list[Action]:
         mine = self.own_route
         wru = M.rrp(RrpTE.WRU, ADDR_HEY_YOU, self.me, [M.Addr(ADDR_HEY_YOU)])
         return [("route", r, wru) for r in sorted(routes) if r != mine]
 
-    def map_update(self, routes) -> list:
+    def map_update(self, routes: Iterable[bytes]) -> list[Action]:
         """The SAN's map (a GSN switch's ULA list): the native routes present now.  Entries
         behind vanished routes leave the LRT (a buddy among them: HRDOWN); new routes are
         asked who they are (WRU to Hey-You)."""
-        routes = set(routes)
-        known = {n.sr[0].route for n in self.hr.lrt_nodes if len(n.sr) == 1}
-        new = routes - known - self.map_seen
-        self.map_seen = routes
-        self.present = routes
+        present = set(routes)
+        known = {r for n in self.hr.lrt_nodes if (r := native_route(n)) is not None}
+        new = present - known - self.map_seen
+        self.map_seen = present
+        self.present = present
         return self._relrt() + self._hey_you(new)
 
     # --- buddies must answer too: a router process may die while its port stays up --------------
     def _entries(self) -> dict[int, NodeEntry]:
         """Configured and registered entries (a registration overrides the configuration)."""
         merged = {**self.static, **self.registered}
-        self.routers = {a: n.sr[0].route for a, n in merged.items() if n.router and a != self.me and len(n.sr) == 1}
+        self.routers = {a: r for a, n in merged.items() if n.router and a != self.me and (r := native_route(n)) is not None}
         self.hr.san_routers = frozenset(self.routers)  # the SAN-loop rule counts silent buddies too
         return merged
 
-    def _probe_routers(self, now: float) -> list:
+    def _probe_routers(self, now: float) -> list[Action]:
         out = []
         for a, route in sorted(self.routers.items()):
             # only a buddy once heard can fall silent (one still starting up is no news)
@@ -443,7 +454,7 @@ class Engine:
             out.append(("route", route, M.rrp(RrpTE.WRU, a, self.me, [M.Addr(a)])))
         return out
 
-    def _heard(self, sa: int, src_route: bytes) -> list:
+    def _heard(self, sa: int, src_route: bytes) -> list[Action]:
         if self.routers.get(sa) != src_route:
             return []
         self.heard[sa] = self.now
@@ -453,9 +464,7 @@ class Engine:
             return self._relrt()
         return []
 
-    def _register(self, pkt: Packet, src_route: bytes) -> list:
-        from .rrp import Addr, Capa, Ladr, Name
-
+    def _register(self, pkt: Packet, src_route: bytes) -> list[Action]:
         try:
             recs = M.records(pkt)
         except ValueError:
@@ -480,11 +489,11 @@ class Engine:
         self.counters["nodes_registered"] += 1
         return self._relrt()
 
-    def _relrt(self) -> list:
+    def _relrt(self) -> list[Action]:
         """Recompute the LRT; if it changed, a new SN goes to the twin (and on from there),
         new buddies get our twin-learned RTs, lost buddies cause HRDOWN."""
         nodes = [n for a, n in sorted(self._entries().items()) if a == self.me or a not in self.silent and (
-                 self.present is None or len(n.sr) == 1 and n.sr[0].route in self.present)]
+                 self.present is None or native_route(n) in self.present)]
         if tuple(nodes) == self.hr.lrt_nodes:
             return []
         before = self.hr.buddies
@@ -499,31 +508,29 @@ class Engine:
         return self.start() + out
 
     # --- TELL / INFO (§2.2, levels C and D) ---------------------------------------------------------------
-    def _known_nodes(self) -> dict:
+    def _known_nodes(self) -> dict[int, NodeEntry]:
         """Every node structure this HR holds (LRT and XRTs), first seen wins."""
-        out = {}
+        out: dict[int, NodeEntry] = {}
         for rt in self.hr.rts.values():
             for n in rt.nodes:
                 out.setdefault(n.addr, n)
         return out
 
-    def _tell(self, sa: int, recs: list, pkt: Packet) -> list:
-        from .rrp import Addr, Capa, Name
-
+    def _tell(self, sa: int, recs: list[Record], pkt: Packet) -> list[Action]:
         nodes = self._known_nodes()
         if len(recs) == 1 and isinstance(recs[0], Addr):
             found = [nodes[recs[0].addr]] if recs[0].addr in nodes else []
         elif len(recs) == 1 and isinstance(recs[0], Name):
             found = [n for n in nodes.values() if n.name == recs[0].name]
-        elif recs and all(isinstance(r, Capa) for r in recs):
-            wanted = [(r.cc, r.params) for r in recs]
+        elif recs and len(capas := [r for r in recs if isinstance(r, Capa)]) == len(recs):
+            wanted = [(r.cc, r.params) for r in capas]
             found = [n for n in nodes.values() if any(_capable(n, cc, params) for cc, params in wanted)]
         else:
             self.counters["tell_malformed"] += 1
             return self._general(pkt)
         if not found:
             return self._reply(sa, M.err(ErrTE.UNK, sa, self.me, [Addr(0)] + recs))
-        body = []
+        body: list[Record] = []
         for n in sorted(found, key=lambda n: n.addr):
             body.append(Addr(n.addr))
             if n.name:
@@ -532,7 +539,7 @@ class Engine:
         return self._reply(sa, M.rrp(RrpTE.INFO, sa, self.me, body))
 
 
-def _capable(node, cc: int, params: bytes) -> bool:
+def _capable(node: NodeEntry, cc: int, params: bytes) -> bool:
     """A node matches a CAPA query when it has that capability and every asked parameter
     (e.g. CC 7, a floating-point DSP handling 64-bit IEEE words: params {8})."""
     return any(c == cc and set(params) <= set(p) for c, p in node.caps)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from typing import TypeAlias
 
 from .constants import ICMP_HOP_LIMIT, PT_IPV4, PT_IPV6
+
+IP: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 IPV6_MIN_MTU = 1280
 
@@ -27,7 +30,7 @@ def checksum(data: bytes) -> int:
     return ~_fold(sum(struct.unpack(f">{len(data) // 2}H", data))) & 0xFFFF
 
 
-def parse(packet: bytes):
+def parse(packet: bytes) -> tuple[int, IP, IP] | None:
     """(PT, source, destination) of an IP packet, or None if it is neither a whole
     IPv4 header nor a whole IPv6 header (or claims more bytes than it has)."""
     if len(packet) < 1:
@@ -75,7 +78,7 @@ def too_big(packet: bytes, mtu: int) -> bytes | None:
     return struct.pack(">IHBB16s16s", 6 << 28, len(body), 58, ICMP_HOP_LIMIT, dst, src) + body
 
 
-def parse_head(packet: bytes):
+def parse_head(packet: bytes) -> tuple[int, bytes, bytes] | None:
     """(version, source bytes, destination bytes) from a header that may be followed by
     only part of its payload (the copy a router returns), or None."""
     if len(packet) >= 20 and packet[0] >> 4 == 4 and (packet[0] & 0xF) >= 5 and len(packet) >= (packet[0] & 0xF) * 4:

@@ -9,10 +9,15 @@ returned as ``(destination HR, RT)`` pairs; carrying them is the driver's job.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from .constants import LOGICAL_BASE, LOGICAL_MASK
-from .eep import L2RH
+from .eep import L2RH, Route
+
+if TYPE_CHECKING:
+    from .rrp import Rthd
 
 Q_MAX = 0xFFFF
 
@@ -24,12 +29,12 @@ def qadd(a: int, b: int) -> int:
 @dataclass(frozen=True)
 class NodeEntry:
     addr: int
-    sr: tuple = ()  # L2RHs from the RT's mapper to the node
+    sr: Route = ()  # from the RT's mapper to the node
     q: int = 0
     router: bool = False  # CAPA CC=2: an HR, a buddy of the LRT's owner
     name: bytes | None = None
-    caps: tuple = ()  # (CC, params) other than the router capability
-    groups: tuple = ()  # logical (group) addresses the node listens to (LADR)
+    caps: tuple[tuple[int, bytes], ...] = ()  # (CC, params) other than the router capability
+    groups: tuple[int, ...] = ()  # logical (group) addresses the node listens to (LADR)
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class RT:
     san_id: int
     sn: int
     rcvf: tuple[int, ...]  # newest first; the mapper last
-    csr: tuple = ()  # L2RHs from the holder to the mapper
+    csr: Route = ()  # from the holder to the mapper
     q: int = 0  # CSR quality
     min_mtu: int = 0  # 8-byte words, 0 = unlimited
     nodes: tuple[NodeEntry, ...] = ()
@@ -58,26 +63,26 @@ class HalfRouter:
     q_twin: int = 1
     san_loop_rule: bool = True
     k: int | None = None
-    rts: dict = field(default_factory=dict)  # kept RCVF -> RT
-    by_san: dict = field(default_factory=dict)  # SAN-ID -> {kept RCVF: RT} (XRTs only)
-    sn_seen: dict = field(default_factory=dict)  # received RCVF -> SN
-    learned_from: dict = field(default_factory=dict)  # kept RCVF -> sender
-    sent_to: dict = field(default_factory=dict)  # kept RCVF -> HRs it was passed on to
-    relayed: dict = field(default_factory=dict)  # (code, addresses) -> time last relayed
+    rts: dict[tuple[int, ...], RT] = field(default_factory=dict)  # kept RCVF -> RT
+    by_san: dict[int, dict[tuple[int, ...], RT]] = field(default_factory=dict)  # SAN-ID -> {kept RCVF: RT} (XRTs)
+    sn_seen: dict[tuple[int, ...], int] = field(default_factory=dict)  # received RCVF -> SN
+    learned_from: dict[tuple[int, ...], int] = field(default_factory=dict)  # kept RCVF -> sender
+    sent_to: dict[tuple[int, ...], set[int]] = field(default_factory=dict)  # kept RCVF -> HRs it was passed on to
+    relayed: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # (code, addresses) -> last relayed
     # every HR known on my SAN, live or silent: an RT through any of them already crossed it
-    san_routers: frozenset = frozenset()
+    san_routers: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self._install_lrt(self.lrt_nodes)
 
-    def _install_lrt(self, nodes) -> None:
+    def _install_lrt(self, nodes: Iterable[NodeEntry]) -> None:
         self.lrt_nodes = tuple(nodes)
         self.entry = {n.addr: n for n in self.lrt_nodes}
         self.buddies = frozenset(n.addr for n in self.lrt_nodes if n.router and n.addr != self.addr)
         lrt = RT(self.san_id, self.sn, (self.addr,), (), 0, self.mtu, self.lrt_nodes)
         self.rts[lrt.rcvf] = lrt
 
-    def set_lrt(self, nodes) -> None:
+    def set_lrt(self, nodes: Iterable[NodeEntry]) -> None:
         """My SAN changed (a node registered or vanished): a new LRT with the next SN.  A buddy
         that (re)appears may make kept RTs break the SAN-loop rule: those are dropped."""
         self.sn += 1
@@ -104,6 +109,7 @@ class HalfRouter:
         if self.san_loop_rule and any(b in rt.rcvf and not (b == sender) for b in self.buddies | self.san_routers):
             return []  # the RT already crossed my SAN
         self.sn_seen[rt.rcvf] = rt.sn
+        hop: Route
         if sender == self.twin:
             hop, hop_q = (), self.q_twin  # a twin crossing uses no L2RH
         else:
@@ -120,7 +126,7 @@ class HalfRouter:
         self.sent_to[kept.rcvf] = set(targets)
         return [(t, kept) for t in targets]
 
-    def _rank(self, rt: RT) -> tuple:
+    def _rank(self, rt: RT) -> tuple[int, int, int]:
         return rt.q, len(rt.rcvf), rt.rcvf[1] if len(rt.rcvf) > 1 else 0
 
     def _keep(self, new: RT) -> bool:
@@ -138,7 +144,7 @@ class HalfRouter:
         return False
 
     # --- HRDOWN / LINKDOWN (§3.4) ------------------------------------------------------------------
-    def _delete(self, rcvfs) -> set[int]:
+    def _delete(self, rcvfs: Iterable[tuple[int, ...]]) -> set[int]:
         """Delete kept RTs; the HRs they came from and went to (where to relay)."""
         neighbours: set[int] = set()
         for rcvf in rcvfs:
@@ -181,9 +187,9 @@ class HalfRouter:
         self._delete([r for r in self.rts if len(r) > 1 and buddy in r])
         return sorted(self.buddies | {self.twin})
 
-    def routes(self, addr: int) -> list[tuple[int, tuple, int, RT]]:
+    def routes(self, addr: int) -> list[tuple[int, Route, int, RT]]:
         """Every (Q, SR, MTU, RT) reaching ``addr``, best first (§3.3)."""
-        out = []
+        out: list[tuple[int, Route, int, RT]] = []
         for rt in self.rts.values():
             for n in rt.nodes:
                 if n.addr == addr:
@@ -197,17 +203,22 @@ def lrt_route(port: int) -> tuple[L2RH, ...]:
     return (L2RH(bytes((port, 0x03, 0x00))),)
 
 
-def logical_only(addrs) -> tuple:
+def native_route(n: NodeEntry) -> bytes | None:
+    """The native route of an entry of my SAN (its one L2RH's route bytes), or None."""
+    return n.sr[0].route if len(n.sr) == 1 and isinstance(n.sr[0], L2RH) else None
+
+
+def logical_only(addrs: Iterable[int]) -> tuple[int, ...]:
     """The logical (group) addresses among ``addrs``, sorted, each once."""
     return tuple(sorted({a for a in addrs if a & LOGICAL_MASK == LOGICAL_BASE}))
 
 
 # --- routing tables as RRP records (RTBL body, spec §2.2) ------------------------------------
-def rt_to_records(rt: RT):
+def rt_to_records(rt: RT) -> Rthd:
     """RTHD, SRQR(CSR, Q) + MTUR(MinMTU), RCVF, then per node ADDR [CAPA 2] SRQR(SR, Q)."""
-    from .rrp import Addr, Capa, Ladr, Mtur, Name, Rcvf, Rthd, Srqr
+    from .rrp import Addr, Capa, Ladr, Mtur, Name, Rcvf, Record, Rthd, Srqr
 
-    recs = [Srqr(rt.q, rt.csr, Mtur(rt.min_mtu)), Rcvf(rt.rcvf)]
+    recs: list[Record] = [Srqr(rt.q, rt.csr, Mtur(rt.min_mtu)), Rcvf(rt.rcvf)]
     for n in rt.nodes:
         recs.append(Addr(n.addr))
         if n.name:
@@ -221,7 +232,7 @@ def rt_to_records(rt: RT):
     return Rthd(rt.san_id, rt.sn, tuple(recs))
 
 
-def records_to_rt(rthd) -> RT:
+def records_to_rt(rthd: Rthd) -> RT:
     """The inverse; raises ValueError on a body that is not a routing table."""
     from .rrp import Addr, Capa, Ladr, Name, Rcvf, Srqr
 
@@ -229,11 +240,16 @@ def records_to_rt(rthd) -> RT:
     if len(recs) < 2 or not isinstance(recs[0], Srqr) or not isinstance(recs[1], Rcvf) or not recs[1].addrs:
         raise ValueError("an RT starts with SRQR(CSR) and RCVF")
     csr, rcvf = recs[0], recs[1]
-    nodes, i = [], 2
+    nodes: list[NodeEntry] = []
+    i = 2
     while i < len(recs):
-        if not isinstance(recs[i], Addr):
+        head = recs[i]
+        if not isinstance(head, Addr):
             raise ValueError(f"node entry {len(nodes)} does not start with ADDR")
-        addr, router, name, caps, groups, i = recs[i].addr, False, None, [], (), i + 1
+        addr, router, i = head.addr, False, i + 1
+        name: bytes | None = None
+        caps: list[tuple[int, bytes]] = []
+        groups: tuple[int, ...] = ()
         while i < len(recs) and not isinstance(recs[i], (Srqr, Addr)):
             r = recs[i]
             if isinstance(r, Capa) and r.cc == 2:
@@ -245,9 +261,10 @@ def records_to_rt(rthd) -> RT:
             elif isinstance(r, Ladr):
                 groups = logical_only(r.addrs)
             i += 1
-        if i >= len(recs) or not isinstance(recs[i], Srqr):
+        sr = recs[i] if i < len(recs) else None
+        if not isinstance(sr, Srqr):
             raise ValueError(f"node {addr:#x} has no SRQR")
-        nodes.append(NodeEntry(addr, tuple(recs[i].route), recs[i].q, router, name, tuple(caps), groups))
+        nodes.append(NodeEntry(addr, tuple(sr.route), sr.q, router, name, tuple(caps), groups))
         i += 1
     return RT(rthd.san_id, rthd.sn, tuple(rcvf.addrs), tuple(csr.route), csr.q,
               csr.mtu.mtu_words if csr.mtu else 0, tuple(nodes))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from daemons.wire.errors import DecodeError
 
-from .eep import L2RH, Symbol, first_word_kind
+from .eep import L2RH, Route, Symbol, first_word_kind
 
 W = 8
 
@@ -59,7 +61,7 @@ class Mtur:
 @dataclass(frozen=True)
 class Srqr:
     q: int
-    route: tuple = ()  # L2RH / Symbol records
+    route: Route = ()
     mtu: Mtur | None = None
 
 
@@ -72,8 +74,11 @@ class Rcvf:
 class Rthd:
     san_id: int
     sn: int
-    records: tuple = ()  # the rest of this routing table
+    records: tuple[Record, ...] = ()  # the rest of this routing table
 
+
+Record: TypeAlias = Addr | Name | Capa | Ladr | Mtur | Rcvf | Srqr | Rthd
+"""Any RRP record."""
 
 MAX_RL = 0xFFFF  # RL is 16 bits
 
@@ -102,7 +107,7 @@ def _addr24(a: int) -> bytes:
     return a.to_bytes(3, "big")
 
 
-def encode(rec) -> bytes:
+def encode(rec: Record) -> bytes:
     if isinstance(rec, Addr):
         return _pad_before(RTyp.ADDR, _addr24(rec.addr))
     if isinstance(rec, Name):
@@ -127,16 +132,17 @@ def encode(rec) -> bytes:
     raise TypeError(f"not an RRP record: {rec!r}")
 
 
-def encode_records(records) -> bytes:
+def encode_records(records: Iterable[Record]) -> bytes:
     return b"".join(encode(r) for r in records)
 
 
-def decode_records(data: bytes, base: int = 0, *, in_rt: bool = False) -> list:
+def decode_records(data: bytes, base: int = 0, *, in_rt: bool = False) -> list[Record]:
     """Records of an RRP message body (whole words); ``in_rt``: the records of one routing
     table, after its RTHD (which cannot hold another RTHD)."""
     if len(data) % W:
         raise DecodeError("RRP", base + len(data), "body is not whole words")
-    out, off = [], 0
+    out: list[Record] = []
+    off = 0
     while off < len(data):
         if in_rt and data[off] == RTyp.RTHD:  # checked before decoding it: no recursion
             raise DecodeError("RTHD", base + off, "an RTHD inside a routing table")
@@ -146,7 +152,7 @@ def decode_records(data: bytes, base: int = 0, *, in_rt: bool = False) -> list:
     return out
 
 
-def _decode_one(data: bytes, off: int, base: int):
+def _decode_one(data: bytes, off: int, base: int) -> tuple[Record, int]:
     rtyp, pl, rl = struct.unpack_from(">BBH", data, off)
     where = base + off
     if rl == 0 or off + W * rl > len(data):
@@ -182,7 +188,9 @@ def _decode_one(data: bytes, off: int, base: int):
         return Rcvf(tuple(int.from_bytes(content[i : i + 3], "big") for i in range(0, len(content), 3))), size
     if rtyp is RTyp.SRQR:
         (q,) = struct.unpack_from(">H", data, off + 6)
-        route, mtu, pos, end = [], None, off + W, off + size
+        route: list[L2RH | Symbol] = []
+        mtu: Mtur | None = None
+        pos, end = off + W, off + size
         while pos < end:
             kind = first_word_kind(data[pos : pos + W])
             if kind == "l2rh":

@@ -10,13 +10,14 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
+from daemons.wire.buffers import Bytes
 from daemons.wire.errors import DecodeError
 
 from .constants import MEMORY_READ_MAX, PT
 from .eep import Packet, decode
 
 
-def write_body(addr: int, data: bytes) -> bytes:
+def write_body(addr: int, data: Bytes) -> bytes:
     return struct.pack(">Q", addr) + bytes(data)
 
 
