@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
@@ -45,7 +45,8 @@ class Timers:
 
     def scaled(self, factor: float) -> Timers:
         """All durations multiplied by ``factor`` (for short test runs)."""
-        return Timers(**{k: (v * factor if isinstance(v, float) else v) for k, v in self.__dict__.items()})  # type: ignore[arg-type]
+        durations = {k: v * factor for k, v in vars(self).items() if isinstance(v, float)}
+        return replace(self, **durations)  # type: ignore[arg-type]  # only the float fields are in it
 
 
 @dataclass(frozen=True)

@@ -219,3 +219,11 @@ def test_fuzz_ipv6_dual_stack_never_raises(raw, at, patch, cut):
     core.handle_timer(core.timer())
     for _, out in core.outgoing():
         decode(out)
+
+
+def test_scaled_timers_multiply_every_duration_and_keep_the_counts():
+    t = Timers()
+    half = t.scaled(0.5)
+    assert half.registration_retry == t.registration_retry * 0.5 and half.negative_cache == t.negative_cache * 0.5
+    assert (half.probe_count, half.resolve_attempts) == (t.probe_count, t.resolve_attempts)
+    assert isinstance(half.probe_count, int)
