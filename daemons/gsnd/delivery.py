@@ -29,11 +29,15 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING
 
 from .. import constants as C
 from ..wire.message import Message
 from ..wire.ulp import DropNotice, DropReason, Frame, Op
+
+if TYPE_CHECKING:
+    from ..endpoint.core import Endpoint
 
 Send = Callable[[Hashable, bytes], str]
 Unread = Callable[[Hashable], "int | None"]
@@ -41,7 +45,7 @@ Unread = Callable[[Hashable], "int | None"]
 
 @dataclass
 class _Backlog:
-    queue: deque = field(default_factory=deque)  # (vc, s_ula, ethertype, frame)
+    queue: deque[tuple[int, bytes, int, bytes]] = field(default_factory=deque)  # (vc, s_ula, ethertype, frame)
     since: float = 0.0  # last time the client was seen reading (or the backlog began)
     mark: int | None = None  # unread bytes in its socket when last seen reading
     stalled: bool = False
@@ -65,7 +69,7 @@ class Delivery:
         self.backlogs: dict[Hashable, _Backlog] = {}
         self.waiting = [0] * C.NUM_VCS  # Messages in all backlogs, per VC
         self.counters: Counter[str] = Counter()
-        self._notices: dict[tuple, int] = {}
+        self._notices: dict[tuple[bytes, int, int, DropReason], int] = {}  # (s_ula, vc, ethertype, reason)
         self._notice_due = -math.inf
 
     # --- clients ------------------------------------------------------------------
@@ -86,7 +90,7 @@ class Delivery:
         return [n > 0 for n in self.waiting]
 
     # --- delivery -----------------------------------------------------------------
-    def deliver(self, msg: Message, keys, now: float, send: Send) -> None:
+    def deliver(self, msg: Message, keys: Iterable[Hashable], now: float, send: Send) -> None:
         """``msg`` for the clients ``keys`` (those bound to its EtherType)."""
         frame = Frame(Op.RECV, msg.vc, msg.ethertype, msg.s_ula, msg.payload).encode()
         taken = False
@@ -207,7 +211,7 @@ def is_notice(msg: Message) -> bool:
     return msg.ethertype == C.ETHERTYPE_OUI_EXTENDED and bytes(msg.payload[:5]) == C.ULP_NOTICE_PROTOCOL
 
 
-def settle(delivery: Delivery, ep, now: float) -> list[Frame]:
+def settle(delivery: Delivery, ep: Endpoint, now: float) -> list[Frame]:
     """Glue to a sans-IO :class:`~daemons.endpoint.core.Endpoint` after delivery state
     changed: hold exactly the VCs that have Messages waiting, and send the drop
     notices due.  Returns the ERROR frames for notices about our own Messages

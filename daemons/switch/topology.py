@@ -11,12 +11,15 @@ tree from the lowest switch id (the fabric manager).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from ..wire.ula import format_ula
 
 End = tuple[int, int]  # (switch id, port)
 Link = tuple[End, End]  # the lower end first
+Adjacency = dict[int, list[tuple[int, int, int]]]  # switch -> [(neighbour, my port, its port)]
 
 
 def link(a: End, b: End) -> Link:
@@ -34,20 +37,28 @@ class SwitchNode:
     table: dict[bytes, int] | None = None  # its ULA -> port table (manager's LIST_ULAS)
 
 
+class Conflict(TypedDict):
+    """One switch id seen with two serials: the route to the switch that is to change it."""
+
+    id: int
+    serials: list[str]
+    renumber: list[int]
+
+
 @dataclass
 class FabricMap:
     walker: int
     switches: dict[int, SwitchNode] = field(default_factory=dict)
     links: set[Link] = field(default_factory=set)
-    conflicts: list[dict] = field(default_factory=list)  # switch ids seen with two serials
+    conflicts: list[Conflict] = field(default_factory=list)  # switch ids seen with two serials
 
     @property
     def manager(self) -> int:
         return min(self.switches)
 
-    def adjacency(self) -> dict[int, list[tuple[int, int, int]]]:
+    def adjacency(self) -> Adjacency:
         """switch -> [(neighbour, my port, its port)] sorted by (neighbour, my port)."""
-        adj: dict[int, list[tuple[int, int, int]]] = {s: [] for s in self.switches}
+        adj: Adjacency = {s: [] for s in self.switches}
         for (a, pa), (b, pb) in self.links:
             if a in adj and b in adj and a != b:
                 adj[a].append((b, pa, pb))
@@ -57,7 +68,7 @@ class FabricMap:
         return adj
 
 
-def distances(adj: dict[int, list], src: int) -> dict[int, int]:
+def distances(adj: Adjacency, src: int) -> dict[int, int]:
     dist = {src: 0}
     q = deque([src])
     while q:
@@ -69,7 +80,7 @@ def distances(adj: dict[int, list], src: int) -> dict[int, int]:
     return dist
 
 
-def next_hops(adj: dict[int, list]) -> dict[int, dict[int, int]]:
+def next_hops(adj: Adjacency) -> dict[int, dict[int, int]]:
     """next_hops[s][t] = the port of s on a shortest path to t (t != s, reachable)."""
     out: dict[int, dict[int, int]] = {s: {} for s in adj}
     for t in adj:
@@ -80,7 +91,7 @@ def next_hops(adj: dict[int, list]) -> dict[int, dict[int, int]]:
     return out
 
 
-def spanning_tree(adj: dict[int, list], root: int) -> set[Link]:
+def spanning_tree(adj: Adjacency, root: int) -> set[Link]:
     """Breadth-first tree from root: one link per switch reached (its parent link)."""
     seen = {root}
     tree: set[Link] = set()
@@ -95,7 +106,7 @@ def spanning_tree(adj: dict[int, list], root: int) -> set[Link]:
     return tree
 
 
-def tree_bitmaps(tree: set[Link], switches) -> dict[int, int]:
+def tree_bitmaps(tree: set[Link], switches: Iterable[int]) -> dict[int, int]:
     bits = {s: 0 for s in switches}
     for (a, pa), (b, pb) in tree:
         bits[a] |= 1 << (pa - 1)
@@ -107,11 +118,11 @@ def ports_of(bitmap: int) -> list[int]:
     return [i + 1 for i in range(64) if bitmap >> i & 1]
 
 
-def endpoints(fmap: FabricMap) -> tuple[dict[bytes, End], list[dict]]:
+def endpoints(fmap: FabricMap) -> tuple[dict[bytes, End], list[dict[str, object]]]:
     """ULAs bound to a switch's host (not inter-switch) ports: ula -> (switch, port).
     A ULA bound on two switches keeps the lower switch id; the other is reported."""
     found: dict[bytes, End] = {}
-    collisions = []
+    collisions: list[dict[str, object]] = []
     for sid in sorted(fmap.switches):
         node = fmap.switches[sid]
         for ula, port in sorted((node.table or {}).items()):
@@ -140,7 +151,7 @@ def current_routes(node: SwitchNode) -> dict[bytes, int]:
     return {u: p for u, p in (node.table or {}).items() if 1 <= p <= 64 and node.fabric_ports >> (p - 1) & 1}
 
 
-def describe(fmap: FabricMap, tree: set[Link], eps: dict[bytes, End] | None) -> dict:
+def describe(fmap: FabricMap, tree: set[Link], eps: dict[bytes, End] | None) -> dict[str, object]:
     """The map as JSON-ready data (gsnctl fabric)."""
     adj = fmap.adjacency()
     dist = distances(adj, fmap.walker) if fmap.walker in adj else {}
