@@ -31,7 +31,9 @@ from __future__ import annotations
 import ipaddress
 import struct
 from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
 from daemons.wire.errors import DecodeError
 
@@ -40,10 +42,14 @@ from . import ippacket
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, LOGICAL_BASE, LOGICAL_MASK, PT, ErrTE, RrpTE
 from .eep import Packet, decode
-from .rrp import Addr, Name, Srqr
+from .ippacket import IP
+from .rrp import Addr, Name, Record, Srqr
 
 IP_TYPES = (K.PT_IPV4, K.PT_IPV6)
 OVERHEAD = 8 * K.IP_HEADER_WORDS
+Action: TypeAlias = (tuple[Literal["pw"], Packet, bytes | None] | tuple[Literal["tun"], bytes]
+                     | tuple[Literal["mtu"], int])
+"""What the driver is to do (the module docstring says each)."""
 PLATEAUS = (65535, 32000, 17914, 8166, 4352, 2002, 1492, 1280, 1006, 508, 296, 68)  # RFC 1191 + IPv6's floor
 
 
@@ -55,7 +61,7 @@ def ip_mtu(words: int) -> int | None:
 V4_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 
 
-def logical_of(ip) -> int | None:
+def logical_of(ip: IP) -> int | None:
     """The PacketWay address an IP multicast or broadcast destination goes to, else None."""
     if ip.version == 4 and ip == V4_BROADCAST:
         return ADDR_BROADCAST
@@ -76,7 +82,7 @@ def plateau_below(size: int, v6: bool) -> int:
 
 @dataclass
 class _Pending:
-    packets: deque = field(default_factory=lambda: deque(maxlen=K.IP_PENDING_PACKETS))
+    packets: deque[bytes] = field(default_factory=lambda: deque(maxlen=K.IP_PENDING_PACKETS))
     tries: int = 0
     next: float = 0.0
 
@@ -85,12 +91,13 @@ class _Pending:
 class _MtuQuery:
     until: float
     tries: int = 1
-    copies: deque = field(default_factory=lambda: deque(maxlen=K.IP_TOO_BIG_HELD))
+    copies: deque[tuple[bytes, int]] = field(default_factory=lambda: deque(maxlen=K.IP_TOO_BIG_HELD))  # (IP packet, size)
 
 
 class IpNode:
-    def __init__(self, addr: int, *, peers=None, name: bytes | None = None, mtu: int | None = None,
-                 groups=(), mtu_recheck: float = K.IP_MTU_RECHECK_S, now: float = 0.0) -> None:
+    def __init__(self, addr: int, *, peers: Mapping[str | IP, int] | None = None, name: bytes | None = None,
+                 mtu: int | None = None, groups: Iterable[str] = (), mtu_recheck: float = K.IP_MTU_RECHECK_S,
+                 now: float = 0.0) -> None:
         self.addr = addr
         self.name = name
         logical = [logical_of(ipaddress.ip_address(g)) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
@@ -100,10 +107,10 @@ class IpNode:
         if len(listened) != len(set(logical)):
             raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
         self.groups = tuple(sorted(listened))  # the logical addresses I listen to
-        self.static: dict = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
-        self.learned: dict = {}  # ip -> (PacketWay address, until, confirmed by the router's INFO)
-        self.negative: dict = {}  # ip -> until
-        self.pending: dict = {}  # ip -> _Pending
+        self.static: dict[IP, int] = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
+        self.learned: dict[IP, tuple[int, float, bool]] = {}  # ip -> (address, until, confirmed by the router's INFO)
+        self.negative: dict[IP, float] = {}  # ip -> until
+        self.pending: dict[IP, _Pending] = {}
         self.route_mtu: dict[int, int] = {}  # PacketWay address -> largest IP packet
         self.mtu_queries: dict[int, _MtuQuery] = {}
         self.fixed_mtu = mtu
@@ -115,13 +122,13 @@ class IpNode:
         self.counters: Counter[str] = Counter()
 
     # --- start and timers -------------------------------------------------------------------------
-    def start(self) -> list:
+    def start(self) -> list[Action]:
         """Announce myself (INFO to Hey-You: the router registers me under my name) and ask
         the MinMTU of the routes to the configured peers (pw0's MTU follows them)."""
-        out = [("pw", self._announce(ADDR_HEY_YOU), None)]
+        out: list[Action] = [("pw", self._announce(ADDR_HEY_YOU), None)]
         return out + self._mtu_round()
 
-    def _mtu_round(self) -> list:
+    def _mtu_round(self) -> list[Action]:
         """Ask the MinMTU of the routes to the configured peers; once all answered (or timed
         out), pw0's MTU is the least of them."""
         peers = set(self.static.values())
@@ -143,7 +150,7 @@ class IpNode:
         times += [self.next_recheck] if self._rechecks() else []
         return min(times, default=self.now + 1.0)
 
-    def handle_timer(self, now: float) -> list:
+    def handle_timer(self, now: float) -> list[Action]:
         self.now = now
         out = self._mtu_round() if self._rechecks() and now >= self.next_recheck else []
         for ip, p in list(self.pending.items()):
@@ -171,7 +178,7 @@ class IpNode:
         return out
 
     # --- resolution ---------------------------------------------------------------------------------
-    def resolve(self, ip) -> int | None:
+    def resolve(self, ip: IP) -> int | None:
         if ip in self.static:
             return self.static[ip]
         hit = self.learned.get(ip)
@@ -179,7 +186,7 @@ class IpNode:
             return hit[0]
         return None
 
-    def _learn(self, ip, addr: int, confirmed: bool) -> list:
+    def _learn(self, ip: IP, addr: int, confirmed: bool) -> list[Action]:
         """Keep ip -> addr.  From a packet's source (not confirmed) only when nothing live says
         otherwise; a conflict is counted and asked of the router, whose answer decides."""
         if ip in self.static or not 1 <= addr < ADDR_HEY_YOU:
@@ -199,14 +206,14 @@ class IpNode:
         self.learned[ip] = (addr, self.now + K.IP_LEARNED_S, keep)
         return []
 
-    def _tell(self, ip, p: _Pending) -> list:
+    def _tell(self, ip: IP, p: _Pending) -> list[Action]:
         p.tries += 1
         p.next = self.now + K.IP_RESOLVE_RETRY_S
         self.counters["tell_sent"] += 1
         return [("pw", M.rrp(RrpTE.TELL, ADDR_HEY_YOU, self.addr, [Name(str(ip).encode())]), None)]
 
     # --- MTU ------------------------------------------------------------------------------------------
-    def _ask_mtu(self, a: int) -> list:
+    def _ask_mtu(self, a: int) -> list[Action]:
         if a in self.mtu_queries:
             return []
         if len(self.mtu_queries) >= K.IP_MTU_QUERIES_MAX:
@@ -216,7 +223,7 @@ class IpNode:
         self.counters["gvl2_sent"] += 1
         return [("pw", M.gvl2(ADDR_HEY_YOU, self.addr, a), None)]
 
-    def _mtu_known(self, a: int, mtu: int | None) -> list:
+    def _mtu_known(self, a: int, mtu: int | None) -> list[Action]:
         """The route to ``a`` holds IP packets of ``mtu`` bytes (None: not said); the held
         too-big copies become ICMP errors to my own stack."""
         q = self.mtu_queries.pop(a, None)
@@ -235,7 +242,7 @@ class IpNode:
             out += self._too_big(copy, limit)
         return out
 
-    def _follow_routes(self) -> list:
+    def _follow_routes(self) -> list[Action]:
         """pw0's MTU := the least MinMTU of the routes to the configured peers (at bring-up and
         every ``mtu_recheck`` s; between rounds a shrink reaches the IP stack per destination,
         as an ICMP error)."""
@@ -249,7 +256,7 @@ class IpNode:
         self.counters["mtu_changed"] += 1
         return [("mtu", want)]
 
-    def _too_big(self, ip_packet: bytes, mtu: int) -> list:
+    def _too_big(self, ip_packet: bytes, mtu: int) -> list[Action]:
         icmp = ippacket.too_big(ip_packet, mtu)
         if icmp is None:
             self.counters["too_big_unquotable"] += 1
@@ -258,7 +265,7 @@ class IpNode:
         return [("tun", icmp)]
 
     # --- from pw0 ----------------------------------------------------------------------------------------
-    def from_tun(self, raw: bytes, now: float) -> list:
+    def from_tun(self, raw: bytes, now: float) -> list[Action]:
         self.now = now
         c = self.counters
         head = ippacket.parse(raw)
@@ -289,7 +296,7 @@ class IpNode:
             return []
         return self._send(a, pt, raw)
 
-    def _send(self, a: int, pt: int, raw: bytes) -> list:
+    def _send(self, a: int, pt: int, raw: bytes) -> list[Action]:
         limit = self.route_mtu.get(a)
         if limit is not None and len(raw) > limit:
             if ippacket.dont_fragment(raw):
@@ -300,7 +307,7 @@ class IpNode:
         return [("pw", Packet(dt=a, sa=self.addr, pt=pt, data=raw), None)]
 
     # --- from the SAN --------------------------------------------------------------------------------------
-    def from_pw_bytes(self, raw: bytes, dialect: str, route: bytes, now: float) -> list:
+    def from_pw_bytes(self, raw: bytes, dialect: str, route: bytes, now: float) -> list[Action]:
         self.now = now
         try:
             pkt = decode(raw, dialect)
@@ -309,7 +316,7 @@ class IpNode:
             return []
         return self.from_pw(pkt, route)
 
-    def from_pw(self, pkt: Packet, route: bytes) -> list:
+    def from_pw(self, pkt: Packet, route: bytes) -> list[Action]:
         c = self.counters
         if pkt.prefix:
             c["rx_drop_l2rh"] += 1  # hosts may discard packets that still carry an L2RH [E:L265]
@@ -329,7 +336,7 @@ class IpNode:
         c["rx_drop_other_type"] += 1
         return []
 
-    def _ip_in(self, pkt: Packet) -> list:
+    def _ip_in(self, pkt: Packet) -> list[Action]:
         head = ippacket.parse(pkt.data)
         if head is None or head[0] != pkt.pt or pkt.dt != (logical_of(head[2]) or self.addr):
             self.counters["rx_drop_bad_ip"] += 1  # malformed, or sent to an address its IP one does not map to
@@ -341,14 +348,14 @@ class IpNode:
         self.counters[f"rx_ipv{4 if pkt.pt == K.PT_IPV4 else 6}"] += 1
         return out + [("tun", pkt.data)]
 
-    def _records(self, pkt: Packet):
+    def _records(self, pkt: Packet) -> list[Record] | None:
         try:
             return M.records(pkt)
         except ValueError:
             self.counters["rx_drop_bad_records"] += 1
             return None
 
-    def _rrp_in(self, pkt: Packet, route: bytes) -> list:
+    def _rrp_in(self, pkt: Packet, route: bytes) -> list[Action]:
         c = self.counters
         if pkt.te == RrpTE.WRU:
             if not 1 <= pkt.sa < ADDR_HEY_YOU:
@@ -376,7 +383,7 @@ class IpNode:
         c[f"rx_rrp_{pkt.te}_ignored"] += 1
         return []
 
-    def _info(self, recs: list) -> list:
+    def _info(self, recs: list[Record]) -> list[Action]:
         out = []
         addr = None
         for r in recs:
@@ -396,7 +403,7 @@ class IpNode:
                     out += self._send(addr, ippacket.PT_OF_VERSION[raw[0] >> 4], raw)
         return out
 
-    def _err_in(self, pkt: Packet) -> list:
+    def _err_in(self, pkt: Packet) -> list[Action]:
         c = self.counters
         if pkt.te == ErrTE.UNK:
             recs = self._records(pkt)
@@ -418,7 +425,7 @@ class IpNode:
         c[f"err_{pkt.te}_received"] += 1
         return []
 
-    def _returned(self, copy: bytes) -> list:
+    def _returned(self, copy: bytes) -> list[Action]:
         """ERR/GENERAL: a router could not handle a packet of mine; if it was an IP packet,
         it was too big for the route (the only reason a router returns a well-formed one)."""
         c = self.counters
