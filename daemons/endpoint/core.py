@@ -197,8 +197,7 @@ class Endpoint:
         self._acquire_due = now + ADMIN_RETRY_S
 
     def timer(self) -> float:
-        link_due: float = self.link.timer()
-        return min(link_due, self.own_timer())
+        return min(self.link.timer(), self.own_timer())
 
     def own_timer(self) -> float:
         """The next deadline besides the link's (the ULA acquisition's retry)."""
@@ -207,7 +206,7 @@ class Endpoint:
         return float("inf")
 
     def handle_timer(self, now: float) -> list[bytes]:
-        out: list[bytes] = self.link.handle_timer(now)
+        out = self.link.handle_timer(now)
         if self._acquiring is not None and self._acquire_due is not None and now >= self._acquire_due:
             self.counters["admin_retry"] += 1
             cmd = self._acquiring.command
@@ -314,5 +313,4 @@ class Endpoint:
 
     def dp_counters(self) -> dict[str, dict[str, int]]:
         """The data plane's counters by group (ip, gsnd, tap, cable, reassembly), or {}."""
-        groups: dict[str, dict[str, int]] = self.link.dp_counters() if self.link.dp_vc >= 0 else {}
-        return groups
+        return self.link.dp_counters() if self.link.dp_vc >= 0 else {}

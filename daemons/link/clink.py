@@ -15,15 +15,17 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from .. import _link
 from .. import constants as C
+from ..wire.buffers import Bytes
 from ..wire.micropacket import MP_DTYPE
 from ..wire.message import decode_stream
-from .link import LinkDown, LinkState, LinkUp, Received, Timers
-from .reassembly import AdminIn, Delivered
+from .link import Event, LinkDown, LinkState, LinkUp, Received, Timers
+from .reassembly import AdminIn, Arrival, Delivered
 
 _link.setup(LinkUp, LinkDown, Received, np.frombuffer, MP_DTYPE)
 
@@ -37,6 +39,10 @@ def _delivered(vc: int, stream: bytes, mps: int) -> Delivered:
 _link.setup_dp(_delivered, AdminIn)
 
 _LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
+
+CEvent: TypeAlias = Event | Arrival
+"""What :meth:`CLink.events` hands up: Link's events, and with the data plane attached the
+Messages and Admin micropackets it reassembled."""
 
 
 class _Counters(Mapping[str, int]):
@@ -109,6 +115,24 @@ class _LedgerView:
 
 
 class CLink(_link.Core):  # type: ignore[misc]  # the C extension has no stub; CLink's own surface is typed
+    if TYPE_CHECKING:  # what _link.Core provides, with Link's signatures (differential tests hold them equal)
+        up: bool
+        cable_id: int
+        max_mps: int
+        dp_vc: int  # the VC the data plane reassembles (-1: not attached)
+
+        def receive(self, datagram: Bytes, now: float) -> None: ...
+        def datagrams(self, now: float) -> list[bytes]: ...
+        def timer(self) -> float: ...
+        def handle_timer(self, now: float) -> list[bytes]: ...
+        def events(self) -> list[CEvent]: ...
+        def enqueue(self, vc: int, recs: np.ndarray) -> None: ...
+        def enqueue_message(self, vc: int, d_ula: bytes, s_ula: bytes, ethertype: int, payload: Bytes) -> int: ...
+        def queued(self, vc: int) -> int: ...
+        def release(self, vc: int, n: int) -> None: ...
+        def reclaim(self, vc: int, n: int) -> int: ...
+        def dp_counters(self) -> dict[str, dict[str, int]]: ...
+
     def __init__(
         self,
         cable_id: int,

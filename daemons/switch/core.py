@@ -469,8 +469,7 @@ class Switch:
 
     # --- timers and status ----------------------------------------------------------
     def timer(self) -> float:
-        links_due: float = min(p.link.timer() for p in self.ports.values())
-        return min(links_due, self.agent.timer())
+        return min(min(p.link.timer() for p in self.ports.values()), self.agent.timer())
 
     def status(self) -> dict[str, object]:
         return {
