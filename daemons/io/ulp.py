@@ -71,19 +71,19 @@ class UlpServer:
 
     def __init__(self, path: str, send: Callable, wait_room: Callable, status: Callable[[], Frame],
                  flush: Callable[[], None], changed: Callable[[float], None] | None = None,
-                 delivery: Delivery | None = None) -> None:
+                 delivery: Delivery[_Client] | None = None) -> None:
         self.path = path
         self._send = send
         self._flush = flush
         self._wait_room = wait_room
         self._status = status
-        self.delivery = delivery or Delivery()
+        self.delivery: Delivery[_Client] = delivery or Delivery()
         if self.delivery.unread is None:
             self.delivery.unread = self._unread
         self._changed = changed or self.delivery.take_notices  # nobody to notify: discard
         self.clients: list[_Client] = []
         self.counters: Counter[str] = Counter()
-        self._buf: bytearray | None = None
+        self._buf = bytearray(_FRAME_MAX + 1)  # one receive buffer for every client
         self._reserve: int | None = None
         self._timer_moved = trio.Event()
         self._armed = math.inf  # the deadline _timeouts waits for (woken only when one comes earlier)
@@ -95,7 +95,6 @@ class UlpServer:
         # Credentials ride on every record, so a 0-byte record is told from EOF.
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         lsock.listen(64)
-        self._buf = bytearray(_FRAME_MAX + 1)  # one receive buffer for every client
         self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         task_status.started()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from collections import Counter
 
 import trio
 
@@ -29,3 +30,15 @@ async def accept_ready(lsock: socket.socket) -> socket.socket | OSError:
 def errno_name(exc: OSError) -> str:
     """``ECONNREFUSED`` and the like, for a counter name (the number when it has no name)."""
     return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+
+
+def count_udp_error(counters: Counter[str], exc: OSError, n: int = 1, *, full: str = "tx_dropped_socket_full",
+                    prefix: str = "tx_error_") -> None:
+    """A UDP socket call that failed, counted ``n`` times: a full buffer (BlockingIOError)
+    as ``full``, anything else as ``prefix`` + its errno name (``tx_error_ECONNREFUSED``).
+    Receives pass ``prefix="rx_error_"``; the drivers that count UDP errors share it so
+    every package names them alike."""
+    if isinstance(exc, BlockingIOError):
+        counters[full] += n
+    else:
+        counters[prefix + errno_name(exc)] += n
