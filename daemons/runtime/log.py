@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import structlog
@@ -153,7 +153,7 @@ class CounterLog:
         self.seen: Counter[str] = Counter()
         self.last_logged: dict[str, float] = {}
 
-    def update(self, name: str, counters: dict, now: float) -> None:
+    def update(self, name: str, counters: Mapping[str, int], now: float) -> None:
         for key, value in counters.items():
             full = f"{name}.{key}"
             prev = self.seen[full]

@@ -20,7 +20,7 @@ import os
 import socket
 from collections import Counter
 from dataclasses import dataclass, field
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import trio
 
@@ -75,7 +75,7 @@ def exposition(families: Iterable[Family]) -> str:
     return "".join(out)
 
 
-def counter_families(counters: dict, component: str, **labels) -> list[Family]:
+def counter_families(counters: Mapping[str, int], component: str, **labels) -> list[Family]:
     """A daemon's counters: every drop counter (by name, as the logs judge it) is one sample
     of gsn_drops_total with its reason; the others of gsn_events_total with their name."""
     drops = Family("gsn_drops_total", "counter", "Things lost or refused, by component and reason.")
