@@ -119,6 +119,7 @@ def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: s
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
                                                                 **kw))
+    assert san is not None  # exactly one of the four, checked above
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
         return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, **kw)
@@ -481,8 +482,8 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, mt
             from servernet.pwport import AsyncSnetPort
 
             cfg, hr = _snet_config(servernet, router)
-            port = AsyncSnetPort(cfg)
-            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=port, own_route=port.own_route,
+            snet = AsyncSnetPort(cfg)
+            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=snet, own_route=snet.own_route,
                           control=control)
         else:
             parts = san.split(",")

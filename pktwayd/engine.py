@@ -499,9 +499,9 @@ class Engine:
         return self.start() + out
 
     # --- TELL / INFO (§2.2, levels C and D) ---------------------------------------------------------------
-    def _known_nodes(self) -> dict:
+    def _known_nodes(self) -> dict[int, NodeEntry]:
         """Every node structure this HR holds (LRT and XRTs), first seen wins."""
-        out = {}
+        out: dict[int, NodeEntry] = {}
         for rt in self.hr.rts.values():
             for n in rt.nodes:
                 out.setdefault(n.addr, n)
@@ -523,7 +523,7 @@ class Engine:
             return self._general(pkt)
         if not found:
             return self._reply(sa, M.err(ErrTE.UNK, sa, self.me, [Addr(0)] + recs))
-        body = []
+        body: list[Addr | Name | Capa] = []
         for n in sorted(found, key=lambda n: n.addr):
             body.append(Addr(n.addr))
             if n.name:
