@@ -30,6 +30,7 @@ from daemons.wire.ulp import Frame, Op
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import L2RH, Packet, decode
+from .drops import BadPacket
 from .rrp import Addr, Capa, Name, Srqr, encode_records
 from .special import Memory, parse_write, read_body, unwrap, write_body
 
@@ -123,7 +124,7 @@ class Node:
         try:
             pkt = decode(frame.payload, self.dialect)
         except DecodeError as exc:
-            c[f"rx_bad_{exc.field}"] += 1
+            c[BadPacket.of(exc)] += 1
             return None
         if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU, ADDR_BROADCAST, *self.groups):
             c["rx_not_for_me"] += 1

@@ -14,6 +14,7 @@ gsnd, the link's credits) while a client's socket is full.
 
 from __future__ import annotations
 
+import enum
 import fcntl
 import math
 import os
@@ -44,6 +45,24 @@ from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
 
 BURST = 64  # frames taken from one client before flushing and yielding
+
+
+class BadFrame(enum.StrEnum):
+    """A client's frame that did not decode (daemons/wire/ulp.py ``Frame.decode``): the
+    field that was wrong, as the counter; each is answered with an ERROR frame."""
+
+    EMPTY = "rx_bad_frame_empty"  # a 0-byte record
+    SHORT = "rx_bad_frame_ulp"  # shorter than the 10-byte header
+    OP = "rx_bad_frame_op"  # an op the protocol does not have
+    VC = "rx_bad_frame_vc"  # VC beyond 3
+    OTHER = "rx_bad_frame_other"  # a field this list does not name (a codec change not counted here yet)
+
+    @classmethod
+    def of(cls, exc: DecodeError) -> BadFrame:
+        return _BAD_FRAME.get(exc.field, cls.OTHER)
+
+
+_BAD_FRAME = {"ulp": BadFrame.SHORT, "op": BadFrame.OP, "vc": BadFrame.VC}
 _FRAME_MAX = HEADER.size + ULP_MAX_PAYLOAD
 _CREDS = socket.CMSG_SPACE(12)  # struct ucred: every record carries one, EOF none
 _REFUSE_DRAIN = 16  # frames read and discarded from a refused client
@@ -193,13 +212,13 @@ class UlpServer:
                                           f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
                 continue
             if n == 0:
-                self.counters["rx_bad_frame_empty"] += 1
+                self.counters[BadFrame.EMPTY] += 1
                 self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
                 continue
             try:
                 frame = Frame.decode(memoryview(buf)[:n])  # copies the payload out
             except DecodeError as exc:
-                self.counters[f"rx_bad_frame_{exc.field}"] += 1
+                self.counters[BadFrame.of(exc)] += 1
                 self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
                 continue
             await self._handle(client, frame)
