@@ -4,12 +4,7 @@
 -- puts the folder of every Lua script it loads on require's path, plugin folders and
 -- -X lua_script: alike).  Wireshark also runs this file as a plugin; it registers nothing.
 
-local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
-if not bit then
-    bit = load([[return {
-        band = function(a, b) return a & b end,
-        bxor = function(a, b) return a ~ b end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
 
 local TABLE = {}

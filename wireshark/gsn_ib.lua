@@ -14,13 +14,7 @@
 -- datagrams on UDP port 4791 (preference; the SM's default port, taking it from RoCEv2) and by
 -- a heuristic (magic 'IM', version 1, a known kind).
 
-local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
-if not bit then
-    bit = load([[return {
-        band = function(a, b) return a & b end, bor = function(a, b) return a | b end,
-        bxor = function(a, b) return a ~ b end,
-        lshift = function(a, n) return (a << n) & 0xFFFFFFFF end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, bor, bxor, rshift = bit.band, bit.bor, bit.bxor, bit.rshift
 
 -- wire constants (ib/constants.py, ib/mgmt.py, ib/sa.py)

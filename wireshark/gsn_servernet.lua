@@ -8,12 +8,7 @@
 -- Registration: UDP ports preference (default the shipped configs' router and node ports,
 -- 7500-7501,7510-7511,7520-7521) and a heuristic on every UDP datagram (magic 'SN', version 1).
 
-local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
-if not bit then
-    bit = load([[return {
-        band = function(a, b) return a & b end,
-        bxor = function(a, b) return a ~ b end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
 
 -- wire constants (servernet/constants.py)
