@@ -370,12 +370,7 @@ static void dp_send_list(DataPlane *dp, PyObject *list, int gso, DpSent *r)
     Py_ssize_t n = PyList_GET_SIZE(list), i = 0;
     while (i < n) {
         struct iovec iov[DP_GSO_SEGMENTS];
-        int have = gso ? (int)(n - i < DP_GSO_SEGMENTS ? n - i : DP_GSO_SEGMENTS) : 1;
-        for (int k = 0; k < have; k++) {
-            PyObject *d = PyList_GET_ITEM(list, i + k);
-            iov[k].iov_base = PyBytes_AS_STRING(d), iov[k].iov_len = (size_t)PyBytes_GET_SIZE(d);
-        }
-        int run = udpio_run(iov, have, DP_GSO_SEGMENTS, DP_GSO_BYTES);
+        int run = udpio_run(iov, udpio_iov_list(list, i, gso, DP_GSO_SEGMENTS, iov), DP_GSO_SEGMENTS, DP_GSO_BYTES);
         Py_ssize_t size = (Py_ssize_t)iov[0].iov_len;
         if (udpio_send(dp->sock_fd, &dp->peer, dp->peer_len, iov, run) < 0) {
             r->err = errno;

@@ -845,12 +845,7 @@ static Py_ssize_t sw_send(SwitchPlane *pl, int k, PyObject *list)
     socklen_t plen = pl->peer[k].ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     while (i < n) {
         struct iovec iov[DP_GSO_SEGMENTS];
-        int have = gso ? (int)(n - i < DP_GSO_SEGMENTS ? n - i : DP_GSO_SEGMENTS) : 1;
-        for (int m = 0; m < have; m++) {
-            PyObject *d = PyList_GET_ITEM(list, i + m);
-            iov[m].iov_base = PyBytes_AS_STRING(d), iov[m].iov_len = (size_t)PyBytes_GET_SIZE(d);
-        }
-        int run = udpio_run(iov, have, DP_GSO_SEGMENTS, DP_GSO_BYTES);
+        int run = udpio_run(iov, udpio_iov_list(list, i, gso, DP_GSO_SEGMENTS, iov), DP_GSO_SEGMENTS, DP_GSO_BYTES);
         Py_ssize_t size = (Py_ssize_t)iov[0].iov_len;
         if (udpio_send(pl->fd[k], &pl->peer[k], plen, iov, run) < 0)
             break;

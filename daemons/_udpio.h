@@ -101,6 +101,21 @@ static inline int udpio_run(const struct iovec *iov, int n, int max_segs, size_t
     return j;
 }
 
+#ifdef Py_PYTHON_H
+/* iov[0..) over list[i..] (bytes objects, checked by the caller): as many as one GSO send
+ * may take (max), one without gso.  How many. */
+static inline int udpio_iov_list(PyObject *list, Py_ssize_t i, int gso, int max, struct iovec *iov)
+{
+    Py_ssize_t left = PyList_GET_SIZE(list) - i;
+    int have = gso ? (int)(left < max ? left : max) : 1;
+    for (int k = 0; k < have; k++) {
+        PyObject *d = PyList_GET_ITEM(list, i + k);
+        iov[k].iov_base = PyBytes_AS_STRING(d), iov[k].iov_len = (size_t)PyBytes_GET_SIZE(d);
+    }
+    return have;
+}
+#endif
+
 /* Send iov[0..n) to ``peer`` as one message: one datagram, or (n > 1) one GSO send of
  * iov[0]'s size.  sendmsg's result. */
 static inline ssize_t udpio_send(int fd, const struct sockaddr_storage *peer, socklen_t plen, struct iovec *iov, int n)
