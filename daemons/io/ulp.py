@@ -17,7 +17,6 @@ from __future__ import annotations
 import enum
 import fcntl
 import math
-import os
 import socket
 import struct
 import termios
@@ -26,7 +25,7 @@ from collections.abc import Callable
 
 import trio
 
-from ..runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
+from ..runtime.oserrors import NO_FDS_ERRNOS, ReserveFd, accept_ready, errno_name
 from ..constants import (
     ETHERTYPE_OUI_EXTENDED,
     ULP_ACCEPT_BACKOFF_S,
@@ -103,7 +102,7 @@ class UlpServer:
         self.clients: list[_Client] = []
         self.counters: Counter[str] = Counter()
         self._buf = bytearray(_FRAME_MAX + 1)  # one receive buffer for every client
-        self._reserve: int | None = None
+        self._reserve: ReserveFd | None = None
         self._timer_moved = trio.Event()
         self._armed = math.inf  # the deadline _timeouts waits for (woken only when one comes earlier)
 
@@ -114,7 +113,7 @@ class UlpServer:
         # Credentials ride on every record, so a 0-byte record is told from EOF.
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         lsock.listen(64)
-        self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self._reserve = ReserveFd()
         task_status.started()
         try:
             async with trio.open_nursery() as nursery:
@@ -146,8 +145,7 @@ class UlpServer:
         finally:
             unlink_unix(self.path, lsock)
             if self._reserve is not None:
-                os.close(self._reserve)
-                self._reserve = None
+                self._reserve.close()
 
     def _refuse(self, conn: socket.socket, why: str) -> None:
         try:
@@ -165,17 +163,7 @@ class UlpServer:
         accept it, refuse it, take the reserve back.  Never exits the server."""
         self.counters["refused_no_fds"] += 1
         if self._reserve is not None:
-            os.close(self._reserve)
-            self._reserve = None
-            try:
-                conn, _ = lsock.accept()
-                self._refuse(conn, "gsnd is out of file descriptors")
-            except OSError:
-                pass
-            try:
-                self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self._reserve = None
+            self._reserve.refuse_waiting(lsock, lambda c: self._refuse(c, "gsnd is out of file descriptors"))
         await trio.sleep(ULP_ACCEPT_BACKOFF_S)  # the backlog stays readable: do not spin
 
     # --- one client ------------------------------------------------------------------

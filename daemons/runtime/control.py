@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from .oserrors import NO_FDS_ERRNOS, accept_ready
+from .oserrors import NO_FDS_ERRNOS, ReserveFd, accept_ready
 from .reload import reload_now
 from .schema import Schema, SchemaError
 
@@ -175,7 +175,7 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
     lsock = bind_unix(path, socket.SOCK_STREAM, mode)
     lsock.setblocking(False)
     lsock.listen(64)
-    reserve = _open_reserve()
+    reserve = ReserveFd()
     active = 0
 
     async def _one(conn: socket.socket) -> None:
@@ -201,16 +201,7 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
                     # client and tell it so, then give idle clients time to go.
                     counters["refused_no_fds"] += 1
                     log.warning("control.refused", reason="out of file descriptors", error=exc.strerror)
-                    if reserve is not None:
-                        os.close(reserve)
-                        reserve = None
-                        try:
-                            waiting, _ = lsock.accept()
-                        except OSError:
-                            pass
-                        else:
-                            _refuse(waiting, "daemon out of file descriptors; try again")
-                        reserve = _open_reserve()
+                    reserve.refuse_waiting(lsock, lambda c: _refuse(c, "daemon out of file descriptors; try again"))
                     await trio.sleep(ACCEPT_BACKOFF_S)
                     continue
                 if active >= max_clients:
@@ -223,15 +214,7 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
     finally:
         lsock.close()
         unlink_unix(path, lsock)
-        if reserve is not None:
-            os.close(reserve)
-
-
-def _open_reserve() -> int | None:
-    try:
-        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
+        reserve.close()
 
 
 def _refuse(conn: socket.socket, error: str) -> None:

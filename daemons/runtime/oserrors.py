@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from collections import Counter
+from collections.abc import Callable
 
 import trio
 
@@ -25,6 +27,41 @@ async def accept_ready(lsock: socket.socket) -> socket.socket | OSError:
         except OSError as exc:
             return exc
         return conn
+
+
+class ReserveFd:
+    """One descriptor held in reserve (/dev/null), so that a server out of descriptors can
+    still take the connection waiting in its backlog and tell the client why it is refused."""
+
+    def __init__(self) -> None:
+        self.fd = self._open()
+
+    @staticmethod
+    def _open() -> int | None:
+        try:
+            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    def refuse_waiting(self, lsock: socket.socket, refuse: Callable[[socket.socket], None]) -> None:
+        """Free the reserve, accept the waiting connection and hand it to ``refuse`` (which
+        closes it), take the reserve back.  Without a reserve nothing happens."""
+        if self.fd is None:
+            return
+        os.close(self.fd)
+        self.fd = None
+        try:
+            conn, _ = lsock.accept()
+        except OSError:
+            pass
+        else:
+            refuse(conn)
+        self.fd = self._open()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def errno_name(exc: OSError) -> str:
