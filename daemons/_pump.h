@@ -21,15 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#ifndef SOL_UDP
-#define SOL_UDP 17
-#endif
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "_udpio.h"
 
 #define ETH_IPV4 0x0800
 #define ETH_ARP 0x0806
@@ -319,43 +311,24 @@ static Py_ssize_t dp_rx_read(Core *s, double now, Py_ssize_t limit)
     Py_ssize_t got = 0, tries = 0;
     while (got < limit && tries++ < 4 * limit) {
         struct sockaddr_storage from;
-        union {
-            char buf[CMSG_SPACE(sizeof(int))];
-            struct cmsghdr align;
-        } cbuf;
-        struct iovec iov = {dp->rx, DP_RECV_BYTES};
-        struct msghdr mh = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1,
-                            .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
-        ssize_t len = recvmsg(dp->sock_fd, &mh, MSG_DONTWAIT);
+        socklen_t fromlen;
+        int flags, gro;
+        ssize_t len = udpio_recv(dp->sock_fd, dp->rx, DP_RECV_BYTES, &from, &fromlen, &flags, &gro);
         if (len < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             dp_errno(dp, DPE_RX, errno); /* ICMP errors from a previous send surface here */
             continue;
         }
-        int same = mh.msg_namelen >= sizeof(sa_family_t) && from.ss_family == dp->peer.ss_family;
-        if (same && from.ss_family == AF_INET) {
-            struct sockaddr_in *a = (struct sockaddr_in *)&from, *b = (struct sockaddr_in *)&dp->peer;
-            same = a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-        } else if (same) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&from, *b = (struct sockaddr_in6 *)&dp->peer;
-            same = a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
-        }
-        if (!same) {
+        if (!udpio_same_peer(&from, fromlen, &dp->peer)) {
             dp->counters[DP_RX_FOREIGN]++;
             continue;
         }
-        if (mh.msg_flags & MSG_TRUNC) {
+        if (flags & MSG_TRUNC) {
             dp->counters[DP_RX_TRUNC]++;
             continue;
         }
-        Py_ssize_t seg = 0;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-                int v;
-                memcpy(&v, CMSG_DATA(c), sizeof v);
-                seg = v;
-            }
+        Py_ssize_t seg = gro;
         if (seg <= 0 || seg >= len)
             seg = len;
         else
@@ -396,47 +369,19 @@ static void dp_send_list(DataPlane *dp, PyObject *list, int gso, DpSent *r)
 {
     Py_ssize_t n = PyList_GET_SIZE(list), i = 0;
     while (i < n) {
-        PyObject *first = PyList_GET_ITEM(list, i);
-        Py_ssize_t size = PyBytes_GET_SIZE(first), j = i + 1, total = size;
-        if (gso)
-            while (j < n && j - i < DP_GSO_SEGMENTS) {
-                Py_ssize_t l = PyBytes_GET_SIZE(PyList_GET_ITEM(list, j));
-                if (total + l > DP_GSO_BYTES || l > size)
-                    break;
-                total += l;
-                j++;
-                if (l < size)
-                    break; /* only the last segment may be shorter */
-            }
         struct iovec iov[DP_GSO_SEGMENTS];
-        for (Py_ssize_t k = i; k < j; k++) {
-            iov[k - i].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(list, k));
-            iov[k - i].iov_len = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(list, k));
-        }
-        union {
-            char buf[CMSG_SPACE(sizeof(uint16_t))];
-            struct cmsghdr align;
-        } cbuf;
-        struct msghdr mh = {.msg_name = &dp->peer, .msg_namelen = dp->peer_len, .msg_iov = iov,
-                            .msg_iovlen = (size_t)(j - i)};
-        if (j - i > 1) {
-            memset(&cbuf, 0, sizeof cbuf);
-            mh.msg_control = cbuf.buf, mh.msg_controllen = sizeof cbuf.buf;
-            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-            c->cmsg_level = SOL_UDP, c->cmsg_type = UDP_SEGMENT, c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t seg = (uint16_t)size;
-            memcpy(CMSG_DATA(c), &seg, sizeof seg);
-        }
-        if (sendmsg(dp->sock_fd, &mh, MSG_DONTWAIT) < 0) {
+        int run = udpio_run(iov, udpio_iov_list(list, i, gso, DP_GSO_SEGMENTS, iov), DP_GSO_SEGMENTS, DP_GSO_BYTES);
+        Py_ssize_t size = (Py_ssize_t)iov[0].iov_len;
+        if (udpio_send(dp->sock_fd, &dp->peer, dp->peer_len, iov, run) < 0) {
             r->err = errno;
             break;
         }
-        if (j - i > 1)
-            r->sends++, r->segs += j - i;
+        if (run > 1)
+            r->sends++, r->segs += run;
         if (size > r->biggest)
             r->biggest = size;
-        r->sent += j - i;
-        i = j;
+        r->sent += run;
+        i += run;
     }
 }
 

@@ -21,6 +21,8 @@
 #ifndef GSN_SWITCHLOOP_H
 #define GSN_SWITCHLOOP_H
 
+#include "_udpio.h"
+
 static PyTypeObject CoreType; /* defined after this header, in _link.c */
 
 #define SW_MAX_PORTS 64 /* targets are a bitmask of port indices (constants.SWITCH_PLANE_PORTS) */
@@ -737,18 +739,6 @@ static PyObject *Plane_cable(SwitchPlane *pl, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static int same_peer(const struct sockaddr_storage *a, socklen_t len, const struct sockaddr_storage *b)
-{
-    if (len < sizeof(sa_family_t) || a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-    return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, 16);
-}
-
 /* One port's ready datagrams, up to about limit: each into the link (which forwards what
  * it accepts), link events to Python right after the datagram that raised them. */
 static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limit)
@@ -758,14 +748,9 @@ static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limi
     Py_ssize_t got = 0, tries = 0;
     while (got < limit && tries++ < 4 * limit) {
         struct sockaddr_storage from;
-        union {
-            char buf[CMSG_SPACE(sizeof(int))];
-            struct cmsghdr align;
-        } cbuf;
-        struct iovec iov = {pl->rx, DP_RECV_BYTES};
-        struct msghdr mh = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1,
-                            .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
-        ssize_t len = recvmsg(pl->fd[k], &mh, MSG_DONTWAIT);
+        socklen_t fromlen;
+        int flags, gro;
+        ssize_t len = udpio_recv(pl->fd[k], pl->rx, DP_RECV_BYTES, &from, &fromlen, &flags, &gro);
         if (len < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
@@ -779,23 +764,17 @@ static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limi
                 return -1;
             continue;
         }
-        if (!same_peer(&from, mh.msg_namelen, &pl->peer[k])) {
+        if (!udpio_same_peer(&from, fromlen, &pl->peer[k])) {
             if (cnt_add(cnt, pl->s_foreign, 1) < 0)
                 return -1;
             continue;
         }
-        if (mh.msg_flags & MSG_TRUNC) {
+        if (flags & MSG_TRUNC) {
             if (cnt_add(cnt, pl->s_trunc, 1) < 0)
                 return -1;
             continue;
         }
-        Py_ssize_t seg = 0;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-                int v;
-                memcpy(&v, CMSG_DATA(c), sizeof v);
-                seg = v;
-            }
+        Py_ssize_t seg = gro;
         if (seg <= 0 || seg >= len)
             seg = len ? len : 1;
         else if (cnt_add(cnt, pl->s_gro, 1) < 0)
@@ -863,45 +842,18 @@ static Py_ssize_t sw_send(SwitchPlane *pl, int k, PyObject *list)
     if (gso < 0)
         return -1;
     Py_ssize_t n = PyList_GET_SIZE(list), i = 0, sends = 0, segs = 0, biggest = 0;
+    socklen_t plen = pl->peer[k].ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     while (i < n) {
-        Py_ssize_t size = PyBytes_GET_SIZE(PyList_GET_ITEM(list, i)), j = i + 1, total = size;
-        if (gso)
-            while (j < n && j - i < DP_GSO_SEGMENTS) {
-                Py_ssize_t l = PyBytes_GET_SIZE(PyList_GET_ITEM(list, j));
-                if (total + l > DP_GSO_BYTES || l > size)
-                    break;
-                total += l;
-                j++;
-                if (l < size)
-                    break; /* only the last segment may be shorter */
-            }
         struct iovec iov[DP_GSO_SEGMENTS];
-        for (Py_ssize_t m = i; m < j; m++) {
-            iov[m - i].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(list, m));
-            iov[m - i].iov_len = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(list, m));
-        }
-        union {
-            char buf[CMSG_SPACE(sizeof(uint16_t))];
-            struct cmsghdr align;
-        } cbuf;
-        struct msghdr mh = {.msg_name = &pl->peer[k], .msg_iov = iov, .msg_iovlen = (size_t)(j - i),
-                            .msg_namelen = pl->peer[k].ss_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                                            : sizeof(struct sockaddr_in6)};
-        if (j - i > 1) {
-            memset(&cbuf, 0, sizeof cbuf);
-            mh.msg_control = cbuf.buf, mh.msg_controllen = sizeof cbuf.buf;
-            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-            c->cmsg_level = SOL_UDP, c->cmsg_type = UDP_SEGMENT, c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t seg = (uint16_t)size;
-            memcpy(CMSG_DATA(c), &seg, sizeof seg);
-        }
-        if (sendmsg(pl->fd[k], &mh, MSG_DONTWAIT) < 0)
+        int run = udpio_run(iov, udpio_iov_list(list, i, gso, DP_GSO_SEGMENTS, iov), DP_GSO_SEGMENTS, DP_GSO_BYTES);
+        Py_ssize_t size = (Py_ssize_t)iov[0].iov_len;
+        if (udpio_send(pl->fd[k], &pl->peer[k], plen, iov, run) < 0)
             break;
-        if (j - i > 1)
-            sends++, segs += j - i;
+        if (run > 1)
+            sends++, segs += run;
         if (size > biggest)
             biggest = size;
-        i = j;
+        i += run;
     }
     if ((i && cnt_add(cnt, pl->s_tx_dgrams, i) < 0) || (sends && cnt_add(cnt, pl->s_gso_sends, sends) < 0)
         || (segs && cnt_add(cnt, pl->s_gso_dgrams, segs) < 0))

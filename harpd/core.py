@@ -21,7 +21,7 @@ from daemons.wire.errors import DecodeError, LocalProtocolError, RemoteProtocolE
 
 from . import constants as K
 from .constants import Op
-from .drops import Drop, Removal
+from .drops import BadHarp, Drop, Removal
 from .states import PHASE_MACHINE, REVAL_MACHINE, Phase, PhaseEvent, Reval, RevalEvent
 from .wire import Address, Harp, decode, nak
 
@@ -470,7 +470,7 @@ class HarpCore:
         try:
             msg = decode(payload)
         except DecodeError as exc:
-            self.counters[f"rx_bad_{exc.field}"] += 1
+            self.counters[BadHarp.of(exc)] += 1
             return
         if msg.op in (Op.HARP_REPLY, Op.INHARP_REPLY):
             lis = self.lis_for(msg.tpa) or self.lis_for(msg.rpa)

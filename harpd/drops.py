@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import enum
 
+from daemons.wire.errors import DecodeError
+
 
 class Drop(enum.StrEnum):
     PORT_DOWN = "rx_port_down"
@@ -30,3 +32,25 @@ class Removal(enum.StrEnum):
     @property
     def counter(self) -> str:
         return f"cache_removed_{self.value.replace(' ', '_')}"
+
+
+class BadHarp(enum.StrEnum):
+    """A HARP/InHARP message that did not decode (harpd/wire.py ``decode``): the field that
+    was wrong, as the counter key."""
+
+    HARP = "rx_bad_harp"  # too short, or its addresses run past the end
+    HRD = "rx_bad_ar$hrd"  # a hardware type harpd does not take
+    RHL = "rx_bad_ar$rhl"  # requester hardware address length not 6 (or 10)
+    THL = "rx_bad_ar$thl"  # target hardware address length not 6 (or 10)
+    HLN = "rx_bad_ar$hln"  # an ARP-format hardware address length not 6
+    OP = "rx_bad_ar$op"  # an op HARP does not have
+    PRO = "rx_bad_ar$pro"  # protocol type not IPv4/IPv6
+    PLN = "rx_bad_ar$pln"  # protocol address length not the protocol's
+    OTHER = "rx_bad_other"  # a field this list does not name (a codec change not counted here yet)
+
+    @classmethod
+    def of(cls, exc: DecodeError) -> BadHarp:
+        return _BAD_HARP.get(exc.field, cls.OTHER)
+
+
+_BAD_HARP = {m.value.removeprefix("rx_bad_"): m for m in BadHarp if m is not BadHarp.OTHER}

@@ -34,6 +34,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "_udpio.h" /* daemons/: GRO receives, GSO sends */
+
 /* Framing (ib/constants.py, spec 2.1) */
 #define LRH 8
 #define BTH 12
@@ -176,31 +178,6 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *ss, s
     return -1;
 }
 
-/* The source a datagram came from is the configured peer (io: Udp.drain's check). */
-static int same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *peer)
-{
-    if (a->ss_family != peer->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)peer;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)peer;
-        return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, 16);
-    }
-    return 0;
-}
-
-#ifndef SOL_UDP
-#define SOL_UDP 17
-#endif
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 #define GSO_SEGMENTS 64     /* the kernel's UDP_MAX_SEGMENTS */
 #define GSO_BYTES 65000     /* below the largest UDP payload over IPv4 or IPv6 */
 #define SEGS (BATCH * GSO_SEGMENTS)
@@ -220,10 +197,7 @@ typedef struct {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
     struct sockaddr_storage src[BATCH];
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl[BATCH];
+    UdpioCtl ctl[BATCH];
     const uint8_t *seg[SEGS];
     uint32_t seglen[SEGS];
     uint8_t segmsg[SEGS];
@@ -240,17 +214,6 @@ static int ring_alloc(Ring *r)
         PyErr_NoMemory();
         return -1;
     }
-    return 0;
-}
-
-static int gro_size(struct msghdr *h)
-{
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c))
-        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-            int v;
-            memcpy(&v, CMSG_DATA(c), sizeof v);
-            return v;
-        }
     return 0;
 }
 
@@ -284,7 +247,7 @@ static int ring_fill(Ring *r, int fd, Errnos *err)
             count_errno(err, EMSGSIZE);
             continue;
         }
-        size_t step = (size_t)gro_size(&r->msgs[i].msg_hdr);
+        size_t step = (size_t)udpio_gro_size(&r->msgs[i].msg_hdr);
         if (!step || step >= len)
             step = len ? len : 1;
         for (size_t off = 0; (off < len || (!len && !off)) && k < SEGS; off += step) {
@@ -299,15 +262,26 @@ static int ring_fill(Ring *r, int fd, Errnos *err)
     return k;
 }
 
+/* Take the ring's next datagram: 1 with *d / *n when it came from ``peer``, 0 when it came
+ * from anyone else (counted in *foreign: io's Udp.drain check). */
+static int ring_take(Ring *r, const struct sockaddr_storage *peer, uint64_t *foreign, const uint8_t **d, size_t *n)
+{
+    int i = r->next++, m = r->segmsg[i];
+    if (!udpio_same_peer(&r->src[m], r->msgs[m].msg_hdr.msg_namelen, peer)) {
+        (*foreign)++;
+        return 0;
+    }
+    *d = r->seg[i];
+    *n = r->seglen[i];
+    return 1;
+}
+
 /* A send batch: iovecs (into our buffers or a ring) to one destination, sent as GSO runs
  * (consecutive datagrams of one size, the last may be shorter) by sendmmsg. */
 typedef struct {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
-    union {
-        char buf[CMSG_SPACE(sizeof(uint16_t))];
-        struct cmsghdr align;
-    } ctl[BATCH];
+    UdpioCtl ctl[BATCH];
     int segs[BATCH]; /* datagrams in each message */
     int n, no_gso;
 } Batch;
@@ -317,32 +291,17 @@ static int batch_runs(Batch *b, int from, struct sockaddr_storage *peer, socklen
 {
     int m = 0;
     for (int i = from; i < b->n; m++) {
-        size_t size = b->iov[i].iov_len, total = size;
-        int j = i + 1;
-        while (!b->no_gso && j < b->n && j - i < GSO_SEGMENTS && b->iov[j].iov_len <= size
-               && total + b->iov[j].iov_len <= GSO_BYTES) {
-            total += b->iov[j].iov_len;
-            if (b->iov[j++].iov_len < size)
-                break; /* a shorter one ends the run */
-        }
+        int run = b->no_gso ? 1 : udpio_run(&b->iov[i], b->n - i, GSO_SEGMENTS, GSO_BYTES);
         struct msghdr *h = &b->msgs[m].msg_hdr;
         memset(h, 0, sizeof *h);
         h->msg_iov = &b->iov[i];
-        h->msg_iovlen = (size_t)(j - i);
+        h->msg_iovlen = (size_t)run;
         h->msg_name = peer;
         h->msg_namelen = plen;
-        if (j - i > 1) {
-            h->msg_control = b->ctl[m].buf;
-            h->msg_controllen = sizeof b->ctl[m].buf;
-            struct cmsghdr *c = CMSG_FIRSTHDR(h);
-            c->cmsg_level = SOL_UDP;
-            c->cmsg_type = UDP_SEGMENT;
-            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t seg = (uint16_t)size;
-            memcpy(CMSG_DATA(c), &seg, sizeof seg);
-        }
-        b->segs[m] = j - i;
-        i = j;
+        if (run > 1)
+            udpio_set_segment(h, &b->ctl[m], (uint16_t)b->iov[i].iov_len);
+        b->segs[m] = run;
+        i += run;
     }
     return m;
 }
@@ -493,6 +452,66 @@ static PyObject *slots_take(Slot *slots, int n, int (*source_of)(void *, int), v
         slots[i].full = 0;
     }
     return out;
+}
+
+/* What a pump thread polls and runs, per source s: its descriptor (-1: not polled), whether
+ * its receive ring still holds datagrams (run it without waiting), and its pump (1 with
+ * *slow / *slen: the first frame or datagram the Python core must see). */
+typedef struct {
+    int (*fd)(void *ctx, int s);
+    int (*left)(void *ctx, int s);
+    int (*pump)(void *ctx, int s, double now, const uint8_t **slow, size_t *slen);
+} PumpOps;
+
+#define MAX_SOURCES (MAX_PORTS > MAX_IFACES + 1 ? MAX_PORTS : MAX_IFACES + 1)
+
+/* A pump thread's loop (Port's and Switch's): poll every source not waiting on Python, run
+ * the pumps of the ready ones (GIL not held, the lock held while a pump runs); what the core
+ * must see goes to the source's slot, which pauses it until Python resumes it. */
+static void pump_loop(Thread *t, Slot *pend, int nsrc, const PumpOps *ops, void *ctx)
+{
+    struct pollfd fds[MAX_SOURCES + 1];
+    int src[MAX_SOURCES + 1], left[MAX_SOURCES];
+    pthread_mutex_lock(&t->lock);
+    while (t->running) {
+        int n = 0, any_left = 0;
+        for (int s = 0; s < nsrc; s++) {
+            left[s] = !pend[s].paused && ops->left(ctx, s);
+            any_left |= left[s];
+            int fd = pend[s].paused ? -1 : ops->fd(ctx, s);
+            if (fd >= 0) {
+                fds[n] = (struct pollfd){.fd = fd, .events = POLLIN};
+                src[n++] = s;
+            }
+        }
+        fds[n] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
+        src[n++] = -1;
+        pthread_mutex_unlock(&t->lock);
+        int r = poll(fds, (nfds_t)n, any_left ? 0 : -1);
+        pthread_mutex_lock(&t->lock);
+        if (r < 0 || !t->running)
+            continue;
+        double now = thread_now(t);
+        for (int k = 0; k < n; k++) {
+            int s = src[k];
+            if (s < 0) {
+                if (fds[k].revents)
+                    drain_fd(t->wake_fd);
+                continue;
+            }
+            if (!(fds[k].revents || left[s]) || pend[s].paused)
+                continue;
+            if (fds[k].revents & POLLNVAL) { /* closed under us: stop polling it until resumed */
+                pend[s].paused = 1;
+                continue;
+            }
+            const uint8_t *slow;
+            size_t slen;
+            if (ops->pump(ctx, s, now, &slow, &slen))
+                slot_fill(t, &pend[s], slow, slen);
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* ================================================================== Port (ipoibd) */
@@ -962,13 +981,10 @@ static int cable_pump_c(Port *p, long budget, const uint8_t **slow, size_t *slen
             if (!r->n)
                 continue;
         }
-        int i = r->next++;
-        if (!same_peer(&r->src[r->segmsg[i]], &p->peer)) {
-            p->foreign++;
+        const uint8_t *d;
+        size_t n;
+        if (!ring_take(r, &p->peer, &p->foreign, &d, &n))
             continue;
-        }
-        const uint8_t *d = r->seg[i];
-        size_t n = r->seglen[i];
         int ifi = -1;
         size_t len = port_rx(p, d, n, p->rxframe, &ifi);
         if (!len) {
@@ -1028,55 +1044,32 @@ static PyObject *Port_cable_pump(Port *p, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* The pump thread: poll every TAP and the cable not waiting on Python, run their pumps
- * (GIL not held, the lock held while a pump runs); what the core must see goes to a slot. */
+/* The pump thread's sources: every TAP (0..nifaces) and the cable (CABLE_SLOT). */
+static int port_fd(void *ctx, int s)
+{
+    Port *p = ctx;
+    return s == CABLE_SLOT ? p->sock_fd : s < p->nifaces ? p->ifaces[s].tap_fd : -1;
+}
+
+static int port_left(void *ctx, int s)
+{
+    Port *p = ctx;
+    return s == CABLE_SLOT && p->ring.next < p->ring.n;
+}
+
+static int port_pump(void *ctx, int s, double now, const uint8_t **slow, size_t *slen)
+{
+    Port *p = ctx;
+    return s == CABLE_SLOT ? cable_pump_c(p, p->budget, slow, slen)
+                           : (s < p->nifaces && tap_pump_c(p, s, now, p->budget, slow, slen));
+}
+
+static const PumpOps port_ops = {port_fd, port_left, port_pump};
+
 static void *port_thread(void *arg)
 {
     Port *p = arg;
-    struct pollfd fds[MAX_IFACES + 2];
-    int src[MAX_IFACES + 2];
-    pthread_mutex_lock(&p->th.lock);
-    while (p->th.running) {
-        int n = 0, ring_left = !p->pend[CABLE_SLOT].paused && p->ring.next < p->ring.n;
-        for (int i = 0; i < p->nifaces; i++)
-            if (!p->pend[i].paused && p->ifaces[i].tap_fd >= 0) {
-                fds[n] = (struct pollfd){.fd = p->ifaces[i].tap_fd, .events = POLLIN};
-                src[n++] = i;
-            }
-        if (!p->pend[CABLE_SLOT].paused) {
-            fds[n] = (struct pollfd){.fd = p->sock_fd, .events = POLLIN};
-            src[n++] = CABLE_SLOT;
-        }
-        fds[n] = (struct pollfd){.fd = p->th.wake_fd, .events = POLLIN};
-        src[n++] = -1;
-        pthread_mutex_unlock(&p->th.lock);
-        int r = poll(fds, (nfds_t)n, ring_left ? 0 : -1);
-        pthread_mutex_lock(&p->th.lock);
-        if (r < 0 || !p->th.running)
-            continue;
-        double now = thread_now(&p->th);
-        for (int k = 0; k < n; k++) {
-            int s = src[k];
-            if (s < 0) {
-                if (fds[k].revents)
-                    drain_fd(p->th.wake_fd);
-                continue;
-            }
-            if (!(fds[k].revents || (s == CABLE_SLOT && ring_left)) || p->pend[s].paused)
-                continue;
-            if (fds[k].revents & POLLNVAL) { /* closed under us: stop polling it until resumed */
-                p->pend[s].paused = 1;
-                continue;
-            }
-            const uint8_t *slow;
-            size_t slen;
-            int got = s == CABLE_SLOT ? cable_pump_c(p, p->budget, &slow, &slen)
-                                      : (s < p->nifaces && tap_pump_c(p, s, now, p->budget, &slow, &slen));
-            if (got)
-                slot_fill(&p->th, &p->pend[s], slow, slen);
-        }
-    }
-    pthread_mutex_unlock(&p->th.lock);
+    pump_loop(&p->th, p->pend, CABLE_SLOT + 1, &port_ops, p);
     return NULL;
 }
 
@@ -1353,13 +1346,10 @@ static int sw_pump_c(Switch *s, int idx, long budget, const uint8_t **slow, size
             if (!r->n)
                 continue;
         }
-        int i = r->next++;
-        if (!same_peer(&r->src[r->segmsg[i]], &in->peer)) {
-            in->foreign++;
+        const uint8_t *d;
+        size_t n;
+        if (!ring_take(r, &in->peer, &in->foreign, &d, &n))
             continue;
-        }
-        const uint8_t *d = r->seg[i];
-        size_t n = r->seglen[i];
         int out = sw_route(s, in->number, d, n);
         if (out < 0) {
             *slow = d;
@@ -1408,49 +1398,25 @@ static PyObject *Switch_pump(Switch *s, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static int switch_fd(void *ctx, int s) { return ((Switch *)ctx)->ports[s].fd; }
+
+static int switch_left(void *ctx, int s)
+{
+    SwPort *sp = &((Switch *)ctx)->ports[s];
+    return sp->ring.next < sp->ring.n;
+}
+
+static int switch_pump(void *ctx, int s, double now, const uint8_t **slow, size_t *slen)
+{
+    return sw_pump_c(ctx, s, 1, slow, slen); /* one receive batch per port per turn */
+}
+
+static const PumpOps switch_ops = {switch_fd, switch_left, switch_pump};
+
 static void *switch_thread(void *arg)
 {
     Switch *s = arg;
-    struct pollfd fds[MAX_PORTS + 1];
-    int src[MAX_PORTS + 1], left[MAX_PORTS];
-    pthread_mutex_lock(&s->th.lock);
-    while (s->th.running) {
-        int n = 0, any_left = 0;
-        for (int i = 0; i < s->nports; i++) {
-            left[i] = !s->pend[i].paused && s->ports[i].ring.next < s->ports[i].ring.n;
-            any_left |= left[i];
-            if (!s->pend[i].paused) {
-                fds[n] = (struct pollfd){.fd = s->ports[i].fd, .events = POLLIN};
-                src[n++] = i;
-            }
-        }
-        fds[n] = (struct pollfd){.fd = s->th.wake_fd, .events = POLLIN};
-        src[n++] = -1;
-        pthread_mutex_unlock(&s->th.lock);
-        int r = poll(fds, (nfds_t)n, any_left ? 0 : -1);
-        pthread_mutex_lock(&s->th.lock);
-        if (r < 0 || !s->th.running)
-            continue;
-        for (int k = 0; k < n; k++) {
-            int i = src[k];
-            if (i < 0) {
-                if (fds[k].revents)
-                    drain_fd(s->th.wake_fd);
-                continue;
-            }
-            if (!(fds[k].revents || left[i]) || s->pend[i].paused)
-                continue;
-            if (fds[k].revents & POLLNVAL) {
-                s->pend[i].paused = 1;
-                continue;
-            }
-            const uint8_t *slow;
-            size_t slen;
-            if (sw_pump_c(s, i, 1, &slow, &slen)) /* one receive batch per port per turn */
-                slot_fill(&s->th, &s->pend[i], slow, slen);
-        }
-    }
-    pthread_mutex_unlock(&s->th.lock);
+    pump_loop(&s->th, s->pend, s->nports, &switch_ops, s);
     return NULL;
 }
 

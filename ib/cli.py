@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable, Iterator
 
 import click
 
@@ -166,11 +167,13 @@ def _ask(ctx, req: dict) -> dict:
     return r
 
 
-def _show(ctx, r: dict, text) -> None:
+def _show(ctx, r: dict, lines: Callable[[dict], Iterable[str]]) -> None:
+    """``r`` as JSON (--json) or as the command's ``lines``."""
     if ctx.obj[1]:
         click.echo(json.dumps(r, indent=1, sort_keys=True))
     else:
-        text(r)
+        for line in lines(r):
+            click.echo(line)
 
 
 @ibctl_main.command()
@@ -178,20 +181,20 @@ def _show(ctx, r: dict, text) -> None:
 @click.pass_context
 def status(ctx) -> None:
     """Interfaces (P_Key, QPN, carrier, MTU, 20-byte address) of a port, or the SM's/switch's state."""
-    def text(r):
+    def text(r: dict) -> Iterator[str]:
         if "interfaces" in r:
-            click.echo(f"port {r['port_guid']}  LID {r['lid']}  GID {r['gid']}  P_Keys {' '.join(r['pkeys'])}")
+            yield f"port {r['port_guid']}  LID {r['lid']}  GID {r['gid']}  P_Keys {' '.join(r['pkeys'])}"
             for i in r["interfaces"]:
-                click.echo(f"  {i['name']:<12} pkey {i['pkey']} qpn {i['qpn']} carrier {'up' if i['carrier'] else 'down'}"
-                           f" mtu {i['mtu']} qkey {i['qkey']}\n    hwaddr {i['hwaddr']}  mac {i['mac']}")
+                yield (f"  {i['name']:<12} pkey {i['pkey']} qpn {i['qpn']} carrier {'up' if i['carrier'] else 'down'}"
+                       f" mtu {i['mtu']} qkey {i['qkey']}\n    hwaddr {i['hwaddr']}  mac {i['mac']}")
         elif "ports" in r and "partitions" in r:
-            click.echo(f"SM epoch {r['epoch']}  tables v{r['version']}")
+            yield f"SM epoch {r['epoch']}  tables v{r['version']}"
             for p in r["ports"]:
-                click.echo(f"  LID {p['lid']:<5} {p['guid']}  {p['gid']}  {' '.join(p['pkeys'])}")
+                yield f"  LID {p['lid']:<5} {p['guid']}  {p['gid']}  {' '.join(p['pkeys'])}"
             for g in r["groups"]:
-                click.echo(f"  group {g['mgid']} MLID {g['mlid']} P_Key {g['pkey']} members {g['members']}")
+                yield f"  group {g['mgid']} MLID {g['mlid']} P_Key {g['pkey']} members {g['members']}"
         else:
-            click.echo(json.dumps(r, indent=1, sort_keys=True))
+            yield json.dumps(r, indent=1, sort_keys=True)
     _show(ctx, _ask(ctx, {"cmd": "status"}), text)
 
 
@@ -202,7 +205,7 @@ def counters(ctx) -> None:
     """Every counter of the daemon (drops carry their reason in the name)."""
     r = _ask(ctx, {"cmd": "status"})
     _show(ctx, {"counters": r.get("counters", {})},
-          lambda r: [click.echo(f"{k:<40} {v}") for k, v in sorted(r["counters"].items())])
+          lambda r: [f"{k:<40} {v}" for k, v in sorted(r["counters"].items())])
 
 
 @ibctl_main.command()
@@ -211,7 +214,7 @@ def counters(ctx) -> None:
 def neighbours(ctx) -> None:
     """Shadow-ARP entries: 20-byte address, LID, state, frames queued."""
     _show(ctx, _ask(ctx, {"cmd": "neighbours"}), lambda r: [
-        click.echo(f"{n['interface']:<10} {n['hwaddr']}  LID {n['lid']}  {n['state']}  queued {n['queued']}")
+        f"{n['interface']:<10} {n['hwaddr']}  LID {n['lid']}  {n['state']}  queued {n['queued']}"
         for n in r["neighbours"]])
 
 
@@ -221,7 +224,7 @@ def neighbours(ctx) -> None:
 def groups(ctx) -> None:
     """Multicast groups of the port: MGID, MLID, JoinState joined/wanted."""
     _show(ctx, _ask(ctx, {"cmd": "groups"}), lambda r: [
-        click.echo(f"{g['interface']:<10} {g['mgid']:<40} MLID {g['mlid']} joined {g['joined']} wanted {g['wanted']}")
+        f"{g['interface']:<10} {g['mgid']:<40} MLID {g['mlid']} joined {g['joined']} wanted {g['wanted']}"
         for g in r["groups"]])
 
 
@@ -231,5 +234,4 @@ def groups(ctx) -> None:
 @click.pass_context
 def path(ctx, ip) -> None:
     """Path information for IP (the seed's ipoib_path_info): GIDs, LIDs, P_Key, SL, MTU, rate."""
-    _show(ctx, _ask(ctx, {"cmd": "path", "ip": ip}), lambda r: [
-        click.echo(f"{k:<16} {v}") for k, v in r.items()])
+    _show(ctx, _ask(ctx, {"cmd": "path", "ip": ip}), lambda r: [f"{k:<16} {v}" for k, v in r.items()])

@@ -4,7 +4,9 @@ it, every problem one line naming the file and key (exit 78)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from pathlib import Path
 
 from daemons.runtime.config import LOG_LEVELS, ConfigError, Section, in_range, load_toml, one_of
@@ -12,6 +14,7 @@ from daemons.runtime.config import LOG_LEVELS, ConfigError, Section, in_range, l
 from .constants import GID_PREFIX_DEFAULT, SM_PORT_DEFAULT
 from .udp import resolve
 
+T = TypeVar("T")
 IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 
 
@@ -35,7 +38,7 @@ def _guid(v) -> int:
 _level = one_of(*LOG_LEVELS)
 
 
-def _get(s: Section, key: str, default: str, check) -> object:
+def _get(s: Section, key: str, default: str, check: Callable[[str], T]) -> T:
     """A string option whose default goes through the same check as a given value."""
     if key not in s.data:
         s.data[key] = default

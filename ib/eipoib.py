@@ -65,6 +65,7 @@ class Translator:
         if len(frame) < ETH_HDR:
             self.counters["tx_drop_runt"] += 1
             return None
+        body: bytes | None
         dst, etype, body = frame[:6], int.from_bytes(frame[12:14], "big"), frame[ETH_HDR:]
         if etype not in IPOIB_TX_TYPES:
             self.counters["tx_drop_ethertype"] += 1
@@ -150,12 +151,13 @@ class Translator:
             body = arp.Arp(a.op, sha, a.spa, tha, a.tpa).encode()
         elif etype == ETH_P_IPV6:
             try:
-                body = nd.rewrite(body, False, hw_to_mac)
+                rewritten = nd.rewrite(body, False, hw_to_mac)
             except ValueError:
-                body = None
-            if body is None:
+                rewritten = None
+            if rewritten is None:
                 self.counters["rx_drop_nd"] += 1
                 return None
+            body = rewritten
         if dgid is not None and dgid[0] == 0xFF:
             dst = addr.mcast_mac_for_mgid(dgid)
         else:

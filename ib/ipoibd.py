@@ -17,6 +17,7 @@ from daemons.io.tap import Tap
 from daemons.runtime.control import serve_control
 from daemons.runtime.log import CounterLog
 from daemons.runtime.notify import sd_notify
+from daemons.wire.errors import LocalProtocolError
 
 from . import kgroups
 from .config import IpoibConfig
@@ -33,7 +34,7 @@ log = structlog.get_logger("ipoibd")
 class IpoibDaemon:
     def __init__(self, cfg: IpoibConfig) -> None:
         self.cfg = cfg
-        ifs = [(cfg.interface, None)] + [(f"{cfg.interface}.{pk:04x}", pk) for pk in cfg.children]
+        ifs: list[tuple[str, int | None]] = [(cfg.interface, None)] + [(f"{cfg.interface}.{pk:04x}", pk) for pk in cfg.children]
         self.core = PortCore(cfg.guid, cfg.guid, ifs)
         self.cable = Udp(cfg.local, cfg.peer)
         self.mgmt = Udp((cfg.local[0], 0), cfg.sm)
@@ -45,35 +46,41 @@ class IpoibDaemon:
 
     def flush(self) -> None:
         for item in self.core.outgoing():
-            kind = item[0]
-            if kind == "cable":
-                self.cable.send(item[1])
-            elif kind == "sm":
-                self.mgmt.send(item[1])
-            elif kind == "tap":
-                self.taps[item[1]].write(item[2])
-            elif kind == "carrier":
-                _, name, up, mtu = item
-                tap = self.taps[name]
-                if up:
-                    tap.configure(mtu=mtu)
-                tap.set_carrier(up)
-                log.info("carrier", interface=name, up=up, mtu=mtu)
+            match item:
+                case ("cable", data):
+                    self.cable.send(data)
+                case ("sm", data):
+                    self.mgmt.send(data)
+                case ("tap", name, frame):
+                    self.taps[name].write(frame)
+                case ("carrier", name, up, mtu):
+                    tap = self.taps[name]
+                    if up:
+                        tap.configure(mtu=mtu)
+                    tap.set_carrier(up)
+                    log.info("carrier", interface=name, up=up, mtu=mtu)
         if self.fast is not None:
             self.fast.sync()
+
+    @property
+    def _fast(self) -> PortFast:
+        """The compiled steady state: run() opens it before any task that uses it starts."""
+        if self.fast is None:
+            raise LocalProtocolError("ipoibd", "not running", "the data path used before run()")
+        return self.fast
 
     async def _pumped(self) -> None:
         """ib/_ibfast.c's thread carries the steady state (TAPs <-> cable, no GIL); each frame
         or datagram it hands back goes through the core, whose output is flushed before that
         source is read again, so the order holds."""
-        port = self.fast.port
+        port = self._fast.port
         fd = port.start(trio.current_time() - time.perf_counter(), PUMP_BUDGET)  # trio's clock offset
         try:
             while True:
                 await trio.lowlevel.wait_readable(fd)
                 for src, data in port.take_slow():
                     now = trio.current_time()
-                    self.fast.settle()
+                    self._fast.settle()
                     if src < 0:
                         self.core.on_cable(data, now)
                     else:
@@ -87,7 +94,7 @@ class IpoibDaemon:
         while True:
             await self.mgmt.wait_readable()
             now = trio.current_time()
-            self.fast.settle()
+            self._fast.settle()
             for data, _ in self.mgmt.drain():
                 self.core.on_sm(data, now)
             self.runner.step()
@@ -103,7 +110,7 @@ class IpoibDaemon:
 
     def counters(self) -> tuple[Counter, dict[str, Counter], Counter]:
         """(port, per TAP, cable socket) counters: the Python path's and the compiled one's together."""
-        port, taps, cable = self.fast.counters()
+        port, taps, cable = self._fast.counters()
         port.update(self.core.counters)
         for name, tap in self.taps.items():
             taps[name].update(tap.counters)
@@ -112,7 +119,7 @@ class IpoibDaemon:
 
     async def _control(self, req: dict) -> dict:
         cmd = req["cmd"]
-        self.fast.settle()  # the REMAC cache and shadow entries as the core would hold them
+        self._fast.settle()  # the REMAC cache and shadow entries as the core would hold them
         if cmd == "status":
             port, taps, cable = self.counters()
             return {"ok": True, **self.core.status(), "counters": dict(port),

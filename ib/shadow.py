@@ -71,7 +71,7 @@ class ShadowArp:
         if n is None:
             return []
         n.used = now
-        if n.state is State.RESOLVED:
+        if n.state is State.RESOLVED and n.path is not None:  # a RESOLVED entry holds its path
             return [(n.path, n.hw, payload)]
         if n.state is State.STALE:
             n.state = State.PENDING

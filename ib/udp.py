@@ -3,13 +3,13 @@ every send failure counted (never raised)."""
 
 from __future__ import annotations
 
-import errno
 import socket
 from collections import Counter
 
 import trio
 
 from daemons.io.udp import resolve
+from daemons.runtime.oserrors import count_udp_error
 
 from .constants import DATAGRAM_MAX
 
@@ -35,7 +35,7 @@ class Udp:
             except BlockingIOError:
                 break
             except OSError as exc:  # e.g. ECONNREFUSED reported for an earlier send
-                self.counters[f"recv_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+                count_udp_error(self.counters, exc, prefix="recv_")
                 continue
             if self.peer is not None and src[:2] != self.peer:
                 self.counters["drop_foreign_source"] += 1
@@ -44,12 +44,14 @@ class Udp:
         return out
 
     def send(self, data: bytes, dst: tuple | None = None) -> None:
+        to = dst or self.peer
+        if to is None:
+            self.counters["drop_no_destination"] += 1
+            return
         try:
-            self.sock.sendto(data, dst or self.peer)
-        except BlockingIOError:
-            self.counters["drop_send_buffer_full"] += 1
+            self.sock.sendto(data, to)
         except OSError as exc:
-            self.counters[f"send_error_{errno.errorcode.get(exc.errno, exc.errno)}"] += 1
+            count_udp_error(self.counters, exc, full="drop_send_buffer_full", prefix="send_error_")
 
     def close(self) -> None:
         self.sock.close()

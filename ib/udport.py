@@ -53,9 +53,14 @@ class UdPortCore:
         self._next_register = 0.0
         self._next_hello = 0.0
 
+    def _registered(self) -> mgmt.PortInfo | None:
+        """The SM's answer once it gave this port a LID and the wanted P_Key, else None."""
+        return self.info if self.info and self.pkey else None
+
     @property
     def own_route(self) -> bytes | None:
-        return route(self.info.lid, self.qpn) if self.info and self.pkey else None
+        info = self._registered()
+        return None if info is None else route(info.lid, self.qpn)
 
     def on_sm(self, data: bytes) -> None:
         try:
@@ -73,12 +78,13 @@ class UdPortCore:
             self.counters["pkey_absent"] += 1
 
     def send(self, l2rh: bytes, payload: bytes) -> None:
-        if self.own_route is None:
+        info = self._registered()
+        if info is None:
             self.counters["tx_drop_unregistered"] += 1
             return
         try:
             dlid, dqpn = parse_route(bytes(l2rh))
-            data = packet.encode(packet.UdPacket(slid=self.info.lid, dlid=dlid, pkey=self.pkey, dqpn=dqpn,
+            data = packet.encode(packet.UdPacket(slid=info.lid, dlid=dlid, pkey=self.pkey, dqpn=dqpn,
                                                  sqpn=self.qpn, qkey=self.qkey, payload=HEADER + bytes(payload)))
         except (ValueError, packet.PacketError):
             self.counters["tx_drop_bad_route_or_size"] += 1
@@ -95,7 +101,8 @@ class UdPortCore:
         c = self.counters
         if p.dlid == LID_PERMISSIVE:
             return None  # the switch's hello
-        if self.own_route is None or p.dlid != self.info.lid or p.dqpn != self.qpn:
+        info = self._registered()
+        if info is None or p.dlid != info.lid or p.dqpn != self.qpn:
             c["rx_drop_not_mine"] += 1
         elif not may_talk(p.pkey, self.pkey):
             c["rx_drop_pkey_mismatch"] += 1

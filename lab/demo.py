@@ -184,6 +184,13 @@ def _ip_across_unlike_sans(fa: Fabric) -> None:
         print(f"  iperf3 TCP A1 (GSN) -> I1 (InfiniBand-style) across router rai, 2 s: {gbps * 1000:.0f} Mbit/s")
 
 
+def _answered(what: str, reply: dict | None) -> dict:
+    """A daemon's control-socket answer; none is a step that failed (reported like a timeout)."""
+    if reply is None:
+        raise AssertionError(f"{what}: no answer on its control socket")
+    return reply
+
+
 def main() -> int:
     if os.geteuid() != 0:
         print("gsn demo: needs root to create network namespaces (try: sudo ./gsn demo)", file=sys.stderr)
@@ -202,7 +209,7 @@ def main() -> int:
                   "(gsnctl genkey), each datagram an HMAC-SHA256 tag and a replay-window counter:")
             for i in (1, 2, 3):
                 ula = fab.wait_ula(i)
-                st = fab.gsnd_status(i)
+                st = _answered(f"host{i}'s gsnd status", fab.gsnd_status(i))
                 print(f"  host{i}  gsn0  link {st['link']['state']:<4} ULA {ula}  "
                       f"credits/VC {st['link']['credits_tx']}  auth {st['cable']['auth']}")
             poll(fab.converged, 20, interval=0.2, what="the switches' fabric map")
@@ -232,7 +239,7 @@ def main() -> int:
                 print(f"  iperf3 TCP host1 -> host3 through both switches, 3 s: {gbps:.2f} Gbit/s")
             else:
                 print("  (iperf3 not installed: skipping the TCP run)")
-            sts = [fab.switch_status(k) for k in (1, 2)]
+            sts = [_answered(f"switch {k}'s status", fab.switch_status(k)) for k in (1, 2)]
             print("\nswitch 1 ULA table (port 21 is the cable to switch 2; 'route' entries the manager programmed):")
             for e in sts[0]["table"]:
                 print(f"  {e['ula']}  -> port {e['port']}  ({e['kind']})")

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 BIN = Path(sys.executable).parent
 _counter = itertools.count()
@@ -102,7 +103,7 @@ class Fabric:
             sh("ip", "netns", "del", ns, check=False)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def __enter__(self) -> Fabric:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
@@ -14,6 +16,8 @@ from daemons.wire.ula import parse_ula
 
 from .constants import IP_MTU_RECHECK_S as K_IP_MTU_RECHECK_S
 from .constants import MEMORY_BOARD_MAX, MEMORY_READ_MAX
+
+T = TypeVar("T")
 
 CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -119,6 +123,7 @@ def _node(ulp: str | None, san: str | None, ib: str | None, addr: str, router: s
     if ulp is not None:
         return reach_daemon("pktway", ulp, "gsnd", lambda: Node(ulp, _int(addr), parse_ula(router), dialect=dialect,
                                                                 **kw))
+    assert san is not None  # exactly one of the four, checked above
     try:
         switch, local, port = resolve(san.split(",")[0]), resolve(san.split(",")[1]), _int(san.split(",")[2])
         return Node(UdpSanPort(switch, local, port), _int(addr), native(_int(router)), dialect=dialect, **kw)
@@ -246,19 +251,27 @@ def listen(ulp, san, ib, servernet, addr, router, dialect, count, timeout, name,
             click.echo(f"from {pkt.sa:#08x}{to} pt={pkt.pt:#06x} te={pkt.te}: {pkt.data.rstrip(bytes(1))!r}")
 
 
+def _answer(ask: Callable[[], T]) -> T:
+    """What ``ask`` (a query to the router, or a node) got; no answer or one that cannot be
+    read is one line and exit 1."""
+    from .node import PktwayError
+
+    try:
+        return ask()
+    except TimeoutError:
+        click.echo("pktway: no answer", err=True)
+    except PktwayError as exc:
+        click.echo(f"pktway: {exc}", err=True)
+    sys.exit(1)
+
+
 @pktway_main.command()
 @node_options
 @click.argument("dest")
 def route(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
     """L2 routes to DEST with Q and MTU (GVL2), or the redirect."""
-    from .node import PktwayError
-
     with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
-        try:
-            routes = node.route(_int(dest))
-        except (PktwayError, TimeoutError) as exc:
-            click.echo(f"pktway: {exc}", err=True)
-            sys.exit(1)
+        routes = _answer(lambda: node.route(_int(dest)))
     if isinstance(routes, tuple):
         click.echo(f"redirect: use half-router {routes[1]:#08x}")
         return
@@ -280,12 +293,8 @@ def find(ulp, san, ib, servernet, addr, router, dialect, name, capability, addre
         raise click.UsageError("--ask-node asks the node at --address")
     cap = _capability(capability) if capability is not None else None
     with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
-        try:
-            found = node.find(name=name.encode() if name else None, capability=cap,
-                              address=_int(address) if address is not None else None, ask_node=ask_node)
-        except TimeoutError:
-            click.echo("pktway: no answer", err=True)
-            sys.exit(1)
+        found = _answer(lambda: node.find(name=name.encode() if name else None, capability=cap,
+                                          address=_int(address) if address is not None else None, ask_node=ask_node))
     if not found:
         click.echo("pktway: no such node", err=True)
         sys.exit(1)
@@ -299,14 +308,8 @@ def find(ulp, san, ib, servernet, addr, router, dialect, name, capability, addre
 @click.argument("dest")
 def hrto(ulp, san, ib, servernet, addr, router, dialect, dest) -> None:
     """Which half-router should I use for DEST (HRTO -> RDRC)."""
-    from .node import PktwayError
-
     with _node(ulp, san, ib, addr, router, dialect, servernet=servernet) as node:
-        try:
-            via = node.which_router(_int(dest))
-        except (PktwayError, TimeoutError) as exc:
-            click.echo(f"pktway: {exc}", err=True)
-            sys.exit(1)
+        via = _answer(lambda: node.which_router(_int(dest)))
     click.echo(f"{_int(dest):#08x} is on this SAN" if via == _int(dest) else f"use half-router {via:#08x}")
 
 
@@ -481,8 +484,8 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, mt
             from servernet.pwport import AsyncSnetPort
 
             cfg, hr = _snet_config(servernet, router)
-            port = AsyncSnetPort(cfg)
-            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=port, own_route=port.own_route,
+            snet = AsyncSnetPort(cfg)
+            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=snet, own_route=snet.own_route,
                           control=control)
         else:
             parts = san.split(",")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from daemons.runtime.config import ConfigError, Section, in_range, load_toml
 from daemons.wire.ula import parse_ula
@@ -20,6 +21,9 @@ from .eep import L2RH
 from .udpsan import native
 from .routing import NodeEntry
 
+if TYPE_CHECKING:
+    from servernet.config import NodeConfig
+
 
 @dataclass
 class HalfConfig:
@@ -33,13 +37,13 @@ class HalfConfig:
     control: str = ""  # gsnd's control socket (default: the ULP socket's path with .ctl)
     kind: str = "gsn"  # "gsn"; "udp": a generic datagram SAN (pktway-san); "servernet": a ServerNet SAN;
     # "infiniband": an InfiniBand-style fabric (ib-sm, ib-switch), L2RH = DLID + QPN
-    snet: object = None  # servernet: the end node's configuration (servernet.config.NodeConfig)
+    snet: NodeConfig | None = None  # servernet: the end node's configuration
     rings: dict | None = None  # servernet: ring base of each node whose ring is not at the default
-    switch: tuple | None = None  # udp: the pktway-san switch's address; infiniband: the ib-switch port
-    local: tuple | None = None  # udp, infiniband: my port's UDP address
+    switch: tuple[str, int] | None = None  # udp: the pktway-san switch's address; infiniband: the ib-switch port
+    local: tuple[str, int] | None = None  # udp, infiniband: my port's UDP address
     port: int = 0  # udp: my port number on that switch
     guid: int = 0  # infiniband: my port GUID
-    sm: tuple | None = None  # infiniband: the subnet manager
+    sm: tuple[str, int] | None = None  # infiniband: the subnet manager
     pkey: int = 0xFFFF  # infiniband: my partition
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
+from typing import Protocol, TypeVar
 
 import structlog
 import trio
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
+from daemons.runtime.config import ConfigError
 from daemons.runtime.control import request, serve_control
 from daemons.runtime.schema import Schema
 from daemons.runtime.metrics import Family, counter_families
@@ -26,9 +29,9 @@ from servernet.pwport import AsyncSnetPort
 
 from .config import HalfConfig, RouterConfig
 from .constants import ETHERTYPE_PKTWAY
-from .eep import Packet
+from .eep import L2RH, Packet, Symbol
 from .engine import Engine
-from .routing import HalfRouter
+from .routing import HalfRouter, native_route
 from .twinlink import TwinLink
 from .udpsan import AsyncSanPort, native
 
@@ -37,6 +40,26 @@ log = structlog.get_logger("pktwayd")
 # The control socket's requests (pktway routes).
 CONTROL_SCHEMA = Schema({"routes": {}})
 VC = 1
+T = TypeVar("T")
+
+
+
+def _hop(r: L2RH | Symbol) -> str:
+    """One source-route element as the routes command shows it: an L2RH's route bytes in hex,
+    a symbol as S<type>."""
+    return r.route.hex() if isinstance(r, L2RH) else f"S{r.stype:05x}"
+
+class SanClient(Protocol):
+    """What a half sends through: gsnd's ULP client, or its port on an emulated SAN."""
+
+    def send_nowait(self, route: bytes, payload: bytes, /, *, vc: int = ..., ethertype: int) -> None: ...
+
+
+def _given(value: T | None, half: HalfConfig, what: str) -> T:
+    """A field of ``half`` its kind needs (config.load sets it for that kind)."""
+    if value is None:
+        raise ConfigError(f"half {half.addr:#x} ({half.kind}): {what} missing")
+    return value
 NOT_NODES = {ULA_BROADCAST, ULA_HARP_SERVER}  # switch-table entries that are no port's node
 
 
@@ -55,9 +78,12 @@ class Half:
         hr = HalfRouter(cfg.addr, cfg.san_id, cfg.mtu, twin_addr, cfg.nodes, sn=sn, k=rcfg.k)
         self.engine = Engine(hr, name=rcfg.name_bytes, k=rcfg.k or 3, liveness=rcfg.liveness,
                              now=trio.current_time())
-        self.client = None
-        self.to_twin = None  # callable(Packet), set by Pktwayd
+        self.client: SanClient | None = None
+        self.to_twin: Callable[[Packet], None] = self._no_twin  # set by Pktwayd
         self.up = False
+
+    def _no_twin(self, pkt: Packet) -> None:
+        self.engine.counters["twin_unset"] += 1
 
     def act(self, actions: list) -> None:
         c = self.engine.counters
@@ -96,7 +122,7 @@ class Half:
             self.act(self.engine.powerup())
         self.up = up
 
-    def set_client(self, client) -> None:
+    def set_client(self, client: SanClient | None) -> None:
         self.client = client
 
     async def timers(self) -> None:
@@ -132,10 +158,14 @@ class Pktwayd:
         self.control_counters: Counter[str] = Counter()
         self.status_line = StatusLine()
         # ports on emulated SANs, bound now so that a taken address fails at start
-        self.san_ports = {h.addr: AsyncSanPort(h.switch, h.local) for h in cfg.halves if h.kind == "udp"}
-        self.san_ports |= {h.addr: AsyncIbPort(h.guid, h.local, h.switch, h.sm, h.pkey) for h in cfg.halves
-                           if h.kind == "infiniband"}
-        self.san_ports |= {h.addr: AsyncSnetPort(h.snet, h.rings) for h in cfg.halves if h.kind == "servernet"}
+        self.udp_ports = {h.addr: AsyncSanPort(_given(h.switch, h, "switch"), _given(h.local, h, "local"))
+                          for h in cfg.halves if h.kind == "udp"}
+        self.ib_ports = {h.addr: AsyncIbPort(h.guid, _given(h.local, h, "local"), _given(h.switch, h, "switch"),
+                                             _given(h.sm, h, "sm"), h.pkey) for h in cfg.halves if h.kind == "infiniband"}
+        self.snet_ports = {h.addr: AsyncSnetPort(_given(h.snet, h, "servernet"), h.rings)
+                           for h in cfg.halves if h.kind == "servernet"}
+        self.san_ports: dict[int, AsyncSanPort | AsyncIbPort | AsyncSnetPort] = {
+            **self.udp_ports, **self.ib_ports, **self.snet_ports}
         if cfg.twin is None:
             a, b = cfg.halves
             self.halves = [Half(a, b.addr, cfg), Half(b, a.addr, cfg)]
@@ -143,20 +173,20 @@ class Pktwayd:
         else:
             (a,) = cfg.halves
             self.halves = [Half(a, cfg.twin.addr, cfg)]
-            self.link = TwinLink(cfg.twin.local, cfg.twin.peer, a.addr, cfg.twin.addr,
-                                 self._from_link, self._link_state, mtu=cfg.twin.mtu, key=cfg.twin.key,
-                                 on_mtu=lambda st: log.info("twin.cable.mtu", **st))
-            self.halves[0].to_twin = self._to_link
+            self.link = link = TwinLink(cfg.twin.local, cfg.twin.peer, a.addr, cfg.twin.addr,
+                                        self._from_link, self._link_state, mtu=cfg.twin.mtu, key=cfg.twin.key,
+                                        on_mtu=lambda st: log.info("twin.cable.mtu", **st))
+            self.halves[0].to_twin = partial(self._to_link, link)
 
     # --- the twin in another process -------------------------------------------------------
-    def _to_link(self, pkt: Packet) -> None:
+    def _to_link(self, link: TwinLink, pkt: Packet) -> None:
         c = self.halves[0].engine.counters
         try:
             raw = pkt.encode()
         except ValueError:
             c["twin_untranslatable"] += 1
             return
-        if not self.link.send(raw):
+        if not link.send(raw):
             c["twin_tx_dropped"] += 1
 
     def _from_link(self, raw: bytes, now: float) -> None:
@@ -166,7 +196,7 @@ class Pktwayd:
 
     def _link_state(self, up: bool) -> None:
         h = self.halves[0]
-        log.info("twin.link", up=up, twin=hex(self.cfg.twin.addr))
+        log.info("twin.link", up=up, twin=hex(h.engine.hr.twin))
         if up:  # say hello at once rather than at the next WRU
             h.engine.now = trio.current_time()
             h.act(h.engine.twin_up())
@@ -181,16 +211,16 @@ class Pktwayd:
                 "kind": h.cfg.kind, "dialect": h.cfg.dialect, "twin": hr.twin, "twin_alive": h.engine.twin_alive,
                 "buddies": sorted(hr.buddies),
                 "rts": [{"san_id": rt.san_id, "sn": rt.sn, "rcvf": list(rt.rcvf), "csr_q": rt.q,
-                         "csr": [r.route.hex() for r in rt.csr], "min_mtu": rt.min_mtu,
-                         "nodes": [{"addr": n.addr, "q": n.q, "sr": [r.route.hex() for r in n.sr]} for n in rt.nodes]}
+                         "csr": [_hop(r) for r in rt.csr], "min_mtu": rt.min_mtu,
+                         "nodes": [{"addr": n.addr, "q": n.q, "sr": [_hop(r) for r in n.sr]} for n in rt.nodes]}
                         for rt in hr.rts.values()],
                 "counters": dict(h.engine.counters) | (dict(self.san_ports[hr.addr].counters)
                                                        if hr.addr in self.san_ports else {}),
-                "lrt_ulas": {hex(n.addr): format_ula(n.sr[0].route) for n in hr.lrt_nodes
-                             if len(n.sr) == 1 and len(n.sr[0].route) == 6},
+                "lrt_ulas": {hex(n.addr): format_ula(r) for n in hr.lrt_nodes
+                             if (r := native_route(n)) is not None and len(r) == 6},
             })
             if h.cfg.kind == "servernet":
-                out[-1]["servernet_paths"] = self.san_ports[hr.addr].paths()
+                out[-1]["servernet_paths"] = self.snet_ports[hr.addr].paths()
         reply = {"ok": True, "router": self.cfg.name, "halves": out, "control": dict(self.control_counters)}
         if self.link is not None:
             reply["twin_link"] = self.link.status()
@@ -235,19 +265,19 @@ class Pktwayd:
                 nursery.start_soon(self.link.run)
             for h in self.halves:
                 if h.cfg.kind == "udp":
-                    port = self.san_ports[h.cfg.addr]
-                    h.set_client(port)
+                    udp = self.udp_ports[h.cfg.addr]
+                    h.set_client(udp)
                     h.on_status(native(h.cfg.port))
-                    nursery.start_soon(port.run, h.on_frame)
+                    nursery.start_soon(udp.run, h.on_frame)
                 elif h.cfg.kind == "infiniband":  # up once the SM gave the port its LID
-                    port = self.san_ports[h.cfg.addr]
-                    h.set_client(port)
-                    nursery.start_soon(port.run, h.on_frame, h.on_status)
+                    ib = self.ib_ports[h.cfg.addr]
+                    h.set_client(ib)
+                    nursery.start_soon(ib.run, h.on_frame, h.on_status)
                 elif h.cfg.kind == "servernet":
-                    port = self.san_ports[h.cfg.addr]
-                    h.set_client(port)
-                    nursery.start_soon(port.run, h.on_frame)
-                    h.on_status(port.own_route)
+                    snet = self.snet_ports[h.cfg.addr]
+                    h.set_client(snet)
+                    nursery.start_soon(snet.run, h.on_frame)
+                    h.on_status(snet.own_route)
                 else:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
                                                on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))

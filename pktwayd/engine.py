@@ -26,6 +26,7 @@ from . import messages as M
 from .constants import (ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S,
                         LOGICAL_BASE, LOGICAL_MASK, REGATHER_S, PT, ErrTE, RrpTE)
 from .eep import L2RH, Packet, Symbol, decode, ei_update
+from .drops import BadPacket
 from .rrp import Addr, Capa, Ladr, Name, Record, Rthd
 from .routing import RT, HalfRouter, NodeEntry, logical_only, native_route, records_to_rt, rt_to_records
 
@@ -126,7 +127,7 @@ class Engine:
         try:
             pkt = decode(raw, dialect)
         except DecodeError as exc:
-            self.counters[f"rx_bad_{exc.field}"] += 1
+            self.counters[BadPacket.of(exc)] += 1
             return []
         return self.from_san(pkt, src_route=src_route)
 
@@ -135,7 +136,7 @@ class Engine:
         try:
             pkt = decode(raw)
         except DecodeError as exc:
-            self.counters[f"twin_rx_bad_{exc.field}"] += 1
+            self.counters[BadPacket.of(exc).from_twin] += 1
             return []
         return self.from_twin(pkt)
 

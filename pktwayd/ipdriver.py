@@ -32,6 +32,8 @@ class PwIp:
     def __init__(self, core: IpNode, *, dev: str, router_route: bytes, dialect: str = "pw0",
                  ulp: str | None = None, san_port=None, own_route: bytes | None = None,
                  port_reports_status: bool = False, control: str | None = None) -> None:
+        if (ulp is None) == (san_port is None):
+            raise ValueError("PwIp: give one of ulp (gsnd's ULP socket) or san_port")
         self.core = core
         self.dev = dev
         self.router_route = router_route
@@ -48,12 +50,16 @@ class PwIp:
 
     def act(self, actions: list) -> None:
         c = self.core.counters
+        tun = self.tun
         for action in actions:
-            if action[0] == "tun":
-                self.tun.write(action[1])
-            elif action[0] == "mtu":
-                self.tun.configure(mtu=action[1])
-                log.info("pw0.mtu", dev=self.dev, mtu=action[1])
+            if action[0] in ("tun", "mtu"):
+                if tun is None:
+                    c["tun_not_open"] += 1  # run() opens it before anything can arrive
+                elif action[0] == "tun":
+                    tun.write(action[1])
+                else:
+                    tun.configure(mtu=action[1])
+                    log.info("pw0.mtu", dev=self.dev, mtu=action[1])
             else:
                 _, pkt, route = action
                 if self.client is None:
@@ -83,11 +89,11 @@ class PwIp:
     def set_client(self, client) -> None:
         self.client = client
 
-    async def _tun_loop(self) -> None:
+    async def _tun_loop(self, tun: Tap) -> None:
         while True:
-            await self.tun.wait_readable()
+            await tun.wait_readable()
             now = self._now()
-            for raw in self.tun.drain(TUN_BURST):
+            for raw in tun.drain(TUN_BURST):
                 self.act(self.core.from_tun(raw, now))
             if self.san_port is None and self.client is not None:  # gsnd's ULP socket: wait for room
                 await self.client.flush()
@@ -109,25 +115,25 @@ class PwIp:
                 | (dict(self.san_port.counters) if self.san_port else {})}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        self.tun = Tap(self.dev, persist=False, tun=True)
-        self.tun.configure(mtu=self.core.mtu)
+        self.tun = tun = Tap(self.dev, persist=False, tun=True)
+        tun.configure(mtu=self.core.mtu)
         try:
             async with trio.open_nursery() as nursery:
                 if self.control:
                     await nursery.start(partial(serve_control, self.control, self._status, CONTROL_SCHEMA,
                                                 counters=self.control_counters))
-                nursery.start_soon(self._tun_loop)
+                nursery.start_soon(self._tun_loop, tun)
                 nursery.start_soon(self._timers)
                 if self.san_port is not None and self.port_reports_status:
                     nursery.start_soon(self.san_port.run, self.on_frame, self.on_status)
                 elif self.san_port is not None:
                     self.on_status(self.own_route)
                     nursery.start_soon(self.san_port.run, self.on_frame)
-                else:
+                elif self.ulp is not None:
                     nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
                                                on_status=self.on_status, on_frame=self.on_frame,
                                                after_burst=lambda: None))
                 log.info("pw0.started", dev=self.dev, addr=hex(self.core.addr), mtu=self.core.mtu)
                 task_status.started()
         finally:
-            self.tun.close()
+            tun.close()

@@ -42,6 +42,7 @@ from . import ippacket
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, LOGICAL_BASE, LOGICAL_MASK, PT, ErrTE, RrpTE
 from .eep import Packet, decode
+from .drops import BadPacket
 from .ippacket import IP
 from .rrp import Addr, Name, Record, Srqr
 
@@ -312,7 +313,7 @@ class IpNode:
         try:
             pkt = decode(raw, dialect)
         except DecodeError as exc:
-            self.counters[f"rx_bad_{exc.field}"] += 1
+            self.counters[BadPacket.of(exc)] += 1
             return []
         return self.from_pw(pkt, route)
 

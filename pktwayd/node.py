@@ -18,17 +18,19 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import replace
+from typing import Protocol
 
 from daemons.constants import ULA_BROADCAST, ULA_HARP_SERVER
 from daemons.runtime.control import request
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
 from daemons.wire.errors import DecodeError
-from daemons.wire.ulp import Op
+from daemons.wire.ulp import Frame, Op
 
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, PT, REDIRECT_TTL_S, ErrTE, RrpTE
 from .eep import L2RH, Packet, decode
+from .drops import BadPacket
 from .rrp import Addr, Capa, Name, Srqr, encode_records
 from .special import Memory, parse_write, read_body, unwrap, write_body
 
@@ -45,8 +47,21 @@ def _records(pkt: Packet) -> list | None:
         return None
 
 
+class Port(Protocol):
+    """What a node talks through: gsnd's ULP socket (UlpClient) or a port on another SAN
+    (pktwayd.udpsan.UdpSanPort, servernet.pwport.BlockingSnetPort, ib.udport.BlockingIbPort)."""
+
+    def bind(self, ethertype: int, /) -> Frame: ...
+
+    def send(self, route: bytes, payload: bytes, /, *, vc: int = ..., ethertype: int) -> None: ...
+
+    def recv(self, timeout: float | None = ..., /) -> Frame: ...
+
+    def close(self) -> None: ...
+
+
 class Node:
-    def __init__(self, ulp_path: str, addr: int, router_ula: bytes, *, ethertype: int | None = None,
+    def __init__(self, ulp_path: str | Port, addr: int, router_ula: bytes, *, ethertype: int | None = None,
                  dialect: str = "pw0", name: bytes | None = None, caps=(), groups=(), memory: int = 0) -> None:
         from .constants import ETHERTYPE_PKTWAY
 
@@ -61,7 +76,7 @@ class Node:
         self._reads: set[tuple[int, int]] = set()  # (node, address) of my READs not yet answered
         self.ulp_path = ulp_path if isinstance(ulp_path, str) else None
         # gsnd's ULP socket, or a port on an emulated SAN (pktwayd.udpsan.UdpSanPort)
-        self.ulp = UlpClient(ulp_path) if isinstance(ulp_path, str) else ulp_path
+        self.ulp: Port = UlpClient(ulp_path) if isinstance(ulp_path, str) else ulp_path
         self.ula = bytes(self.ulp.bind(self.et).ula)
         self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
         self.neighbours: dict[int, bytes] = {}  # address -> ULA, of nodes that answered discover()
@@ -109,7 +124,7 @@ class Node:
         try:
             pkt = decode(frame.payload, self.dialect)
         except DecodeError as exc:
-            c[f"rx_bad_{exc.field}"] += 1
+            c[BadPacket.of(exc)] += 1
             return None
         if pkt.prefix or pkt.dt not in (self.addr, ADDR_HEY_YOU, ADDR_BROADCAST, *self.groups):
             c["rx_not_for_me"] += 1
@@ -133,7 +148,8 @@ class Node:
             self.send_packet(M.info(pkt.sa, self.addr, self.addr, self.name, self.caps, self.groups), bytes(frame.ula))
             return None
         if pkt.pt == PT.RRP and pkt.te == RrpTE.TELL and pkt.dt == self.addr:  # a query about me (level C)
-            return self._tell_about_me(pkt, bytes(frame.ula))
+            self._tell_about_me(pkt, bytes(frame.ula))
+            return None
         if pkt.pt == PT.RRP and pkt.te in (RrpTE.RDRC, RrpTE.INFO):
             recs = _records(pkt)
             if recs is None:
@@ -289,6 +305,8 @@ class Node:
         if reply.pt == PT.ERR:
             raise PktwayError(f"{dest:#x}: {ErrTE(reply.te).name if reply.te in ErrTE._value2member_map_ else reply.te}")
         recs = _records(reply)
+        if recs is None:
+            raise PktwayError(f"{dest:#x}: malformed answer from the router")
         if reply.te == RrpTE.RDRC:
             if len(recs) != 2 or not isinstance(recs[1], Addr):
                 raise PktwayError(f"{dest:#x}: malformed RDRC from the router")
@@ -302,7 +320,7 @@ class Node:
         recs = _records(reply)
         if reply.pt == PT.ERR:
             raise PktwayError(f"{dest:#x}: unknown to the router")
-        if reply.te != RrpTE.RDRC or len(recs) != 2 or not isinstance(recs[1], Addr):
+        if reply.te != RrpTE.RDRC or recs is None or len(recs) != 2 or not isinstance(recs[1], Addr):
             raise PktwayError(f"{dest:#x}: malformed answer from the router")
         return recs[1].addr
 
@@ -311,8 +329,18 @@ class Node:
         """TELL by name, capability or address: [{"addr", "name", "caps"}] of the nodes the
         router knows; ``ask_node``: the TELL goes by L3 to the node ``address`` itself, which
         answers about itself (it may know more than the routers)."""
-        query = [Name(name)] if name is not None else [Addr(address)] if address is not None else [Capa(*capability)]
+        query: list[Name | Addr | Capa]
+        if name is not None:
+            query = [Name(name)]
+        elif address is not None:
+            query = [Addr(address)]
+        elif capability is not None:
+            query = [Capa(*capability)]
+        else:
+            raise ValueError("find: give a name, a capability or an address")
         if ask_node:
+            if address is None:
+                raise ValueError("find: ask_node asks the node at address: give it")
             self.send(address, encode_records(query), pt=PT.RRP, te=RrpTE.TELL)
             reply = self.recv_match(lambda p: p.pt in (PT.RRP, PT.ERR) and p.sa == address)
         else:

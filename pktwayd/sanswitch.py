@@ -23,6 +23,7 @@ from daemons.runtime.schema import Schema
 from daemons.runtime.log import CounterLog
 from daemons.runtime.metrics import Family, counter_families
 from daemons.runtime.notify import sd_notify
+from daemons.runtime.oserrors import count_udp_error
 
 from .udpsan import MAX_DATAGRAM, SanSwitch
 
@@ -94,14 +95,14 @@ class SanSwitchd:
                         data, src = self.sock.recvfrom(MAX_DATAGRAM + 1)
                     except BlockingIOError:
                         break
-                    except OSError:
-                        self.core.counters["rx_error"] += 1
+                    except OSError as exc:
+                        count_udp_error(self.core.counters, exc, prefix="rx_error_")
                         continue
                     for dst, out in self.core.receive(src[:2], data):
                         try:
                             self.sock.sendto(out, dst)
-                        except OSError:
-                            self.core.counters["tx_error"] += 1
+                        except OSError as exc:
+                            count_udp_error(self.core.counters, exc)
                 self.drops.update("switch", self.core.counters, trio.current_time())
                 await trio.lowlevel.checkpoint()
 

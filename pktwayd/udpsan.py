@@ -17,6 +17,7 @@ from collections import Counter
 
 import trio
 
+from daemons.runtime.oserrors import count_udp_error
 from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import Frame, Op
 
@@ -120,10 +121,8 @@ class AsyncSanPort:
             return
         try:
             self.sock.sendto(data, self.switch)
-        except BlockingIOError:
-            self.counters["tx_drop_socket_full"] += 1
-        except OSError:
-            self.counters["tx_error"] += 1
+        except OSError as exc:
+            count_udp_error(self.counters, exc)
 
     async def run(self, on_frame) -> None:
         while True:
@@ -133,8 +132,8 @@ class AsyncSanPort:
                     data, addr = self.sock.recvfrom(MAX_DATAGRAM + 1)
                 except BlockingIOError:
                     break
-                except OSError:  # ICMP unreachable from an earlier send
-                    self.counters["rx_error"] += 1
+                except OSError as exc:  # ICMP unreachable from an earlier send
+                    count_udp_error(self.counters, exc, prefix="rx_error_")
                     continue
                 if addr[:2] != self.switch:
                     self.counters["rx_foreign"] += 1

@@ -32,6 +32,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "_udpio.h" /* daemons/: the same-peer check the data planes share */
+
 /* servernet/constants.py (tests/unit/test_snetfwd_differential.py checks the exported ones) */
 #define ENVELOPE_BYTES 4
 #define MIN_PACKET 12 /* header + CRC */
@@ -151,18 +153,7 @@ static int parse_addr(PyObject *tuple, Addr *out)
 /* the sender's address is this one (address and port; IPv6 flow and scope ignored) */
 static int addr_is(const Addr *want, const struct sockaddr_storage *sa)
 {
-    const struct sockaddr_storage *p = &want->sa;
-    if (p->ss_family != sa->ss_family)
-        return 0;
-    if (sa->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const void *)sa, *b = (const void *)p;
-        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-    }
-    if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)p;
-        return a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
-    }
-    return 0;
+    return udpio_same_peer(sa, sizeof *sa, &want->sa);
 }
 
 /* the slot whose address sent this, or -1 */

@@ -17,6 +17,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from daemons.wire.buffers import Bytes
 from daemons.wire.errors import DecodeError
 
 from .constants import (ADDRESS_BYTES, CRC_BYTES, ENVELOPE_BYTES, ENVELOPE_MAGIC, ENVELOPE_VERSION, FLAG_FABRIC,
@@ -113,7 +114,7 @@ def encode_datagram(did: int, sid: int, ttype: int, rsp: bool, tid: int, path: i
     return head + data + _CRC.pack(crc)
 
 
-def crc_ok(raw: bytes) -> bool:
+def crc_ok(raw: Bytes) -> bool:
     """The trailing CRC-32 matches everything before it (what a router checks)."""
     return len(raw) >= MIN_PACKET and _CRC.unpack_from(raw, len(raw) - CRC_BYTES)[0] == zlib.crc32(
         memoryview(raw)[:-CRC_BYTES])
@@ -126,7 +127,7 @@ def did_of(raw: bytes) -> int:
     return int.from_bytes(raw[:ROUTE_BYTES], "big") >> 4
 
 
-def decode(raw: bytes, ii: bool = False) -> Packet:
+def decode(raw: Bytes, ii: bool = False) -> Packet:
     n = len(raw)
     if n < MIN_PACKET:
         raise DecodeError("short", n, f"{n} bytes is shorter than header + CRC ({MIN_PACKET})")

@@ -26,7 +26,7 @@ class NodeConfig:
     id: int
     name: str
     control: str
-    fabrics: dict[int, tuple[tuple, tuple]]  # fabric -> (local, router)
+    fabrics: dict[Fabric, tuple[tuple[str, int], tuple[str, int]]]  # fabric -> (local, router)
     peers: list[Peer] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
     timeout: float = RESPONSE_TIMEOUT_S
@@ -66,7 +66,7 @@ def load(path: str) -> NodeConfig:
     level = n.get("log_level", str, "info")
     n.finish()
     fab = Section(path, "fabric", data.get("fabric", {}))
-    fabrics = {}
+    fabrics: dict[Fabric, tuple[tuple[str, int], tuple[str, int]]] = {}
     for f in ("x", "y"):
         fabric = Section(path, f"fabric.{f}", fab.get(f, dict, required=True))
         fabrics[Fabric[f.upper()]] = (fabric.get("local", str, required=True, check=resolve),

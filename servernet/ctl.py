@@ -189,15 +189,18 @@ def interrupts(ctx, limit) -> None:
 
 
 def _data(hexdata: str | None, path: str | None, limit: int) -> bytes:
-    if (hexdata is None) == (path is None):
-        raise click.UsageError("give one of --hex or --file")
-    if path:
-        data = Path(path).read_bytes()
-    else:
+    if hexdata is not None and path is None:
         try:
             data = bytes.fromhex(hexdata)
         except ValueError:
             raise click.BadParameter(f"{hexdata[:20]!r}... is not hex", param_hint="--hex") from None
+    elif path is not None and hexdata is None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise click.BadParameter(f"{path!r}: {exc.strerror}", param_hint="--file") from None
+    else:
+        raise click.UsageError("give one of --hex or --file")
     if not 0 < len(data) <= limit:
         raise click.BadParameter(f"{len(data)} bytes: give 1..{limit}")
     return data

@@ -15,7 +15,7 @@ import trio
 from daemons.runtime.log import CounterLog
 
 from ._snetfwd import FabricSocket
-from .constants import FABRIC_NAMES, NODE_BATCH, RX_BURST, SOCKET_BUFFER_BYTES
+from .constants import FABRIC_NAMES, NODE_BATCH, Fabric, RX_BURST, SOCKET_BUFFER_BYTES
 from .endpoint import Endpoint
 
 log = structlog.get_logger("servernet")
@@ -23,10 +23,11 @@ IDLE_TICK_S = 0.5  # the timer task looks at the core at least this often
 
 
 class FabricDriver:
-    def __init__(self, core: Endpoint, fabrics: dict[int, tuple[tuple, tuple]], label: str = "node") -> None:
+    def __init__(self, core: Endpoint, fabrics: dict[Fabric, tuple[tuple[str, int], tuple[str, int]]],
+                 label: str = "node") -> None:
         self.core = core
         self.routers = {f: router for f, (_local, router) in fabrics.items()}
-        self.socks: dict[int, socket.socket] = {}
+        self.socks: dict[Fabric, socket.socket] = {}
         try:
             for fabric, (local, _router) in fabrics.items():
                 s = socket.socket(socket.AF_INET6 if ":" in local[0] else socket.AF_INET, socket.SOCK_DGRAM)
@@ -39,7 +40,7 @@ class FabricDriver:
             self.close()
             raise
         self.wires = [(f, FabricSocket(s.fileno(), self.routers[f])) for f, s in self.socks.items()]
-        self.tx = {f: wire for f, wire in self.wires}
+        self.tx: dict[int, FabricSocket] = dict(self.wires)  # by the fabric bit of the core's output
         self.label = label
         self.counters: Counter[str] = Counter()
         self.drops = CounterLog(log)
@@ -82,7 +83,7 @@ class FabricDriver:
                 if len(dgrams) + foreign + errors < NODE_BATCH:
                     break
 
-    async def _rx(self, fabric: int) -> None:
+    async def _rx(self, fabric: Fabric) -> None:
         sock = self.socks[fabric]
         while True:
             await trio.lowlevel.wait_readable(sock)

@@ -9,6 +9,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Callable
 
+from daemons.wire.buffers import Bytes
 from daemons.wire.errors import DecodeError
 
 from .avt import Avt, Interrupt
@@ -40,7 +41,8 @@ class Endpoint:
     def _drop(self, reason: str) -> None:
         self.counters[f"drop_{reason}"] += 1
 
-    def receive(self, fabric: int, datagram: bytes, now: float) -> None:
+    def receive(self, fabric: Fabric, datagram: bytes, now: float) -> None:
+        packet: Bytes
         if datagram[:ENVELOPE_BYTES] == self.heads[fabric] and len(datagram) <= self.max_datagram:
             packet = memoryview(datagram)[ENVELOPE_BYTES:]  # the usual envelope: no need to open it
         else:
@@ -80,17 +82,18 @@ class Endpoint:
             self.bte.paths[pkt.sid, fabric].heard(now)
             self._serve(pkt, fabric, now)
 
-    def _respond(self, req: Packet, fabric: int, ack: bool, data: bytes = b"") -> None:
+    def _respond(self, req: Packet, fabric: Fabric, ack: bool, data: bytes = b"") -> None:
         self.out.append((fabric, encode_datagram(req.sid, self.id, req.ttype, True, req.tid, fabric, ack, None, data, 0,
                                           self.ii)))
         self.counters["ack" if ack else "nak"] += 1
 
-    def _serve(self, pkt: Packet, fabric: int, now: float) -> None:
-        if pkt.ttype == TType.READ:
-            data = self.avt.read(pkt.sid, fabric, pkt.address, pkt.length)
+    def _serve(self, pkt: Packet, fabric: Fabric, now: float) -> None:
+        address = pkt.address  # decode gives every read and write request its address
+        if pkt.ttype == TType.READ and address is not None:
+            data = self.avt.read(pkt.sid, fabric, address, pkt.length)
             self._respond(pkt, fabric, data is not None, data or b"")
-        elif pkt.ttype == TType.WRITE:
-            r = self.avt.write(pkt.sid, fabric, pkt.address, pkt.data)
+        elif pkt.ttype == TType.WRITE and address is not None:
+            r = self.avt.write(pkt.sid, fabric, address, pkt.data)
             self._respond(pkt, fabric, r is not False)
             if isinstance(r, Interrupt):
                 self._interrupt(r, now)

@@ -24,7 +24,7 @@ from daemons.wire.errors import DecodeError, RemoteProtocolError
 
 from . import constants as K
 from .constants import NO_ID, Flag, Function, Op, Reason
-from .drops import Drop
+from .drops import BadOp, Drop
 from .membuf import BufferGone, FileBuffer
 from .states import TRANSFER_MACHINE, VC_MACHINE, State, VcEvent, XEvent, XState
 from .wire import Header, decode, decode_options, encode_options, error_code_option, reason_of
@@ -383,7 +383,7 @@ class StCore:
         try:
             h, rest = decode(packet)
         except DecodeError as exc:
-            self.counters[f"rx_bad_{exc.field}"] += 1
+            self.counters[BadOp.of(exc)] += 1
             return
         self.counters[f"rx_{h.op.name}"] += 1
         if h.op is Op.RC:

@@ -7,13 +7,7 @@
 -- Messages are handed to Wireshark's "ethertype" table, so IPv4/IPv6/ARP decode; HIPARP
 -- (EtherType 0x0806 with ar$hrd 28) goes to the "harp" dissector of gsn_harp.lua.
 
-local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
-if not bit then
-    bit = load([[return {
-        band = function(a, b) return a & b end, bor = function(a, b) return a | b end,
-        bxor = function(a, b) return a ~ b end,
-        lshift = function(a, n) return (a << n) & 0xFFFFFFFF end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, bxor, lshift, rshift = bit.band, bit.bxor, bit.lshift, bit.rshift
 
 -- wire constants (daemons/constants.py)

@@ -14,13 +14,7 @@
 -- datagrams on UDP port 4791 (preference; the SM's default port, taking it from RoCEv2) and by
 -- a heuristic (magic 'IM', version 1, a known kind).
 
-local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
-if not bit then
-    bit = load([[return {
-        band = function(a, b) return a & b end, bor = function(a, b) return a | b end,
-        bxor = function(a, b) return a ~ b end,
-        lshift = function(a, n) return (a << n) & 0xFFFFFFFF end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, bor, bxor, rshift = bit.band, bit.bor, bit.bxor, bit.rshift
 
 -- wire constants (ib/constants.py, ib/mgmt.py, ib/sa.py)
@@ -38,38 +32,8 @@ local NODE_TYPES = { [1] = "CA", [2] = "switch" }
 local LNHS = { [0] = "raw", "IPv6 (raw)", "BTH (local)", "GRH (global)" }
 local ETHERTYPE_PACKETWAY_NATIVE = 0x88B5
 
--- CRC-32 (zlib's); `ones` maps 1-based byte positions to a mask ORed in before use
-local CRC32 = {}
-for i = 0, 255 do
-    local c = i
-    for _ = 1, 8 do
-        if band(c, 1) ~= 0 then c = bxor(rshift(c, 1), 0xEDB88320) else c = rshift(c, 1) end
-    end
-    CRC32[i] = c
-end
-
--- the CRC-32 register after the bytes first..last of s (8 bytes per s:byte call, and
--- arithmetic for the shift and the low byte: fewer function calls per byte)
-local function crc32_update(crc, s, first, last)
-    local floor, t = math.floor, CRC32
-    local k = first
-    while k + 7 <= last do
-        local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(k, k + 7)
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b1)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b2)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b3)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b4)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b5)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b6)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b7)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b8)])
-        k = k + 8
-    end
-    for j = k, last do
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, s:byte(j))])
-    end
-    return crc
-end
+local CRC32 = require("gsn_crc32") -- zlib's CRC-32, shared with gsn_servernet.lua
+local crc32_update = CRC32.update
 
 -- ICRC over s[1..last] with the variant fields read as ones: those sit in the first bytes
 -- (up to the BTH reserved byte), ORed into a copy of that prefix

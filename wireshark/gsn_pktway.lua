@@ -8,10 +8,7 @@
 -- preference, default off).  The dialect (EEP or MessageWay v5) is a preference; "auto"
 -- picks the one whose header accounts for the whole packet.
 
-local bit = bit32 or bit
-if not bit then
-    bit = load([[return { band = function(a, b) return a & b end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, rshift = bit.band, bit.rshift
 
 local W = 8

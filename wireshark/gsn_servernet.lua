@@ -8,12 +8,7 @@
 -- Registration: UDP ports preference (default the shipped configs' router and node ports,
 -- 7500-7501,7510-7511,7520-7521) and a heuristic on every UDP datagram (magic 'SN', version 1).
 
-local bit = bit32 or bit -- Lua 5.2 (Wireshark <= 4.2) has bit32; LuaBitOp otherwise
-if not bit then
-    bit = load([[return {
-        band = function(a, b) return a & b end,
-        bxor = function(a, b) return a ~ b end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
 
 -- wire constants (servernet/constants.py)
@@ -27,42 +22,8 @@ local TTYPES = { [TT_READ] = "READ", [TT_WRITE] = "WRITE", [TT_BARRIER] = "BARRI
 local FABRICS = { [0] = "X", [1] = "Y" }
 local DEFAULT_PORTS = "7500-7501,7510-7511,7520-7521"
 
--- CRC-32 (zlib's: reflected polynomial 0xEDB88320, init and final XOR 0xFFFFFFFF)
-local CRC32 = {}
-for i = 0, 255 do
-    local c = i
-    for _ = 1, 8 do
-        if band(c, 1) ~= 0 then c = bxor(rshift(c, 1), 0xEDB88320) else c = rshift(c, 1) end
-    end
-    CRC32[i] = c
-end
-
--- the CRC-32 register after the bytes first..last of s (8 bytes per s:byte call, and
--- arithmetic for the shift and the low byte: fewer function calls per byte)
-local function crc32_update(crc, s, first, last)
-    local floor, t = math.floor, CRC32
-    local k = first
-    while k + 7 <= last do
-        local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(k, k + 7)
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b1)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b2)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b3)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b4)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b5)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b6)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b7)])
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, b8)])
-        k = k + 8
-    end
-    for j = k, last do
-        crc = bxor(floor(crc / 256), t[bxor(crc % 256, s:byte(j))])
-    end
-    return crc
-end
-
-local function crc32(s, first, last)
-    return bxor(crc32_update(0xFFFFFFFF, s, first, last), 0xFFFFFFFF)
-end
+local CRC32 = require("gsn_crc32") -- zlib's CRC-32, shared with gsn_ib.lua
+local crc32 = CRC32.crc32
 
 local snet = Proto("servernet", "ServerNet")
 local F = {

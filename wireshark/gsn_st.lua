@@ -3,10 +3,7 @@
 -- stpd/wire.py and stpd/constants.py are the reference).  Registered in the "ethertype"
 -- table, so gsn_cable.lua hands ST Messages to it.
 
-local bit = bit32 or bit
-if not bit then
-    bit = load([[return { band = function(a, b) return a & b end, rshift = function(a, n) return a >> n end }]])()
-end
+local bit = require("gsn_bit") -- band, bor, bxor, lshift, rshift on any Lua Wireshark embeds
 local band, rshift = bit.band, bit.rshift
 
 local OPS = { [0x01] = "RC", [0x02] = "CA", [0x03] = "RD", [0x04] = "DA", [0x05] = "DC", [0x10] = "NOP",

@@ -51,8 +51,11 @@ CONTROL_SCHEMA = Schema({
 class Gsnd:
     def __init__(self, cfg: GsndConfig) -> None:
         self.cfg = cfg
+        if cfg.peer is None:
+            raise ValueError("gsnd needs the cable's peer (config.load refuses a file without one)")
+        self.peer: tuple[str, int] = cfg.peer
         now = trio.current_time()
-        self.transport = UdpTransport(cfg.local, cfg.peer, mtu=cfg.cable_mtu, key=cfg.key,
+        self.transport = UdpTransport(cfg.local, self.peer, mtu=cfg.cable_mtu, key=cfg.key,
                                       on_mtu=lambda st: log.info("cable.mtu", interface=cfg.interface, **st))
         self.ep = Endpoint(cfg.cable_id, now, ula=cfg.ula, buffers=cfg.buffers, timers=cfg.timers,
                            max_payload=ULP_MAX_PAYLOAD, window=cable_window(self.transport.max_mps))
@@ -81,7 +84,7 @@ class Gsnd:
                         self.ulp.error_to_bound(frame.ethertype, frame)
                     continue
                 if self.tap is not None and msg.ethertype in IP_ETHERTYPES and msg.vc == VC_IP:
-                    self._to_tap(msg)
+                    self._to_tap(self.tap, msg)
                 if msg.ethertype not in IP_ETHERTYPES or self.ulp.wants(msg.ethertype):
                     self.ulp.deliver(msg, now)
                     delivered = True
@@ -129,18 +132,18 @@ class Gsnd:
         if self.tap is not None:
             self.tap.set_carrier(self.ep.link.up and self.ep.ula is not None)
 
-    def _to_tap(self, msg) -> None:
+    def _to_tap(self, tap: Tap, msg) -> None:
         if msg.d_ula == ULA_BROADCAST and msg.s_ula == self.ep.ula:
             self.ip_counters["rx_own_broadcast_not_to_tap"] += 1  # the switch copies broadcasts to the sender
             return
         if msg.ethertype == ETHERTYPE_ARP and self.cfg.arp == "off":
             self.ip_counters["rx_arp_not_to_tap"] += 1
             return
-        self.tap.write(message_to_frame(msg.d_ula, msg.s_ula, msg.ethertype, msg.payload))
+        tap.write(message_to_frame(msg.d_ula, msg.s_ula, msg.ethertype, msg.payload))
         self.ip_counters["rx_frames"] += 1
 
-    async def _tap_reader(self) -> None:
-        tap, ep, mtu, counters = self.tap, self.ep, self.cfg.mtu, self.ip_counters
+    async def _tap_reader(self, tap: Tap) -> None:
+        ep, mtu, counters = self.ep, self.cfg.mtu, self.ip_counters
         while True:
             await tap.wait_readable()
             for frame in tap.drain():
@@ -212,7 +215,7 @@ class Gsnd:
         cmd = req.get("cmd")
         if cmd == "status":
             st = self.ep.status()
-            st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.cfg.peer),
+            st.update(interface=self.cfg.interface, cable={"local": list(self.cfg.local), "peer": list(self.peer),
                       "id": self.cfg.cable_id, **self.transport.status(),
                                                "last_heard_s": self.runner.heard_ago(),
                                                "transport": self._counters("cable", self.transport.counters)},
@@ -317,13 +320,13 @@ class Gsnd:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)
             if self.tap is not None and self.dp is None:  # the data plane reads the TAP itself
-                nursery.start_soon(self._tap_reader)
+                nursery.start_soon(self._tap_reader, self.tap)
             await nursery.start(partial(serve_control, self.cfg.control_path, self._control, CONTROL_SCHEMA,
                                         counters=self.control_counters))
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
             log.info("gsnd.started", interface=self.cfg.interface, tap=self.cfg.tap,
-                     local=f"{self.cfg.local[0]}:{self.cfg.local[1]}", peer=f"{self.cfg.peer[0]}:{self.cfg.peer[1]}",
+                     local=f"{self.cfg.local[0]}:{self.cfg.local[1]}", peer=f"{self.peer[0]}:{self.peer[1]}",
                      ulp=self.cfg.ulp_path)
             sd_notify("READY=1")
             self._notify_status()

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import trio
 
+from ..io.trioepoll import trio_epoll_fd
 from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULP_MAX_PAYLOAD
 
 PUMP_DATAGRAMS = 64  # datagrams per rx_pump call (io/udp.py drains as many per wake-up)
@@ -51,17 +52,6 @@ class Ran(NamedTuple):
     def control(self) -> bool:
         """A descriptor of trio's was ready: its task must run before the next ``run``."""
         return self.reason == CONTROL
-
-
-def trio_epoll_fd() -> int:
-    """trio's own epoll descriptor (readable when a task's descriptor is ready), or -1
-    when the run loop has none (another I/O backend): the loop then sees control work
-    only at its deadline.  trio has no public accessor; this reads the I/O manager."""
-    try:
-        from trio._core._run import GLOBAL_RUN_CONTEXT
-        return GLOBAL_RUN_CONTEXT.runner.io_manager._epoll.fileno()
-    except (AttributeError, ImportError):
-        return -1
 
 
 def usable(transport) -> bool:

@@ -30,7 +30,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .. import constants as C
 from ..wire.message import Message
@@ -39,8 +39,7 @@ from ..wire.ulp import DropNotice, DropReason, Frame, Op
 if TYPE_CHECKING:
     from ..endpoint.core import Endpoint
 
-Send = Callable[[Hashable, bytes], str]
-Unread = Callable[[Hashable], "int | None"]
+K = TypeVar("K", bound=Hashable)  # a client's key (the ULP server's client object)
 
 
 @dataclass
@@ -59,29 +58,29 @@ class Notice:
     notice: DropNotice
 
 
-class Delivery:
+class Delivery(Generic[K]):
     def __init__(self, *, hold_s: float = C.ULP_HOLD_S, notice_interval: float = C.ULP_NOTICE_INTERVAL_S,
-                 notice_keys: int = C.ULP_NOTICE_KEYS_MAX, unread: Unread | None = None) -> None:
+                 notice_keys: int = C.ULP_NOTICE_KEYS_MAX, unread: Callable[[K], int | None] | None = None) -> None:
         self.hold_s = hold_s
         self.unread = unread
         self.notice_interval = notice_interval
         self.notice_keys = notice_keys
-        self.backlogs: dict[Hashable, _Backlog] = {}
+        self.backlogs: dict[K, _Backlog] = {}
         self.waiting = [0] * C.NUM_VCS  # Messages in all backlogs, per VC
         self.counters: Counter[str] = Counter()
         self._notices: dict[tuple[bytes, int, int, DropReason], int] = {}  # (s_ula, vc, ethertype, reason)
         self._notice_due = -math.inf
 
     # --- clients ------------------------------------------------------------------
-    def add(self, key: Hashable) -> None:
+    def add(self, key: K) -> None:
         self.backlogs[key] = _Backlog()
 
-    def remove(self, key: Hashable) -> None:
+    def remove(self, key: K) -> None:
         bl = self.backlogs.pop(key, None)
         if bl is not None:
             self._drop_all(bl, DropReason.CLIENT_GONE)
 
-    def backlog(self, key: Hashable) -> int:
+    def backlog(self, key: K) -> int:
         bl = self.backlogs.get(key)
         return len(bl.queue) if bl else 0
 
@@ -90,7 +89,7 @@ class Delivery:
         return [n > 0 for n in self.waiting]
 
     # --- delivery -----------------------------------------------------------------
-    def deliver(self, msg: Message, keys: Iterable[Hashable], now: float, send: Send) -> None:
+    def deliver(self, msg: Message, keys: Iterable[K], now: float, send: Callable[[K, bytes], str]) -> None:
         """``msg`` for the clients ``keys`` (those bound to its EtherType)."""
         frame = Frame(Op.RECV, msg.vc, msg.ethertype, msg.s_ula, msg.payload).encode()
         taken = False
@@ -118,7 +117,7 @@ class Delivery:
         if taken:
             self.counters["rx_messages"] += 1
 
-    def pump(self, key: Hashable, now: float, send: Send) -> bool:
+    def pump(self, key: K, now: float, send: Callable[[K, bytes], str]) -> bool:
         """Hand waiting frames to client ``key`` while it takes them; True when its
         backlog is empty."""
         bl = self.backlogs.get(key)
@@ -142,7 +141,7 @@ class Delivery:
             if took:
                 bl.since, bl.mark, bl.stalled = now, self._unread(key), False
 
-    def _unread(self, key: Hashable) -> int | None:
+    def _unread(self, key: K) -> int | None:
         return None if self.unread is None else self.unread(key)
 
     # --- the bound ---------------------------------------------------------------
@@ -211,7 +210,7 @@ def is_notice(msg: Message) -> bool:
     return msg.ethertype == C.ETHERTYPE_OUI_EXTENDED and bytes(msg.payload[:5]) == C.ULP_NOTICE_PROTOCOL
 
 
-def settle(delivery: Delivery, ep: Endpoint, now: float) -> list[Frame]:
+def settle(delivery: Delivery[K], ep: Endpoint, now: float) -> list[Frame]:
     """Glue to a sans-IO :class:`~daemons.endpoint.core.Endpoint` after delivery state
     changed: hold exactly the VCs that have Messages waiting, and send the drop
     notices due.  Returns the ERROR frames for notices about our own Messages
@@ -230,7 +229,7 @@ def settle(delivery: Delivery, ep: Endpoint, now: float) -> list[Frame]:
     return local
 
 
-def notice_in(delivery: Delivery, msg: Message) -> Frame | None:
+def notice_in(delivery: Delivery[K], msg: Message) -> Frame | None:
     """A drop notice that arrived (``is_notice(msg)``): the ERROR frame for our
     clients bound to the dropped Messages' EtherType, or None (counted) if bad."""
     from ..wire.errors import DecodeError

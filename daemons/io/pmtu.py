@@ -87,8 +87,8 @@ def path_mtu(peer: tuple[str, int], local_host: str | None = None) -> tuple[int,
                 return mtu, "path"
     except OSError:
         pass
-    mtu = interface_mtu(src, family) if src else None
-    return (mtu, "interface") if mtu else (DEFAULT_MTU, "default")
+    if_mtu = interface_mtu(src, family) if src else None
+    return (if_mtu, "interface") if if_mtu else (DEFAULT_MTU, "default")
 
 
 def interface_mtu(src_ip: str, family: int) -> int | None:
@@ -96,11 +96,11 @@ def interface_mtu(src_ip: str, family: int) -> int | None:
     name = None
     try:
         if family == socket.AF_INET6:
-            want = socket.inet_pton(socket.AF_INET6, src_ip).hex()
+            want_hex = socket.inet_pton(socket.AF_INET6, src_ip).hex()
             with open("/proc/net/if_inet6") as f:
                 for line in f:
                     fields = line.split()
-                    if fields and fields[0] == want:
+                    if fields and fields[0] == want_hex:
                         name = fields[-1]
                         break
         else:

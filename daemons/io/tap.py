@@ -93,7 +93,7 @@ class Tap:
             self.index = ipr.link_lookup(ifname=name)[0]
 
     def configure(self, *, mac: bytes | None = None, mtu: int | None = None) -> None:
-        kw = {}
+        kw: dict[str, str | int] = {}
         if mac is not None:
             kw["address"] = ":".join(f"{b:02x}" for b in mac)
         if mtu is not None:

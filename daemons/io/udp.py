@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import trio
 
-from ..runtime.oserrors import errno_name
+from ..runtime.oserrors import count_udp_error, errno_name
 from ..constants import AUTH_TRAILER_BYTES, MP_BYTES, SHIM_BYTES, SOCKET_BUFFER_BYTES
 from ..wire.cableauth import CompiledCableAuth, direction
 from . import pmtu
@@ -36,7 +36,8 @@ def resolve(hostport: str) -> tuple[str, int]:
         info = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM, flags=socket.AI_NUMERICHOST)
     except socket.gaierror:
         raise ValueError(f"{hostport!r}: {host!r} is not a numeric IP address") from None
-    return info[0][4][:2]
+    addr = info[0][4]
+    return str(addr[0]), int(addr[1])
 
 
 def port_map(specs, max_port: int, what: str) -> dict[int, tuple[str, int]]:
@@ -96,7 +97,7 @@ class UdpTransport:
         self.counters: Counter[str] = Counter()
         self.auth: CompiledCableAuth | None = None
         self.overhead = 0  # bytes each datagram carries beyond the link's (the auth trailer)
-        if key is not None:
+        if key is not None and peer is not None:  # (a key without a peer was refused above)
             # the session: this cable's opening time, newer than any earlier run's
             self.auth = CompiledCableAuth(key, direction(self.sock.getsockname()[:2], peer),
                                   max(0, time.clock_gettime_ns(time.CLOCK_REALTIME)), counters=self.counters)
@@ -156,20 +157,20 @@ class UdpTransport:
     def drain(self, limit: int = 64) -> list[bytes]:
         """Up to about ``limit`` datagrams (GRO-coalesced receives come back split), so
         that a wake-up's acks and forwarding wait for a bounded amount of work."""
-        out = []
+        out: list[bytes] = []
         gro = self.gro
         auth = self.auth
-        recv = self.sock.recvmsg if gro else self.sock.recvfrom
+        sock = self.sock
         while len(out) < limit:
             try:
                 if gro:
-                    data, anc, flags, addr = recv(RECV_BYTES, _GRO_CMSG_SPACE)
+                    data, anc, flags, addr = sock.recvmsg(RECV_BYTES, _GRO_CMSG_SPACE)
                 else:
-                    data, addr = recv(RECV_BYTES)
+                    data, addr = sock.recvfrom(RECV_BYTES)
             except BlockingIOError:
                 break
             except OSError as exc:  # ICMP errors from a previous send surface here
-                self.counters[f"rx_error_{errno_name(exc)}"] += 1
+                count_udp_error(self.counters, exc, prefix="rx_error_")
                 continue
             if self.peer is not None and addr[:2] != self.peer:
                 self.counters["rx_foreign_datagram"] += 1
@@ -190,9 +191,10 @@ class UdpTransport:
                     out.extend(segs)
                     continue
             if auth is not None:
-                data = auth.open(data)
-                if data is None:
-                    continue
+                opened = auth.open(data)
+                if opened is not None:
+                    out.append(opened)
+                continue
             out.append(data)
         if out:
             self.counters["rx_datagrams"] += len(out)
@@ -205,9 +207,6 @@ class UdpTransport:
     def send_many(self, datagrams) -> None:
         """Send in order; runs of equal-size datagrams (the last may be shorter) go as
         one GSO sendmsg when the kernel has UDP_SEGMENT."""
-        if self.peer is None:
-            self.counters["tx_no_peer"] += len(datagrams)
-            return
         if self.auth is not None:
             datagrams = self.auth.seal_many(list(datagrams))
         self.send_sealed(datagrams)
@@ -215,6 +214,10 @@ class UdpTransport:
     def send_sealed(self, datagrams) -> None:
         """``send_many`` of datagrams sealed already (a keyed cable), or plain ones."""
         n = len(datagrams)
+        peer = self.peer
+        if peer is None:
+            self.counters["tx_no_peer"] += n
+            return
         self.counters["tx_datagrams"] += n
         i = 0
         while i < n:
@@ -228,16 +231,16 @@ class UdpTransport:
                     if len(datagrams[j - 1]) < size:
                         break  # only the last segment may be shorter
             if j - i > 1:
-                self._send_gso(datagrams[i:j], size)
+                self._send_gso(datagrams[i:j], size, peer)
             else:
-                self._send_one(datagrams[i])
+                self._send_one(datagrams[i], peer)
             i = j
 
-    def _send_gso(self, run, size: int) -> None:
+    def _send_gso(self, run, size: int, peer: tuple[str, int]) -> None:
         try:
-            self.sock.sendmsg(run, [(pmtu.SOL_UDP, pmtu.UDP_SEGMENT, _U16.pack(size))], 0, self.peer)
-        except BlockingIOError:
-            self.counters["tx_dropped_socket_full"] += len(run)
+            self.sock.sendmsg(run, [(pmtu.SOL_UDP, pmtu.UDP_SEGMENT, _U16.pack(size))], 0, peer)
+        except BlockingIOError as exc:
+            count_udp_error(self.counters, exc, len(run))
             return
         except OSError as exc:
             if exc.errno in (errno.EMSGSIZE, errno.EINVAL) and (self.refresh_mtu() or size > self.max_datagram):
@@ -246,32 +249,29 @@ class UdpTransport:
                 self.gso = False  # detected once: per-datagram from now on
                 self.counters[f"gso_unsupported_{errno_name(exc)}"] += 1
             elif exc.errno != errno.EMSGSIZE:
-                self.counters[f"tx_error_{errno_name(exc)}"] += len(run)
+                count_udp_error(self.counters, exc, len(run))
                 return
             for d in run:  # EMSGSIZE or no GSO: one at a time (re-cut if the path shrank)
-                self._send_one(d)
+                self._send_one(d, peer)
             return
         self.counters["tx_gso_sends"] += 1
         self.counters["tx_gso_datagrams"] += len(run)
         if size > self.max_sent:
             self.max_sent = size
 
-    def _send_one(self, data: bytes, retry: bool = True) -> None:
+    def _send_one(self, data: bytes, peer: tuple[str, int], retry: bool = True) -> None:
         try:
-            self.sock.sendto(data, self.peer)
-        except BlockingIOError:
-            self.counters["tx_dropped_socket_full"] += 1
-            return
+            self.sock.sendto(data, peer)
         except OSError as exc:
             if exc.errno == errno.EMSGSIZE and retry:
-                self._too_big(data)
+                self._too_big(data, peer)
             else:
-                self.counters[f"tx_error_{errno_name(exc)}"] += 1
+                count_udp_error(self.counters, exc)
             return
         if len(data) > self.max_sent:
             self.max_sent = len(data)
 
-    def _too_big(self, data: bytes) -> None:
+    def _too_big(self, data: bytes, peer: tuple[str, int]) -> None:
         """EMSGSIZE: the path MTU dropped under this datagram.  Learn the new MTU and
         send the datagram cut to fit (a sequenced batch splits at micropacket
         boundaries), so nothing waits for a retransmission."""
@@ -288,7 +288,7 @@ class UdpTransport:
         else:
             pieces = [data]
         for p in pieces:
-            self._send_one(p, retry=False)
+            self._send_one(p, peer, retry=False)
 
     def close(self) -> None:
         self.sock.close()

@@ -14,9 +14,9 @@ gsnd, the link's credits) while a client's socket is full.
 
 from __future__ import annotations
 
+import enum
 import fcntl
 import math
-import os
 import socket
 import struct
 import termios
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import trio
 
-from ..runtime.oserrors import NO_FDS_ERRNOS, accept_ready, errno_name
+from ..runtime.oserrors import NO_FDS_ERRNOS, ReserveFd, accept_ready, errno_name
 from ..constants import (
     ETHERTYPE_OUI_EXTENDED,
     ULP_ACCEPT_BACKOFF_S,
@@ -44,6 +44,24 @@ from ..wire.message import Message
 from ..wire.ulp import HEADER, Frame, Op
 
 BURST = 64  # frames taken from one client before flushing and yielding
+
+
+class BadFrame(enum.StrEnum):
+    """A client's frame that did not decode (daemons/wire/ulp.py ``Frame.decode``): the
+    field that was wrong, as the counter; each is answered with an ERROR frame."""
+
+    EMPTY = "rx_bad_frame_empty"  # a 0-byte record
+    SHORT = "rx_bad_frame_ulp"  # shorter than the 10-byte header
+    OP = "rx_bad_frame_op"  # an op the protocol does not have
+    VC = "rx_bad_frame_vc"  # VC beyond 3
+    OTHER = "rx_bad_frame_other"  # a field this list does not name (a codec change not counted here yet)
+
+    @classmethod
+    def of(cls, exc: DecodeError) -> BadFrame:
+        return _BAD_FRAME.get(exc.field, cls.OTHER)
+
+
+_BAD_FRAME = {"ulp": BadFrame.SHORT, "op": BadFrame.OP, "vc": BadFrame.VC}
 _FRAME_MAX = HEADER.size + ULP_MAX_PAYLOAD
 _CREDS = socket.CMSG_SPACE(12)  # struct ucred: every record carries one, EOF none
 _REFUSE_DRAIN = 16  # frames read and discarded from a refused client
@@ -71,20 +89,20 @@ class UlpServer:
 
     def __init__(self, path: str, send: Callable, wait_room: Callable, status: Callable[[], Frame],
                  flush: Callable[[], None], changed: Callable[[float], None] | None = None,
-                 delivery: Delivery | None = None) -> None:
+                 delivery: Delivery[_Client] | None = None) -> None:
         self.path = path
         self._send = send
         self._flush = flush
         self._wait_room = wait_room
         self._status = status
-        self.delivery = delivery or Delivery()
+        self.delivery: Delivery[_Client] = delivery or Delivery()
         if self.delivery.unread is None:
             self.delivery.unread = self._unread
         self._changed = changed or self.delivery.take_notices  # nobody to notify: discard
         self.clients: list[_Client] = []
         self.counters: Counter[str] = Counter()
-        self._buf: bytearray | None = None
-        self._reserve: int | None = None
+        self._buf = bytearray(_FRAME_MAX + 1)  # one receive buffer for every client
+        self._reserve: ReserveFd | None = None
         self._timer_moved = trio.Event()
         self._armed = math.inf  # the deadline _timeouts waits for (woken only when one comes earlier)
 
@@ -95,8 +113,7 @@ class UlpServer:
         # Credentials ride on every record, so a 0-byte record is told from EOF.
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         lsock.listen(64)
-        self._buf = bytearray(_FRAME_MAX + 1)  # one receive buffer for every client
-        self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self._reserve = ReserveFd()
         task_status.started()
         try:
             async with trio.open_nursery() as nursery:
@@ -128,8 +145,7 @@ class UlpServer:
         finally:
             unlink_unix(self.path, lsock)
             if self._reserve is not None:
-                os.close(self._reserve)
-                self._reserve = None
+                self._reserve.close()
 
     def _refuse(self, conn: socket.socket, why: str) -> None:
         try:
@@ -147,17 +163,7 @@ class UlpServer:
         accept it, refuse it, take the reserve back.  Never exits the server."""
         self.counters["refused_no_fds"] += 1
         if self._reserve is not None:
-            os.close(self._reserve)
-            self._reserve = None
-            try:
-                conn, _ = lsock.accept()
-                self._refuse(conn, "gsnd is out of file descriptors")
-            except OSError:
-                pass
-            try:
-                self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self._reserve = None
+            self._reserve.refuse_waiting(lsock, lambda c: self._refuse(c, "gsnd is out of file descriptors"))
         await trio.sleep(ULP_ACCEPT_BACKOFF_S)  # the backlog stays readable: do not spin
 
     # --- one client ------------------------------------------------------------------
@@ -194,13 +200,13 @@ class UlpServer:
                                           f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
                 continue
             if n == 0:
-                self.counters["rx_bad_frame_empty"] += 1
+                self.counters[BadFrame.EMPTY] += 1
                 self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
                 continue
             try:
                 frame = Frame.decode(memoryview(buf)[:n])  # copies the payload out
             except DecodeError as exc:
-                self.counters[f"rx_bad_frame_{exc.field}"] += 1
+                self.counters[BadFrame.of(exc)] += 1
                 self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
                 continue
             await self._handle(client, frame)

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
-from .oserrors import NO_FDS_ERRNOS
+from .oserrors import NO_FDS_ERRNOS, ReserveFd, accept_ready
 from .reload import reload_now
 from .schema import Schema, SchemaError
 
@@ -145,7 +145,7 @@ def parse_request(data: bytes) -> object:
 RELOAD = {"cmd": "reload"}  # every control socket's own request: reload the daemon (gsnctl reload)
 
 
-async def handle(req: dict, handler: Handler, schema: Schema, counters: Counter) -> dict:
+async def handle(req: object, handler: Handler, schema: Schema, counters: Counter) -> dict:
     """Validate ``req`` against ``schema`` and run ``handler``; never raises.  ``{"cmd":
     "reload"}`` is answered here for every daemon (root or its own user only)."""
     if req == RELOAD:
@@ -156,15 +156,15 @@ async def handle(req: dict, handler: Handler, schema: Schema, counters: Counter)
         counters["reloads"] += 1
         return reload_now()
     try:
-        req = schema.validate(req)
+        valid = schema.validate(req)
     except SchemaError as exc:
         counters["bad_request"] += 1
         return {"ok": False, "error": f"bad request: {exc}"}
     try:
-        return await handler(req)
+        return await handler(valid)
     except Exception as exc:  # a bug in a handler must not take the daemon down
         counters["internal_error"] += 1
-        log.exception("control.handler_failed", cmd=req.get("cmd"))
+        log.exception("control.handler_failed", cmd=valid.get("cmd"))
         return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
 
 
@@ -173,15 +173,15 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
                         task_status=trio.TASK_STATUS_IGNORED):
     counters = Counter() if counters is None else counters
     lsock = bind_unix(path, socket.SOCK_STREAM, mode)
+    lsock.setblocking(False)
     lsock.listen(64)
-    sock = trio.socket.from_stdlib_socket(lsock)
-    reserve = _open_reserve()
+    reserve = ReserveFd()
     active = 0
 
-    async def _one(conn) -> None:
+    async def _one(conn: socket.socket) -> None:
         nonlocal active
         try:
-            await _serve_one(conn, handler, schema, counters, idle_timeout)
+            await _serve_one(trio.socket.from_stdlib_socket(conn), handler, schema, counters, idle_timeout)
         finally:
             active -= 1
 
@@ -189,9 +189,9 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
     try:
         async with trio.open_nursery() as nursery:
             while True:
-                try:
-                    conn, _ = await sock.accept()
-                except OSError as exc:
+                conn = await accept_ready(lsock)
+                if isinstance(conn, OSError):
+                    exc = conn
                     if exc.errno not in NO_FDS_ERRNOS:
                         counters["accept_error"] += 1
                         log.warning("control.accept_failed", error=exc.strerror or str(exc))
@@ -201,16 +201,7 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
                     # client and tell it so, then give idle clients time to go.
                     counters["refused_no_fds"] += 1
                     log.warning("control.refused", reason="out of file descriptors", error=exc.strerror)
-                    if reserve is not None:
-                        os.close(reserve)
-                        reserve = None
-                        try:
-                            conn, _ = lsock.accept()
-                        except OSError:
-                            pass
-                        else:
-                            _refuse(conn, "daemon out of file descriptors; try again")
-                        reserve = _open_reserve()
+                    reserve.refuse_waiting(lsock, lambda c: _refuse(c, "daemon out of file descriptors; try again"))
                     await trio.sleep(ACCEPT_BACKOFF_S)
                     continue
                 if active >= max_clients:
@@ -221,29 +212,20 @@ async def serve_control(path: str, handler: Handler, schema: Schema, *, counters
                 active += 1
                 nursery.start_soon(_one, conn)
     finally:
-        sock.close()
+        lsock.close()
         unlink_unix(path, lsock)
-        if reserve is not None:
-            os.close(reserve)
+        reserve.close()
 
 
-def _open_reserve() -> int | None:
-    try:
-        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def _refuse(conn, error: str) -> None:
+def _refuse(conn: socket.socket, error: str) -> None:
     """One JSON error line without waiting (it fits a fresh socket's buffer), then close."""
-    raw = conn if isinstance(conn, socket.socket) else socket.socket(fileno=conn.detach())
     try:
-        raw.setblocking(False)
-        raw.send((json.dumps({"ok": False, "error": error}) + "\n").encode())
+        conn.setblocking(False)
+        conn.send((json.dumps({"ok": False, "error": error}) + "\n").encode())
     except OSError:
         pass
     finally:
-        raw.close()
+        conn.close()
 
 
 async def _serve_one(conn, handler: Handler, schema: Schema, counters: Counter, idle_timeout: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
 import trio
@@ -14,7 +15,24 @@ from .config import ConfigError
 from . import reload as reloading
 from .notify import watchdog
 
+if TYPE_CHECKING:
+    from .metrics import Family
+
 log = structlog.get_logger()
+Cfg = TypeVar("Cfg")
+
+
+class Daemon(Protocol):
+    """What ``serve`` runs: ``run`` started in a nursery (it calls ``task_status.started()``)."""
+
+    def run(self, *, task_status: Any = ...) -> Awaitable[None]: ...
+
+
+@runtime_checkable
+class Measured(Protocol):
+    """A daemon with Prometheus metrics (``--metrics``)."""
+
+    def metrics(self) -> list[Family]: ...
 
 
 def raise_nofile_limit() -> int:
@@ -108,7 +126,7 @@ def metrics_address(text: str | None) -> tuple[str, int] | None:
         raise ConfigError(f"--metrics: {exc}") from None
 
 
-async def start_metrics(nursery: trio.Nursery, listen: tuple[str, int] | None, daemon: object) -> None:
+async def start_metrics(nursery: trio.Nursery, listen: tuple[str, int] | None, daemon: Measured) -> None:
     """Serve ``daemon.metrics()`` at ``listen`` (nothing when None)."""
     if listen is None:
         return
@@ -118,7 +136,7 @@ async def start_metrics(nursery: trio.Nursery, listen: tuple[str, int] | None, d
     log.info("metrics.listening", address=f"{where[0]}:{where[1]}")
 
 
-def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[object], object], *,
+def serve(load_config: Callable[[], Cfg], label: str, make_daemon: Callable[[Cfg], Daemon], *,
           check: bool = False, metrics: str | None = None) -> None:
     """The common daemon entry point: load the configuration (one line and exit 78
     when it is bad), stop after ``--check``, set up logging, run ``make_daemon(cfg).run``
@@ -145,6 +163,9 @@ def serve(load_config: Callable[[], object], label: str, make_daemon: Callable[[
     async def _main(nursery):
         d = make_daemon(cfg)
         await nursery.start(d.run)
-        await start_metrics(nursery, listen, d)
+        if listen is not None:
+            if not isinstance(d, Measured):
+                raise TypeError(f"{label}: --metrics for a daemon without metrics()")
+            await start_metrics(nursery, listen, d)
 
     run(_main, _reload)

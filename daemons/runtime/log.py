@@ -8,9 +8,11 @@ import os
 import sys
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 import structlog
+from structlog.typing import Processor
 
 RATE_LIMIT_EVENTS = 5  # warnings/errors with the same event name per interval ...
 RATE_LIMIT_INTERVAL_S = 10.0  # ... the rest are counted and reported with the next one let through
@@ -32,7 +34,7 @@ class RateLimiter:
         self.windows: OrderedDict[tuple, list] = OrderedDict()  # key -> [window start, sent, suppressed]
         self.suppressed_total = 0
 
-    def __call__(self, logger, method_name: str, event_dict: dict) -> dict:
+    def __call__(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         level = event_dict.get("level", method_name)
         if level not in _LIMITED_LEVELS:
             return event_dict
@@ -84,7 +86,7 @@ class JournalPrefix:
     def __init__(self, renderer) -> None:
         self.renderer = renderer
 
-    def __call__(self, logger, method_name: str, event_dict: dict) -> str:
+    def __call__(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> str:
         priority = PRIORITY.get(event_dict.get("level", method_name), 6)
         return f"<{priority}>{self.renderer(logger, method_name, event_dict)}"
 
@@ -98,6 +100,7 @@ def setup(level: str = "info", json: bool | None = None, file=None,
     journal = stderr_is_journal(file)
     if json is None:
         json = journal or not file.isatty()
+    tail: list[Processor]
     if json:  # exceptions as a "exception" string holding the traceback
         tail = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:  # the console renderer prints exc_info's traceback itself
@@ -150,7 +153,7 @@ class CounterLog:
         self.seen: Counter[str] = Counter()
         self.last_logged: dict[str, float] = {}
 
-    def update(self, name: str, counters: dict, now: float) -> None:
+    def update(self, name: str, counters: Mapping[str, int], now: float) -> None:
         for key, value in counters.items():
             full = f"{name}.{key}"
             prev = self.seen[full]

@@ -15,15 +15,16 @@ refusal is counted and exposed as ``gsn_metrics_refused_total{reason}``.
 
 from __future__ import annotations
 
-import os
 import math
+import os
+import socket
 from collections import Counter
 from dataclasses import dataclass, field
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import trio
 
-from .oserrors import NO_FDS_ERRNOS
+from .oserrors import NO_FDS_ERRNOS, accept_ready
 from ..constants import METRICS_MAX_CLIENTS, METRICS_MAX_REQUEST, METRICS_TIMEOUT_S
 from .log import is_drop
 
@@ -74,7 +75,7 @@ def exposition(families: Iterable[Family]) -> str:
     return "".join(out)
 
 
-def counter_families(counters: dict, component: str, **labels) -> list[Family]:
+def counter_families(counters: Mapping[str, int], component: str, **labels) -> list[Family]:
     """A daemon's counters: every drop counter (by name, as the logs judge it) is one sample
     of gsn_drops_total with its reason; the others of gsn_events_total with their name."""
     drops = Family("gsn_drops_total", "counter", "Things lost or refused, by component and reason.")
@@ -120,7 +121,7 @@ async def serve_metrics(listen: tuple[str, int], collect: Callable[[], list[Fami
                         counters: Counter | None = None, max_clients: int = METRICS_MAX_CLIENTS,
                         timeout: float = METRICS_TIMEOUT_S, task_status=trio.TASK_STATUS_IGNORED) -> None:
     counters = Counter() if counters is None else counters
-    (listener,) = await trio.open_tcp_listeners(listen[1], host=listen[0])
+    lsock = await _tcp_listener(listen)
     active = 0
 
     def _collect() -> list[Family]:
@@ -140,29 +141,46 @@ async def serve_metrics(listen: tuple[str, int], collect: Callable[[], list[Fami
         finally:
             active -= 1
 
-    task_status.started(listener.socket.getsockname()[:2])
-    async with listener, trio.open_nursery() as nursery:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno in NO_FDS_ERRNOS:
-                    counters["refused_no_fds"] += 1
-                await trio.sleep(ACCEPT_BACKOFF_S)
-                continue
-            if active >= max_clients:
-                counters["refused_busy"] += 1
-                with trio.move_on_after(0.1):  # a fresh socket's buffer takes it at once
-                    try:
-                        await stream.send_all(_response("503 Service Unavailable", b"busy\n"))
-                        await stream.send_eof()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        pass
-                _discard_unread(stream)
-                await stream.aclose()
-                continue
-            active += 1
-            nursery.start_soon(_one, stream)
+    task_status.started(lsock.getsockname()[:2])
+    with lsock:
+        async with trio.open_nursery() as nursery:
+            while True:
+                conn = await accept_ready(lsock)
+                if isinstance(conn, OSError):
+                    if conn.errno in NO_FDS_ERRNOS:
+                        counters["refused_no_fds"] += 1
+                    await trio.sleep(ACCEPT_BACKOFF_S)
+                    continue
+                stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+                if active >= max_clients:
+                    counters["refused_busy"] += 1
+                    with trio.move_on_after(0.1):  # a fresh socket's buffer takes it at once
+                        try:
+                            await stream.send_all(_response("503 Service Unavailable", b"busy\n"))
+                            await stream.send_eof()
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            pass
+                    _discard_unread(stream)
+                    await stream.aclose()
+                    continue
+                active += 1
+                nursery.start_soon(_one, stream)
+
+
+async def _tcp_listener(listen: tuple[str, int]) -> socket.socket:
+    """A non-blocking listening TCP socket on ``listen`` (its host a name or an address)."""
+    family, kind, proto, _, addr = (await trio.socket.getaddrinfo(listen[0], listen[1], type=socket.SOCK_STREAM,
+                                                                  flags=socket.AI_PASSIVE))[0]
+    lsock = socket.socket(family, kind, proto)
+    try:
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind(addr)
+        lsock.listen(64)
+        lsock.setblocking(False)
+    except OSError:
+        lsock.close()
+        raise
+    return lsock
 
 
 def _discard_unread(stream: trio.SocketStream) -> None:

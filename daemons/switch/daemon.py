@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from functools import partial
+from typing import cast
 
 import structlog
 import trio
@@ -35,13 +36,16 @@ def plane_usable(transports: dict) -> bool:
         t.peer is not None and t.auth is None for t in transports.values())
 
 
+def _mtu_changed(port: int, status: dict) -> None:
+    log.info("cable.mtu", port=port, **status)
+
+
 class SwitchDaemon:
     def __init__(self, cfg: SwitchConfig) -> None:
         self.cfg = cfg
         now = trio.current_time()
         self.transports: dict[int, UdpTransport] = {
-            p.number: UdpTransport(p.local, p.peer, mtu=p.mtu, key=p.key,
-                                   on_mtu=lambda st, n=p.number: log.info("cable.mtu", port=n, **st))
+            p.number: UdpTransport(p.local, p.peer, mtu=p.mtu, key=p.key, on_mtu=partial(_mtu_changed, p.number))
             for p in cfg.ports}
         self.core = Switch(cfg.switch_id, [p.number for p in cfg.ports], now, broadcast=cfg.broadcast,
                            static=cfg.static, cable_ids={p.number: p.cable_id for p in cfg.ports},
@@ -53,14 +57,15 @@ class SwitchDaemon:
                            plane=cfg.data_path == "compiled" and plane_usable(self.transports))
         self.runners = {
             n: LinkRunner(self.core.ports[n].link, self.transports[n],
-                          on_input=lambda now, n=n: self._input(n, now), after=self._flush)
+                          on_input=partial(self._input, n), after=self._flush)
             for n in self.transports
         }
-        if self.core.plane is not None:
+        plane = self.core.plane
+        if plane is not None:
             # per wake-up one C call receives every cable's ready datagrams, forwards and pumps
             for n, t in self.transports.items():
-                self.core.plane.cable(n, t)
-                self.runners[n].use_pump(lambda now, n=n: self._rx(now).get(n, 0), t.send_many)
+                plane.cable(n, t)
+                self.runners[n].use_pump(partial(self._rx, plane, n), t.send_many)
         self.agent_timer = AgentTimer(self.core, self._flush)
         self._generation = 0
         self.drops = CounterLog(log)
@@ -68,11 +73,12 @@ class SwitchDaemon:
         self.status_line = StatusLine()
         self.ports_cfg = {p.number: p for p in cfg.ports}
 
-    def _rx(self, now: float) -> dict[int, int]:
-        got = self.core.plane.rx(now, C.SWITCH_PLANE_DATAGRAMS)
+    def _rx(self, plane, port: int, now: float) -> int:
+        """The plane's receive for every cable; what it took from ``port``'s."""
+        got = plane.rx(now, C.SWITCH_PLANE_DATAGRAMS)
         for n in got:
             self.runners[n].last_heard = now
-        return got
+        return got.get(port, 0)
 
     def _notify_status(self) -> None:
         up = sum(p.link.up for p in self.core.ports.values())
@@ -105,6 +111,8 @@ class SwitchDaemon:
         if agent.generation != self._generation:
             self._generation = agent.generation
             m = agent.map
+            if m is None:  # a new generation comes with its map
+                return
             log.info("fabric.mapped", generation=agent.generation, switches=len(m.switches), links=len(m.links),
                      manager=m.manager, endpoints=None if agent.endpoints is None else len(agent.endpoints),
                      **agent.last_run)
@@ -113,8 +121,9 @@ class SwitchDaemon:
         if req["cmd"] == "fabric":
             return {"ok": True, "fabric": self.core.agent.describe(), "switch_id": self.core.switch_id}
         st = self.core.status()  # "status", the only command CONTROL_SCHEMA lets through
+        ports = cast("dict[str, dict[str, object]]", st["ports"])  # SwitchCore.status: a dict per port
         for n, t in self.transports.items():
-            st["ports"][str(n)]["cable"] = {**t.status(), **t.counters, "last_heard_s": self.runners[n].heard_ago(),
+            ports[str(n)]["cable"] = {**t.status(), **t.counters, "last_heard_s": self.runners[n].heard_ago(),
                                             "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
         st["data_path"] = "compiled" if self.core.plane is not None else "python"

@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 from .. import constants as C
 from ..constants import AdminCmd, AdminStatus, ElementType, Register
+from ..wire.errors import LocalProtocolError
 from ..wire.admin import (Admin, change_route_args, element_address_args, parse_i_am, parse_i_am_switch,
                           parse_register, parse_ula_list, register_args)
 from . import topology as T
@@ -239,6 +240,12 @@ class FabricAgent:
         return True
 
     # --- the walk ----------------------------------------------------------------------
+    def _walking(self) -> T.FabricMap:
+        """The map the walk in progress fills (a walk step without one is our bug)."""
+        if self.work is None:
+            raise LocalProtocolError("fabric discovery", self.phase, "a walk step without a walk")
+        return self.work
+
     def _start(self, now: float) -> None:
         h = self.host
         self.phase = "walk"
@@ -246,8 +253,8 @@ class FabricAgent:
         self.partial = self.retry = False
         self.again = False
         self.sent_before = self.counters["tx_requests"]
-        self.work = T.FabricMap(h.switch_id)
-        self.work.switches[h.switch_id] = T.SwitchNode(
+        self.work = work = T.FabricMap(h.switch_id)
+        work.switches[h.switch_id] = T.SwitchNode(
             h.switch_id, h.serial, (), h.fabric_bitmap(True), h.fabric_bitmap(False), h.tree_ports, dict(h.table))
         for p in T.ports_of(h.fabric_bitmap(True)):
             self._probe((p,), (h.switch_id, p))
@@ -260,17 +267,18 @@ class FabricAgent:
                 return True
             sid = ula[3]
             arrival, serial = parse_i_am_switch(adm.args)
-            self.work.links.add(T.link(near, (sid, arrival)))
-            known = self.work.switches.get(sid)
+            work = self._walking()
+            work.links.add(T.link(near, (sid, arrival)))
+            known = work.switches.get(sid)
             if known is not None:
                 if known.serial != serial:
                     self.counters["switch_id_conflict"] += 1
                     # the one with the higher serial is to change: where is it
                     higher = list(route) if serial > known.serial else list(known.route)
-                    self.work.conflicts.append({"id": sid, "serials": [f"{known.serial:012x}", f"{serial:012x}"],
+                    work.conflicts.append({"id": sid, "serials": [f"{known.serial:012x}", f"{serial:012x}"],
                                                 "renumber": higher})
                 return True
-            node = self.work.switches[sid] = T.SwitchNode(sid, serial, route)
+            node = work.switches[sid] = T.SwitchNode(sid, serial, route)
 
             def on_ports(reg: Admin) -> bool:
                 node.ports_up = parse_register(reg.args)[1]
@@ -289,7 +297,7 @@ class FabricAgent:
 
     # --- the manager ---------------------------------------------------------------------
     def _collect(self) -> None:
-        for sid, node in self.work.switches.items():
+        for sid, node in self._walking().switches.items():
             if sid == self.host.switch_id:
                 continue
             node.table = {}
@@ -317,7 +325,7 @@ class FabricAgent:
             self._ask(node.route, AdminCmd.READ_REGISTER, register_args(Register.TREE_PORTS), on_reg)
 
     def _program(self) -> None:
-        fmap = self.work
+        fmap = self._walking()
         eps, collisions = T.endpoints(fmap)
         self.endpoints = eps
         self.collisions = collisions
@@ -365,8 +373,9 @@ class FabricAgent:
         switch not mapped yet), and its notice brings another walk.  Two duplicates
         that are both "manager" of their partition agree on which one changes; if it
         is this switch, the other one does it."""
-        taken = set(self.work.switches)
-        for c in self.work.conflicts:
+        work = self._walking()
+        taken = set(work.switches)
+        for c in work.conflicts:
             if not c["renumber"]:
                 continue
             free = next((i for i in range(255, 0, -1) if i not in taken), None)
@@ -380,13 +389,14 @@ class FabricAgent:
 
     def _advance(self, now: float) -> None:
         if self.phase == "walk":
-            if self.work.conflicts and self.work.manager == self.host.switch_id:
+            work = self._walking()
+            if work.conflicts and work.manager == self.host.switch_id:
                 self._renumber()  # this map joins two switches in one: program nothing from it
                 self.phase = "renumber"
-            elif self.work.manager == self.host.switch_id and len(self.work.switches) > 1:
+            elif work.manager == self.host.switch_id and len(work.switches) > 1:
                 self.phase = "collect"
                 self._collect()
-            elif self.work.manager == self.host.switch_id:
+            elif work.manager == self.host.switch_id:
                 self.phase = "program_a"
                 self._program()
             else:
@@ -408,10 +418,11 @@ class FabricAgent:
         self._pump(now)
 
     def _finish(self, now: float) -> None:
-        self.map, self.work = self.work, None
-        if self.map.manager != self.host.switch_id:
+        fmap = self._walking()
+        self.map, self.work = fmap, None
+        if fmap.manager != self.host.switch_id:
             self.endpoints = None
-            self.tree = T.spanning_tree(self.map.adjacency(), self.map.manager)
+            self.tree = T.spanning_tree(fmap.adjacency(), fmap.manager)
         self.generation += 1
         self.last_run = {"seconds": round(now - self.started, 4), "partial": self.partial,
                          "requests": self.counters["tx_requests"] - self.sent_before}

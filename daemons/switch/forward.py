@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _switchfwd
+from .._switchfwd import COUNTERS as _C_COUNTERS, Forwarder as Forwarder  # re-exported: the compiled forwarder
 from .. import constants as C
 from ..constants import MpType
 from ..wire.micropacket import MP_DTYPE, field as ctrl_field
 
-COUNTERS: tuple[str, ...] = _switchfwd.COUNTERS
-Forwarder = _switchfwd.Forwarder
+COUNTERS: tuple[str, ...] = _C_COUNTERS
 _I = {name: i for i, name in enumerate(COUNTERS)}
 _U64 = np.uint64
 

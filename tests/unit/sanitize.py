@@ -50,7 +50,8 @@ def build(source: Path, out_dir: Path, *libs: str) -> str:
     run = subprocess.run(
         ["gcc", "-shared", "-fPIC", "-O1", "-g", "-std=c11", "-Wall",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-         "-I", sysconfig.get_paths()["include"], str(source), "-o", str(so), *(f"-l{lib}" for lib in libs)],
+         "-I", sysconfig.get_paths()["include"], "-I", str(ROOT / "daemons"),  # daemons/: headers ib/ shares
+         str(source), "-o", str(so), *(f"-l{lib}" for lib in libs)],
         capture_output=True, text=True,
     )
     assert run.returncode == 0, run.stderr

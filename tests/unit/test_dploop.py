@@ -16,7 +16,7 @@ import trio.testing
 
 from daemons.constants import ETHERTYPE_IPV4, RTX_TIMEOUT_MIN_S, VC_IP
 from daemons.endpoint.core import MessageIn, UlaChanged
-from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, trio_epoll_fd, usable
+from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, usable
 from daemons.io.runner import LinkRunner
 from daemons.io.udp import UdpTransport
 from tests.unit.dprig import ULAS, Rig
@@ -110,23 +110,6 @@ def test_a_keyed_cable_keeps_the_python_path():
         assert usable(plain) and not usable(keyed)
     finally:
         plain.close(), keyed.close()
-
-
-def test_trio_epoll_fd_is_the_run_loops_own():
-    async def main():
-        fd = trio_epoll_fd()
-        assert fd >= 0
-        sa, b = socket.socketpair()
-        a = trio.socket.from_stdlib_socket(sa)
-        with a, b:
-            async with trio.open_nursery() as n:
-                n.start_soon(a.recv, 1)
-                await trio.testing.wait_all_tasks_blocked()
-                assert not select.select([fd], [], [], 0)[0]
-                b.send(b"x")  # a's waiter is ready: trio's epoll descriptor is readable
-                assert select.select([fd], [], [], 0)[0]
-    assert trio_epoll_fd() == -1  # outside a run
-    trio.run(main)
 
 
 def test_control_socket_and_trio_timers_are_served_under_full_load():

@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 import trio
 
 from daemons import constants as C
-from daemons.io.ulp import UlpServer
+from daemons.io.ulp import BadFrame, UlpServer
+from daemons.wire.errors import DecodeError
 from daemons.wire.ulp import HEADER, Frame, Op
 
 ULA = bytes.fromhex("020000000002")
@@ -71,6 +72,19 @@ async def test_empty_frame_is_a_malformed_frame_not_end_of_connection(tmp_path):
         with trio.fail_after(5):
             while srv.clients:  # a real close is still EOF
                 await trio.sleep(0.01)
+
+
+async def test_malformed_frames_counted_by_their_field(tmp_path):
+    async with server(tmp_path) as srv:
+        sock = await connect(srv)
+        for raw in (b"\x02\x00", bytes([0xEE]) + bytes(9), Frame(Op.SEND, 3, 0x88B5, ULA).encode()[:1] + b"\x09"
+                    + bytes(8)):
+            await sock.send(raw)
+            err = await recv_frame(sock)
+            assert err is not None and err.op is Op.ERROR
+        assert [srv.counters[b] for b in BadFrame] == [0, 1, 1, 1, 0]  # EMPTY SHORT OP VC OTHER
+        assert BadFrame.of(DecodeError("new", 0, "x")) is BadFrame.OTHER
+        sock.close()
 
 
 async def test_payload_limit_is_exact_and_refusal_names_it(tmp_path):
