@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
+import trio.testing
 
 from .. import constants as C
 
@@ -116,17 +117,27 @@ class LinkRunner:
         """The C loop (daemons/_loop.h) while the data plane is busy; trio's wait while it
         is idle.  Between two calls the other tasks run (a checkpoint), so a control
         socket waits at most until the loop sees trio's epoll descriptor ready, and
-        trio's timers at most C.DP_SLICE_S."""
+        trio's timers at most C.DP_SLICE_S.  While no other task can run (each waits for
+        a descriptor of trio's or a timer), the loop waits in C too, until trio's next
+        deadline: a frame or datagram after a quiet spell is then handled at once,
+        without a trio pass first (one wake-up, not trio's epoll plus the loop's)."""
         dp = self.dataplane
         trio_fd = dp.trio_fd
+        alone = False
         while True:
             now = trio.current_time()
-            ran = dp.run(now, min(now + C.DP_SLICE_S, self._own_timer()), self._high_water, trio_fd)
+            until = now + C.DP_SLICE_S
+            if alone:
+                until = now + min(trio.lowlevel.current_statistics().seconds_to_next_deadline, C.DP_IDLE_MAX_S)
+            ran = dp.run(now, min(until, self._own_timer()), self._high_water, trio_fd)
             now = trio.current_time()
             if ran.datagrams:
                 self.last_heard = now
             self._handled(now)
-            if ran.idle:
+            alone = False
+            if ran.idle and trio_fd >= 0:
+                alone = await self._alone()
+            elif ran.idle:
                 with trio.CancelScope(deadline=self._timer()) as self._scope:
                     await dp.wait_readable()
                 self._scope = None
@@ -138,6 +149,16 @@ class LinkRunner:
                     # it run before the next dp.run blocks the thread (else it waited for the
                     # loop's slice, ~2 ms: a ULP round trip took 2.8 ms instead of 0.7)
                     await trio.lowlevel.checkpoint()
+
+    async def _alone(self) -> bool:
+        """True once every other task waits (for a descriptor or a timer: trio's poll found
+        nothing ready and nothing is runnable), False if they kept running for
+        C.DP_SLICE_S.  Only trio's epoll descriptor or its next deadline can wake one of
+        them then, and the loop watches both."""
+        with trio.move_on_after(C.DP_SLICE_S):
+            await trio.testing.wait_all_tasks_blocked()
+            return True
+        return False
 
     def _handled(self, now: float) -> None:
         """After input or a timer: retransmissions, the core's events, what it queued."""

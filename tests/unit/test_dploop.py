@@ -16,7 +16,7 @@ import trio.testing
 
 from daemons.constants import ETHERTYPE_IPV4, RTX_TIMEOUT_MIN_S, VC_IP
 from daemons.gsnd.core import MessageIn, UlaChanged
-from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, trio_epoll_fd, usable
+from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, Ran, trio_epoll_fd, usable
 from daemons.io.runner import LinkRunner
 from daemons.io.udp import UdpTransport
 from tests.unit.dprig import ULAS, Rig
@@ -284,4 +284,98 @@ def test_a_task_woken_with_a_control_return_runs_before_the_next_dp_run():
     async def main():
         for _ in range(40):
             await once()
+    trio.run(main)
+
+
+class _Recorder:
+    """A DataPlane whose run() only records how long it was allowed to wait, says IDLE,
+    and ends the runner (_Stop) after ``calls`` runs."""
+    trio_fd = 0  # a real descriptor number: the runner may wait in C
+
+    def __init__(self, calls: int) -> None:
+        self.calls, self.waits = calls, []
+
+    def send_many(self, datagrams):
+        pass
+
+    def run(self, now, deadline, high, trio_fd):
+        self.waits.append(deadline - now)
+        if len(self.waits) == self.calls:
+            raise _Stop
+        return Ran(IDLE, 0, 0)
+
+
+class _IdleLink:
+    max_mps = 1
+
+    def timer(self):
+        return float("inf")
+
+    def handle_timer(self, now):
+        return []
+
+
+def _recording_runner(calls: int) -> tuple[LinkRunner, _Recorder]:
+    dp = _Recorder(calls)
+    runner = LinkRunner(_IdleLink(), None, lambda now: None, lambda now: None)
+    runner.use(dp, 0, lambda: float("inf"))
+    return runner, dp
+
+
+def test_an_idle_loop_waits_in_c_until_trios_next_deadline_when_no_task_can_run():
+    """After an idle slice, with every other task waiting (here: a 0.5 s sleep), the next
+    run may wait until that sleep's deadline: a frame after a quiet spell then wakes the
+    loop in C, with no trio pass first.  The sleeper still wakes on time (the run ends
+    at its deadline)."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(3)
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits[0] == pytest.approx(DP_SLICE_S)
+        assert 0.3 < dp.waits[1] <= 0.5 and 0.3 < dp.waits[2] <= 0.5, dp.waits
+    trio.run(main)
+
+
+def test_an_idle_loop_keeps_its_slice_while_another_task_keeps_running():
+    """A task that never blocks (it only checkpoints) must keep running: the loop never
+    waits longer than its slice then."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(4)
+
+        async def busy():
+            while True:
+                await trio.lowlevel.checkpoint()
+        async with trio.open_nursery() as n:
+            n.start_soon(busy)
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 4
+    trio.run(main)
+
+
+def test_an_idle_loop_without_trios_descriptor_waits_in_trio():
+    """No epoll descriptor of trio's (another I/O backend): the loop could not see a task's
+    descriptor get ready, so it never waits in C beyond its slice."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(2)
+        dp.trio_fd = -1
+        dp.wait_readable = trio.lowlevel.checkpoint  # the cable or TAP "became readable"
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 2
     trio.run(main)
