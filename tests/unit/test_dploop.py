@@ -103,13 +103,37 @@ def test_a_full_vc1_leaves_the_tap_unread(rig):
     assert ran.frames == 0 and ran.reason == IDLE
 
 
-def test_a_keyed_cable_keeps_the_python_path():
-    plain = UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9))
-    keyed = UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9), key=bytes(range(32)))
+def test_a_keyed_cable_runs_in_the_loop_sealed_and_opened_in_c():
+    """Both ends keyed: the links come up and frames cross through the loop, every
+    datagram sealed and opened in C (counted in the cable group as the data plane's:
+    tx_auth_sealed_dp, rx_auth_ok), none through the transport's Python open; a datagram
+    corrupted on the way is dropped by the loop as bad_mac, as the Python path counts it."""
+    key = bytes(range(32))
+    assert usable(UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9), key=key))
+    rig = Rig(key=key)
     try:
-        assert usable(plain) and not usable(keyed)
+        rig.bring_up()
+        for _ in range(30):
+            rig.step()
+        sent = [frame(ULAS[1], ETHERTYPE_IPV4, ipv4(n)) for n in (20, 1500, 65000)]
+        for f in sent:
+            rig.taps[0].outer.send(f)
+        run(rig, 0, 0.01)
+        run(rig, 1, 0.01)
+        assert rig.taps[1].frames() == sent
+        cable = [rig.dps[i].counters("cable", rig.transports[i].counters) for i in (0, 1)]
+        for c in cable:
+            assert c["tx_auth_sealed_dp"] > 0 and c["rx_auth_ok"] > 0, c
+            assert not any(k.startswith("rx_auth_") and k != "rx_auth_ok" for k in c), c
+        assert not any(k.startswith("rx_auth") for t in rig.transports for k in t.counters)  # no Python open
+        # a forged datagram from the peer's address: the loop drops it as bad_mac
+        sealed = rig.transports[0].auth.seal(rig.eps[0].link.datagrams(rig.now + 1.0)[0])
+        forged = sealed[:40] + bytes([sealed[40] ^ 1]) + sealed[41:]
+        rig.transports[0].sock.sendto(forged, rig.transports[1].local)
+        run(rig, 1, 0.01)
+        assert rig.dps[1].counters("cable", {})["rx_auth_bad_mac"] == 1
     finally:
-        plain.close(), keyed.close()
+        rig.close()
 
 
 def test_trio_epoll_fd_is_the_run_loops_own():
