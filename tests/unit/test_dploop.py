@@ -5,6 +5,7 @@ Real descriptors and the real clock: the loop waits in ppoll()."""
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
@@ -101,6 +102,25 @@ def test_a_full_vc1_leaves_the_tap_unread(rig):
     rig.taps[0].outer.send(frame(ULAS[1], ETHERTYPE_IPV4, ipv4(1000)))
     ran = rig.dps[0].run(rig.now, rig.now + 0.03, -1, -1)  # high water -1: VC1 always "full"
     assert ran.frames == 0 and ran.reason == IDLE
+
+
+def test_a_tap_that_is_ready_but_gives_no_frame_is_polled_again_within_the_slice(rig):
+    """The TAP's descriptor readable but read() failing (EIO while the interface is down;
+    here a listening socket with a pending connection: ENOTCONN): the loop stops polling
+    it, but only for DP_SLICE_S, not for the rest of a long idle call."""
+    from daemons.constants import DP_SLICE_S
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
+    try:
+        os.dup2(listener.fileno(), rig.taps[0].fd)  # the data plane's TAP descriptor is the listener now
+        ran, elapsed = run(rig, 0, 0.1)
+        tries = rig.dps[0].counters("tap", {}).get("read_ENOTCONN", 0)
+        assert ran.frames == 0 and elapsed >= 0.09
+        assert 0.3 * 0.1 / DP_SLICE_S <= tries <= 1.5 * 0.1 / DP_SLICE_S + 2, tries
+    finally:
+        client.close(), listener.close()
 
 
 def test_a_keyed_cable_runs_in_the_loop_sealed_and_opened_in_c():
