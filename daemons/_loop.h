@@ -103,7 +103,13 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
     int reason, tap_ok = 1; /* tap_ok: cleared when the TAP is ready but gives no frame (EIO while down) */
     double tap_retry = INFINITY; /* ... until then: a long idle call must not leave the TAP unread */
     struct pollfd fds[3] = {{dp->sock_fd, POLLIN, 0}, {-1, POLLIN, 0}, {trio_fd, POLLIN, 0}};
-    for (;;) {
+    /* what Python queued or freed since the last call (a ULP SEND, credits a delivery
+     * returned) leaves now, not at the first wake-up: an idle call may wait until trio's
+     * next deadline */
+    if (loop_flush(s, now, gso, &r, &left) < 0)
+        goto error;
+    reason = LOOP_SEND; /* if the kernel refused some of it */
+    while (!left) {
         double py_due = loop_python_due(s), wake = loop_flush_due(s);
         if (deadline < wake)
             wake = deadline;

@@ -51,6 +51,7 @@ class LinkRunner:
         self.dataplane: Any = None
         self._high_water = 0
         self._own_timer: Callable[[], float] = lambda: float("inf")
+        self._waiting: Callable[[], bool] = lambda: False
         # gsn-switch's compiled plane replaces the receive: pump(now) takes every ready
         # datagram of this cable in C and returns how many (daemons/switch/daemon.py)
         self.pump: Callable[[float], int] | None = None
@@ -59,11 +60,15 @@ class LinkRunner:
         """Receive through ``pump`` and send the link's datagrams through ``send_many``."""
         self.pump, self._send_many = pump, send_many
 
-    def use(self, dataplane, high_water: int, own_timer: Callable[[], float]) -> None:
+    def use(self, dataplane, high_water: int, own_timer: Callable[[], float],
+            waiting: Callable[[], bool] = lambda: False) -> None:
         """Run the cable and the TAP through ``dataplane`` (DataPlane.run in C).
         ``own_timer()``: the core's next deadline besides the link's (the C loop keeps
-        the link's ack, credit and keepalive times itself)."""
+        the link's ack, credit and keepalive times itself).  ``waiting()``: a task waits
+        for what only a return from the loop tells it (room on a VC the loop drained):
+        the loop then keeps its slice even while idle."""
         self.dataplane, self._high_water, self._own_timer = dataplane, high_water, own_timer
+        self._waiting = waiting
         self._send_many = dataplane.send_many
 
     def _send_each(self, dgrams) -> None:
@@ -153,13 +158,13 @@ class LinkRunner:
                     await trio.lowlevel.checkpoint()
 
     async def _alone(self) -> bool:
-        """True once every other task waits (for a descriptor or a timer: trio's poll found
-        nothing ready and nothing is runnable), False if they kept running for
-        C.DP_SLICE_S.  Only trio's epoll descriptor or its next deadline can wake one of
-        them then, and the loop watches both."""
+        """True once every other task waits for a descriptor or a timer (trio's poll found
+        nothing ready and nothing is runnable, and none waits on ``waiting()``), False if
+        they kept running for C.DP_SLICE_S.  Only trio's epoll descriptor or its next
+        deadline can wake one of them then, and the loop watches both."""
         with trio.move_on_after(C.DP_SLICE_S):
             await wait_all_tasks_blocked()
-            return True
+            return not self._waiting()
         return False
 
     def _handled(self, now: float) -> None:

@@ -89,6 +89,25 @@ def test_a_message_for_python_returns_at_once_with_it_queued(rig):
     assert [(m.ethertype, bytes(m.payload)) for m in got] == [(0x88B5, b"hello")]
 
 
+def test_what_python_queued_before_the_call_leaves_at_its_start(rig):
+    """A Message queued in Python between two calls (a ULP SEND) is sent when dp_run starts,
+    not at its first wake-up: an idle call may wait until trio's next deadline."""
+    arrived = []
+    sock = rig.transports[1].sock
+
+    def watch():
+        if select.select([sock], [], [], 2.0)[0]:
+            arrived.append(time.monotonic())
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert rig.eps[0].send(VC_IP, ULAS[1], 0x88B5, b"hello")  # queued, not flushed
+    t0 = time.monotonic()
+    run(rig, 0, 0.3)  # ends at the retransmission timer: side 1 never acks
+    watcher.join()
+    # without the flush at the start it left at the first wake-up: the keepalive or the deadline
+    assert arrived and arrived[0] - t0 < 0.02, arrived and arrived[0] - t0
+
+
 def test_the_retransmission_timer_returns_to_python(rig):
     rig.taps[0].outer.send(frame(ULAS[1], ETHERTYPE_IPV4, ipv4(1000)))
     ran, elapsed = run(rig, 0, 5.0)  # side 1 never answers
@@ -403,6 +422,25 @@ def test_an_idle_loop_keeps_its_slice_while_another_task_keeps_running():
                 await runner.run()
             n.cancel_scope.cancel()
         assert dp.waits == [pytest.approx(DP_SLICE_S)] * 4
+    trio.run(main)
+
+
+def test_an_idle_loop_keeps_its_slice_while_a_task_waits_for_what_only_a_return_tells():
+    """gsnd's ULP reader waiting for room on VC1 (_wait_room) is woken after a return from
+    the loop: while ``waiting()`` says so, the loop never waits longer than its slice (it
+    waited for trio's next deadline: 64 KiB ULP Messages fell from ~930 to ~12 a second)."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(3)
+        runner.use(dp, 0, lambda: float("inf"), waiting=lambda: True)
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 3
     trio.run(main)
 
 
