@@ -33,6 +33,8 @@ class LinkRunner:
     queued, on this and other links.
     """
 
+    _idle_waiters = 0  # runners of this process in _alone()
+
     def __init__(self, link: CLink | Link, transport, on_input: Callable[[float], None],
                  after: Callable[[float], None], timer: Callable[[], float] | None = None,
                  handle_timer: Callable[[float], list] | None = None) -> None:
@@ -162,10 +164,15 @@ class LinkRunner:
         nothing ready and nothing is runnable, and none waits on ``waiting()``), False if
         they kept running for C.DP_SLICE_S.  Only trio's epoll descriptor or its next
         deadline can wake one of them then, and the loop watches both."""
-        with trio.move_on_after(C.DP_SLICE_S):
-            await wait_all_tasks_blocked()
-            return not self._waiting()
-        return False
+        LinkRunner._idle_waiters += 1
+        try:
+            with trio.move_on_after(C.DP_SLICE_S):
+                await wait_all_tasks_blocked()
+                # two loops in one run (tests) woke together: one waiting in C would starve the other
+                return LinkRunner._idle_waiters == 1 and not self._waiting()
+            return False
+        finally:
+            LinkRunner._idle_waiters -= 1
 
     def _handled(self, now: float) -> None:
         """After input or a timer: retransmissions, the core's events, what it queued."""

@@ -444,6 +444,24 @@ def test_an_idle_loop_keeps_its_slice_while_a_task_waits_for_what_only_a_return_
     trio.run(main)
 
 
+def test_two_idle_loops_in_one_run_keep_their_slices():
+    """Two runners in one trio run (the tests' rigs) go idle together: one waiting in C until
+    trio's next deadline would leave the other runnable but not run, so neither does."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        pairs = [_recording_runner(1 << 30), _recording_runner(1 << 30)]  # never stop by themselves
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            for runner, _dp in pairs:
+                n.start_soon(runner.run)
+            await trio.sleep(0.1)
+            n.cancel_scope.cancel()
+        for _runner, dp in pairs:
+            assert len(dp.waits) > 3 and max(dp.waits) == pytest.approx(DP_SLICE_S), (len(dp.waits), max(dp.waits))
+    trio.run(main)
+
+
 def test_an_idle_loop_without_trios_descriptor_waits_in_trio():
     """No epoll descriptor of trio's (another I/O backend): the loop could not see a task's
     descriptor get ready, so it never waits in C beyond its slice."""
