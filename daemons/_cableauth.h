@@ -51,6 +51,7 @@ typedef struct {
     uint64_t window;           /* bits in the ring */
     uint64_t *ring;
     uint64_t dp_counts[CA_N];  /* the data plane's opens */
+    uint64_t dp_sealed;        /* datagrams the data plane sealed (_loopseal.h) */
 } CableAuthCore;
 
 /* The tag with a keyed context (EVP_MAC "HMAC", SHA-256): re-initialised with a NULL
@@ -183,6 +184,7 @@ static int CableAuthCore_init(CableAuthCore *a, PyObject *args, PyObject *kw)
     }
     a->window = (uint64_t)window, a->session = session, a->counter = 0, a->have = 0;
     memset(a->dp_counts, 0, sizeof a->dp_counts);
+    a->dp_sealed = 0;
     return 0;
 }
 
@@ -280,6 +282,12 @@ static PyObject *CableAuthCore_dp_counts(CableAuthCore *a, PyObject *Py_UNUSED(i
             Py_CLEAR(out);
         Py_XDECREF(v);
     }
+    if (out && a->dp_sealed) {
+        PyObject *v = PyLong_FromUnsignedLongLong(a->dp_sealed);
+        if (!v || PyDict_SetItemString(out, "tx_auth_sealed_dp", v) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
     return out;
 }
 
@@ -290,7 +298,7 @@ static PyMethodDef CableAuthCore_methods[] = {
     {"seal", (PyCFunction)CableAuthCore_seal, METH_O, "seal(body) -> sealed bytes (the next counter)"},
     {"seal_many", (PyCFunction)CableAuthCore_seal_many, METH_O, "seal_many(list) -> list of sealed bytes"},
     {"open", (PyCFunction)CableAuthCore_open, METH_O, "open(datagram) -> body bytes, or the reason (str)"},
-    {"dp_counts", (PyCFunction)CableAuthCore_dp_counts, METH_NOARGS, "{rx_auth_<reason>: n} of the data plane"},
+    {"dp_counts", (PyCFunction)CableAuthCore_dp_counts, METH_NOARGS, "{rx_auth_<reason>: n, tx_auth_sealed_dp: n} of the data plane"},
     {NULL},
 };
 

@@ -471,6 +471,13 @@ static PyObject *build_batch(Core *s, double now, int force_credit)
         }
         s->rr = (s->rr + 1) % NUM_VCS;
     }
+    if (!want_credit) /* credits ride free on the data micropackets (no micropacket of their own) */
+        for (int v = 0; v < NUM_VCS && ng < taken; v++)
+            for (int64_t left = s->pending[v]; left > 0 && ng < taken; left -= CR_MAX) {
+                grants[2 * ng] = (uint8_t)v;
+                grants[2 * ng + 1] = (uint8_t)(left > CR_MAX ? CR_MAX : left);
+                ng++;
+            }
     if (!taken && !ng)
         Py_RETURN_NONE;
     int64_t n = taken > ng ? taken : ng;

@@ -29,6 +29,7 @@
 
 #define LOOP_DATAGRAMS 64 /* datagrams per receive batch (dataplane.PUMP_DATAGRAMS) */
 #define LOOP_FRAMES 64    /* frames per TAP batch (dataplane.PUMP_FRAMES) */
+#define LOOP_TAP_RETRY_S 0.002 /* a TAP that was ready but gave no frame is polled again after (DP_SLICE_S) */
 
 enum { LOOP_IDLE, LOOP_DEADLINE, LOOP_EVENTS, LOOP_CONTROL, LOOP_TIMER, LOOP_SEND };
 
@@ -100,13 +101,22 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
     DpSent r = {0};
     PyObject *left = NULL;
     int reason, tap_ok = 1; /* tap_ok: cleared when the TAP is ready but gives no frame (EIO while down) */
+    double tap_retry = INFINITY; /* ... until then: a long idle call must not leave the TAP unread */
     struct pollfd fds[3] = {{dp->sock_fd, POLLIN, 0}, {-1, POLLIN, 0}, {trio_fd, POLLIN, 0}};
-    for (;;) {
+    /* what Python queued or freed since the last call (a ULP SEND, credits a delivery
+     * returned) leaves now, not at the first wake-up: an idle call may wait until trio's
+     * next deadline */
+    if (loop_flush(s, now, gso, &r, &left) < 0)
+        goto error;
+    reason = LOOP_SEND; /* if the kernel refused some of it */
+    while (!left) {
         double py_due = loop_python_due(s), wake = loop_flush_due(s);
         if (deadline < wake)
             wake = deadline;
         if (py_due < wake)
             wake = py_due;
+        if (tap_retry < wake)
+            wake = tap_retry;
         double wait = wake - now;
         if (wait < 0)
             wait = 0;
@@ -116,6 +126,8 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
         Py_BEGIN_ALLOW_THREADS rc = ppoll(fds, 3, &ts, NULL);
         Py_END_ALLOW_THREADS
         now = now0 + (loop_clock() - t0);
+        if (now >= tap_retry)
+            tap_ok = 1, tap_retry = INFINITY;
         if (rc < 0) {
             if (errno != EINTR) {
                 PyErr_SetFromErrno(PyExc_OSError);
@@ -141,7 +153,8 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
             if (n < 0)
                 goto error;
             frames += n;
-            tap_ok = n > 0;
+            if (!(tap_ok = n > 0))
+                tap_retry = now + LOOP_TAP_RETRY_S;
         }
         if (loop_flush(s, now, gso, &r, &left) < 0)
             goto error;

@@ -314,3 +314,6 @@ METRICS_MAX_REQUEST = 8192  # bytes of request head
 # before the other trio tasks run, when no control descriptor is ready (project choice:
 # trio's timers run at most this late under full load; ~500 returns/s cost nothing).
 DP_SLICE_S = 0.002
+# ... and the longest it waits in C while no other task can run (project choice: trio's
+# next deadline bounds it first; this only caps a run with no timer at all).
+DP_IDLE_MAX_S = 1.0

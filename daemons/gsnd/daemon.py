@@ -315,7 +315,10 @@ class Gsnd:
         if usable(self.transport):  # with --no-tap too: ULP Messages on VC1 are reassembled in C
             self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
                                 wants=self.ulp.wants)
-            self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer)
+            # a ULP reader waiting for room on a VC (_wait_room) is woken by _after, after a
+            # return from the loop: the loop keeps its 2 ms slice while one waits
+            self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer,
+                            waiting=lambda: self.drained.statistics().tasks_waiting > 0)
         log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)

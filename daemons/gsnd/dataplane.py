@@ -55,11 +55,10 @@ class Ran(NamedTuple):
 
 
 def usable(transport) -> bool:
-    """The data plane runs over a UDP cable to a known peer, without a key (a keyed cable
-    keeps the Python path, with its MAC in C), with a TAP or without one (then every
-    Message it reassembles goes up to the ULP clients)."""
-    return (getattr(transport, "sock", None) is not None and transport.peer is not None
-            and getattr(transport, "auth", None) is None)
+    """The data plane runs over a UDP cable to a known peer, with a key or without one
+    (a keyed cable is sealed and opened in the loop, daemons/_loopseal.h), with a TAP
+    or without one (then every Message it reassembles goes up to the ULP clients)."""
+    return getattr(transport, "sock", None) is not None and transport.peer is not None
 
 
 class DataPlane:
@@ -70,6 +69,11 @@ class DataPlane:
         self.link.dp_attach(tap.fd if tap is not None else -1, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
                             b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD)
         self.set_ula(ep.ula)
+        # a keyed cable: the transport's CableAuthCore seals and opens here too (one
+        # counter, one replay window for both paths)
+        self.auth = getattr(transport, "auth", None)
+        if self.auth is not None:
+            self.link.dp_auth(self.auth.core)
         # readable when the TAP or the cable is: what run()'s caller waits on in trio while idle
         self._ready = select.epoll()
         if tap is not None:
@@ -138,4 +142,6 @@ class DataPlane:
         """``python`` (the Python path's counters of ``group``) plus the data plane's."""
         out = Counter(python)
         out.update(self.link.dp_counters().get(group, {}))
+        if group == "cable" and self.auth is not None:
+            out.update(self.auth.core.dp_counts())  # its opens (rx_auth_*) and seals
         return dict(out)

@@ -6,6 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
+# trio.testing.wait_all_tasks_blocked, without importing trio.testing (it imports pytest:
+# ~0.3 s more at every daemon's start)
+from trio._core import wait_all_tasks_blocked
 
 from .. import constants as C
 
@@ -30,6 +33,8 @@ class LinkRunner:
     queued, on this and other links.
     """
 
+    _idle_waiters = 0  # runners of this process in _alone()
+
     def __init__(self, link: CLink | Link, transport, on_input: Callable[[float], None],
                  after: Callable[[float], None], timer: Callable[[], float] | None = None,
                  handle_timer: Callable[[float], list] | None = None) -> None:
@@ -48,6 +53,7 @@ class LinkRunner:
         self.dataplane: Any = None
         self._high_water = 0
         self._own_timer: Callable[[], float] = lambda: float("inf")
+        self._waiting: Callable[[], bool] = lambda: False
         # gsn-switch's compiled plane replaces the receive: pump(now) takes every ready
         # datagram of this cable in C and returns how many (daemons/switch/daemon.py)
         self.pump: Callable[[float], int] | None = None
@@ -56,11 +62,15 @@ class LinkRunner:
         """Receive through ``pump`` and send the link's datagrams through ``send_many``."""
         self.pump, self._send_many = pump, send_many
 
-    def use(self, dataplane, high_water: int, own_timer: Callable[[], float]) -> None:
+    def use(self, dataplane, high_water: int, own_timer: Callable[[], float],
+            waiting: Callable[[], bool] = lambda: False) -> None:
         """Run the cable and the TAP through ``dataplane`` (DataPlane.run in C).
         ``own_timer()``: the core's next deadline besides the link's (the C loop keeps
-        the link's ack, credit and keepalive times itself)."""
+        the link's ack, credit and keepalive times itself).  ``waiting()``: a task waits
+        for what only a return from the loop tells it (room on a VC the loop drained):
+        the loop then keeps its slice even while idle."""
         self.dataplane, self._high_water, self._own_timer = dataplane, high_water, own_timer
+        self._waiting = waiting
         self._send_many = dataplane.send_many
 
     def _send_each(self, dgrams) -> None:
@@ -116,17 +126,27 @@ class LinkRunner:
         """The C loop (daemons/_loop.h) while the data plane is busy; trio's wait while it
         is idle.  Between two calls the other tasks run (a checkpoint), so a control
         socket waits at most until the loop sees trio's epoll descriptor ready, and
-        trio's timers at most C.DP_SLICE_S."""
+        trio's timers at most C.DP_SLICE_S.  While no other task can run (each waits for
+        a descriptor of trio's or a timer), the loop waits in C too, until trio's next
+        deadline: a frame or datagram after a quiet spell is then handled at once,
+        without a trio pass first (one wake-up, not trio's epoll plus the loop's)."""
         dp = self.dataplane
         trio_fd = dp.trio_fd
+        alone = False
         while True:
             now = trio.current_time()
-            ran = dp.run(now, min(now + C.DP_SLICE_S, self._own_timer()), self._high_water, trio_fd)
+            until = now + C.DP_SLICE_S
+            if alone:
+                until = now + min(trio.lowlevel.current_statistics().seconds_to_next_deadline, C.DP_IDLE_MAX_S)
+            ran = dp.run(now, min(until, self._own_timer()), self._high_water, trio_fd)
             now = trio.current_time()
             if ran.datagrams:
                 self.last_heard = now
             self._handled(now)
-            if ran.idle:
+            alone = False
+            if ran.idle and trio_fd >= 0:
+                alone = await self._alone()
+            elif ran.idle:
                 with trio.CancelScope(deadline=self._timer()) as self._scope:
                     await dp.wait_readable()
                 self._scope = None
@@ -138,6 +158,21 @@ class LinkRunner:
                     # it run before the next dp.run blocks the thread (else it waited for the
                     # loop's slice, ~2 ms: a ULP round trip took 2.8 ms instead of 0.7)
                     await trio.lowlevel.checkpoint()
+
+    async def _alone(self) -> bool:
+        """True once every other task waits for a descriptor or a timer (trio's poll found
+        nothing ready and nothing is runnable, and none waits on ``waiting()``), False if
+        they kept running for C.DP_SLICE_S.  Only trio's epoll descriptor or its next
+        deadline can wake one of them then, and the loop watches both."""
+        LinkRunner._idle_waiters += 1
+        try:
+            with trio.move_on_after(C.DP_SLICE_S):
+                await wait_all_tasks_blocked()
+                # two loops in one run (tests) woke together: one waiting in C would starve the other
+                return LinkRunner._idle_waiters == 1 and not self._waiting()
+            return False
+        finally:
+            LinkRunner._idle_waiters -= 1
 
     def _handled(self, now: float) -> None:
         """After input or a timer: retransmissions, the core's events, what it queued."""

@@ -559,6 +559,8 @@ class Link:
                     taken_total += got
                     progress = True
             self._rr = (self._rr + 1) % C.NUM_VCS
+        if not want_credit and taken_total:  # credits ride free on the data micropackets
+            grants = [(vc, cr) for vc in range(C.NUM_VCS) for cr in credit_split(pending[vc])][:taken_total]
         if not parts and not grants:
             return None
         extra = max(0, len(grants) - taken_total)

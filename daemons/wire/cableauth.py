@@ -220,10 +220,9 @@ class CompiledCableAuth:
     """:class:`CableAuth` in C (daemons/_cableauth.h, libcrypto's HMAC-SHA256), what the
     daemons use; CableAuth is its oracle (tests/unit/test_cableauth_compiled.py: same
     sealed bytes, same opens and drop reasons in the same order).  ``core`` is shared
-    with a CLink's receive pump (``Core.dp_auth``: opens against the same replay window,
-    counted in ``core.dp_counts()``); gsnd's data-plane loop does not seal yet, so a keyed
-    cable runs gsnd's Python path with this MAC.  This object counts its own opens into
-    ``counters``."""
+    with gsnd's data plane (``Core.dp_auth``: dp_send seals with the same counter, rx_pump
+    opens against the same replay window, both counted in ``core.dp_counts()``).  This
+    object counts its own opens into ``counters``."""
 
     def __init__(self, key: bytes, direction: int, session: int, counters: Counter[str] | None = None,
                  window: int = AUTH_REPLAY_WINDOW) -> None:

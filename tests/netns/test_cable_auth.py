@@ -63,9 +63,8 @@ def test_a_keyed_fabric_carries_ip_and_shows_auth_on():
         for i in (1, 2):
             c = gsnd_cable(fab, i)
             assert c["auth"] == "on" and c["rx_auth_ok"] > 0
-            # gsnd's data-plane loop does not seal yet: a keyed cable takes the Python path
-            # (its MAC in C, daemons/_cableauth.h)
-            assert fab.gsnd_status(i)["ip"]["dataplane"] is False
+            # gsnd's data-plane loop seals and opens the keyed cable in C (daemons/_loopseal.h)
+            assert fab.gsnd_status(i)["ip"]["dataplane"] is True and c["tx_auth_sealed_dp"] > 0, c
             assert not any(k.startswith("rx_auth_") and k != "rx_auth_ok" for k in c), c
             p = port_cable(fab, i)
             assert p["auth"] == "on" and p["rx_auth_ok"] > 0
@@ -154,3 +153,4 @@ def test_two_gsnds_back_to_back_with_a_shared_key_pass_ping():
         for fab in (fa, fb):
             c = gsnd_cable(fab)
             assert c["auth"] == "on" and c["rx_auth_ok"] > 0 and "rx_auth_reflected" not in c, c
+            assert fab.gsnd_status(1)["ip"]["dataplane"] is True and c["tx_auth_sealed_dp"] > 0, c

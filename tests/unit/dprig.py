@@ -51,13 +51,14 @@ def _free_ports(n: int) -> list[int]:
 
 class Rig:
     def __init__(self, seed: int = 0, arp: bool = True, mtu: int = MTU, dataplane: bool = True,
-                 now: float = 0.0) -> None:
+                 now: float = 0.0, key: bytes | None = None) -> None:
         """dataplane=False: the Python path (no pumps; bench/dataplane_cost.py compares).
-        ``now``: the endpoints' start time (trio's, when the rig runs in trio)."""
+        ``now``: the endpoints' start time (trio's, when the rig runs in trio).
+        ``key``: a keyed cable (both ends hold it)."""
         pa, pb = _free_ports(2)
         self.now = now
-        self.transports = [UdpTransport(("127.0.0.1", pa), ("127.0.0.1", pb)),
-                           UdpTransport(("127.0.0.1", pb), ("127.0.0.1", pa))]
+        self.transports = [UdpTransport(("127.0.0.1", pa), ("127.0.0.1", pb), key=key),
+                           UdpTransport(("127.0.0.1", pb), ("127.0.0.1", pa), key=key)]
         self.taps = [FakeTap(), FakeTap()]
         self.eps = [Endpoint(7, now, ula=ULAS[i], rng=random.Random(seed + i), max_payload=4 << 20)
                     for i in (0, 1)]

@@ -110,13 +110,55 @@ def test_bad_arguments_are_refused():
         CompiledCableAuth(bytes(32), 0, T0).open("text")
 
 
-def test_a_keyed_transport_keeps_the_python_path_and_a_tapless_one_takes_the_data_plane():
+def test_keyed_and_plain_cables_take_the_data_plane_one_without_a_peer_does_not():
     class Keyed:
         sock, peer, auth = object(), ("127.0.0.1", 9), object()
 
     class Plain:
         sock, peer, auth = object(), ("127.0.0.1", 9), None
-    assert not usable(Keyed()) and usable(Plain())
+
+    class NoPeer:
+        sock, peer, auth = object(), None, None
+    assert usable(Keyed()) and usable(Plain()) and not usable(NoPeer())
+
+
+@settings(max_examples=40, deadline=None)
+@given(KEYS, st.integers(0, 1), st.lists(st.sampled_from([1, 2, 7, 36]), min_size=1, max_size=70), st.booleans())
+def test_the_data_planes_seal_is_byte_for_byte_the_oracles(key, direction, sizes, gso):
+    """dp_send on a keyed cable (what dp_run's flushes call) seals in C: every datagram that
+    arrives -- GSO runs cut into segments by the kernel -- is the oracle's seal of the same
+    body with the same counter, the peer's oracle opens each one, and the Python path's
+    next seal continues the same counter."""
+    rx, tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        tx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        rx.settimeout(2)
+        link = CLink(9, 0.0)
+        link.dp_attach(-1, tx.fileno(), rx.getsockname(), 1500, True, b"", C.ULP_MAX_PAYLOAD)
+        compiled = CompiledCableAuth(key, direction, T0 + 7)
+        link.dp_auth(compiled.core)
+        bodies = [body(n, i & 0xFF) for i, n in enumerate(sizes)]
+        sent, err, sends, segs, biggest = link.dp_send(bodies, gso)
+        assert (sent, err) == (len(bodies), 0)
+        got = [rx.recv(65536) for _ in bodies]
+        oracle = CableAuth(key, direction, T0 + 7)
+        assert got == oracle.seal_many(bodies)
+        assert biggest == max(map(len, got))
+        assert segs <= len(bodies) and (gso or segs == 0)
+        if gso and len(set(sizes)) == 1 and len(sizes) > 1:
+            per = min(64, 65507 // len(got[0]))  # segments per GSO send (io/udp.py GSO_MAX_*)
+            assert segs == len(bodies) - (len(bodies) % per == 1) and sends == len(bodies) // per + (len(bodies) % per > 1)
+        peer = CableAuth(key, 1 - direction, T0)
+        assert [peer.open(d) for d in got] == bodies and peer.counters == {"rx_auth_ok": len(bodies)}
+        assert compiled.counter == len(bodies)
+        assert compiled.core.dp_counts() == {"tx_auth_sealed_dp": len(bodies)}
+        assert compiled.seal(bodies[0]) == oracle.seal(bodies[0])
+        link.dp_auth(None)
+    finally:
+        rx.close()
+        tx.close()
 
 
 @settings(max_examples=25, deadline=None)

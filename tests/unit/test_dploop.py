@@ -5,6 +5,7 @@ Real descriptors and the real clock: the loop waits in ppoll()."""
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
@@ -16,7 +17,7 @@ import trio.testing
 
 from daemons.constants import ETHERTYPE_IPV4, RTX_TIMEOUT_MIN_S, VC_IP
 from daemons.endpoint.core import MessageIn, UlaChanged
-from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, usable
+from daemons.gsnd.dataplane import CONTROL, DEADLINE, EVENTS, IDLE, TIMER, Ran, usable
 from daemons.io.runner import LinkRunner
 from daemons.io.udp import UdpTransport
 from tests.unit.dprig import ULAS, Rig
@@ -88,6 +89,25 @@ def test_a_message_for_python_returns_at_once_with_it_queued(rig):
     assert [(m.ethertype, bytes(m.payload)) for m in got] == [(0x88B5, b"hello")]
 
 
+def test_what_python_queued_before_the_call_leaves_at_its_start(rig):
+    """A Message queued in Python between two calls (a ULP SEND) is sent when dp_run starts,
+    not at its first wake-up: an idle call may wait until trio's next deadline."""
+    arrived = []
+    sock = rig.transports[1].sock
+
+    def watch():
+        if select.select([sock], [], [], 2.0)[0]:
+            arrived.append(time.monotonic())
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert rig.eps[0].send(VC_IP, ULAS[1], 0x88B5, b"hello")  # queued, not flushed
+    t0 = time.monotonic()
+    run(rig, 0, 0.3)  # ends at the retransmission timer: side 1 never acks
+    watcher.join()
+    # without the flush at the start it left at the first wake-up: the keepalive or the deadline
+    assert arrived and arrived[0] - t0 < 0.02, arrived and arrived[0] - t0
+
+
 def test_the_retransmission_timer_returns_to_python(rig):
     rig.taps[0].outer.send(frame(ULAS[1], ETHERTYPE_IPV4, ipv4(1000)))
     ran, elapsed = run(rig, 0, 5.0)  # side 1 never answers
@@ -103,13 +123,56 @@ def test_a_full_vc1_leaves_the_tap_unread(rig):
     assert ran.frames == 0 and ran.reason == IDLE
 
 
-def test_a_keyed_cable_keeps_the_python_path():
-    plain = UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9))
-    keyed = UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9), key=bytes(range(32)))
+def test_a_tap_that_is_ready_but_gives_no_frame_is_polled_again_within_the_slice(rig):
+    """The TAP's descriptor readable but read() failing (EIO while the interface is down;
+    here a listening socket with a pending connection: ENOTCONN): the loop stops polling
+    it, but only for DP_SLICE_S, not for the rest of a long idle call."""
+    from daemons.constants import DP_SLICE_S
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
     try:
-        assert usable(plain) and not usable(keyed)
+        os.dup2(listener.fileno(), rig.taps[0].fd)  # the data plane's TAP descriptor is the listener now
+        ran, elapsed = run(rig, 0, 0.1)
+        tries = rig.dps[0].counters("tap", {}).get("read_ENOTCONN", 0)
+        assert ran.frames == 0 and elapsed >= 0.09
+        assert 0.3 * 0.1 / DP_SLICE_S <= tries <= 1.5 * 0.1 / DP_SLICE_S + 2, tries
     finally:
-        plain.close(), keyed.close()
+        client.close(), listener.close()
+
+
+def test_a_keyed_cable_runs_in_the_loop_sealed_and_opened_in_c():
+    """Both ends keyed: the links come up and frames cross through the loop, every
+    datagram sealed and opened in C (counted in the cable group as the data plane's:
+    tx_auth_sealed_dp, rx_auth_ok), none through the transport's Python open; a datagram
+    corrupted on the way is dropped by the loop as bad_mac, as the Python path counts it."""
+    key = bytes(range(32))
+    assert usable(UdpTransport(("127.0.0.1", 0), ("127.0.0.1", 9), key=key))
+    rig = Rig(key=key)
+    try:
+        rig.bring_up()
+        for _ in range(30):
+            rig.step()
+        sent = [frame(ULAS[1], ETHERTYPE_IPV4, ipv4(n)) for n in (20, 1500, 65000)]
+        for f in sent:
+            rig.taps[0].outer.send(f)
+        run(rig, 0, 0.01)
+        run(rig, 1, 0.01)
+        assert rig.taps[1].frames() == sent
+        cable = [rig.dps[i].counters("cable", rig.transports[i].counters) for i in (0, 1)]
+        for c in cable:
+            assert c["tx_auth_sealed_dp"] > 0 and c["rx_auth_ok"] > 0, c
+            assert not any(k.startswith("rx_auth_") and k != "rx_auth_ok" for k in c), c
+        assert not any(k.startswith("rx_auth") for t in rig.transports for k in t.counters)  # no Python open
+        # a forged datagram from the peer's address: the loop drops it as bad_mac
+        sealed = rig.transports[0].auth.seal(rig.eps[0].link.datagrams(rig.now + 1.0)[0])
+        forged = sealed[:40] + bytes([sealed[40] ^ 1]) + sealed[41:]
+        rig.transports[0].sock.sendto(forged, rig.transports[1].local)
+        run(rig, 1, 0.01)
+        assert rig.dps[1].counters("cable", {})["rx_auth_bad_mac"] == 1
+    finally:
+        rig.close()
 
 
 def test_control_socket_and_trio_timers_are_served_under_full_load():
@@ -268,3 +331,145 @@ def test_a_task_woken_with_a_control_return_runs_before_the_next_dp_run():
         for _ in range(40):
             await once()
     trio.run(main)
+
+
+class _Recorder:
+    """A DataPlane whose run() only records how long it was allowed to wait, says IDLE,
+    and ends the runner (_Stop) after ``calls`` runs."""
+    trio_fd = 0  # a real descriptor number: the runner may wait in C
+
+    def __init__(self, calls: int) -> None:
+        self.calls, self.waits = calls, []
+
+    def send_many(self, datagrams):
+        pass
+
+    def run(self, now, deadline, high, trio_fd):
+        self.waits.append(deadline - now)
+        if len(self.waits) == self.calls:
+            raise _Stop
+        return Ran(IDLE, 0, 0)
+
+
+class _IdleLink:
+    max_mps = 1
+
+    def timer(self):
+        return float("inf")
+
+    def handle_timer(self, now):
+        return []
+
+
+def _recording_runner(calls: int) -> tuple[LinkRunner, _Recorder]:
+    dp = _Recorder(calls)
+    runner = LinkRunner(_IdleLink(), None, lambda now: None, lambda now: None)
+    runner.use(dp, 0, lambda: float("inf"))
+    return runner, dp
+
+
+def test_an_idle_loop_waits_in_c_until_trios_next_deadline_when_no_task_can_run():
+    """After an idle slice, with every other task waiting (here: a 0.5 s sleep), the next
+    run may wait until that sleep's deadline: a frame after a quiet spell then wakes the
+    loop in C, with no trio pass first.  The sleeper still wakes on time (the run ends
+    at its deadline)."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(3)
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits[0] == pytest.approx(DP_SLICE_S)
+        assert 0.3 < dp.waits[1] <= 0.5 and 0.3 < dp.waits[2] <= 0.5, dp.waits
+    trio.run(main)
+
+
+def test_an_idle_loop_keeps_its_slice_while_another_task_keeps_running():
+    """A task that never blocks (it only checkpoints) must keep running: the loop never
+    waits longer than its slice then."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(4)
+
+        async def busy():
+            while True:
+                await trio.lowlevel.checkpoint()
+        async with trio.open_nursery() as n:
+            n.start_soon(busy)
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 4
+    trio.run(main)
+
+
+def test_an_idle_loop_keeps_its_slice_while_a_task_waits_for_what_only_a_return_tells():
+    """gsnd's ULP reader waiting for room on VC1 (_wait_room) is woken after a return from
+    the loop: while ``waiting()`` says so, the loop never waits longer than its slice (it
+    waited for trio's next deadline: 64 KiB ULP Messages fell from ~930 to ~12 a second)."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(3)
+        runner.use(dp, 0, lambda: float("inf"), waiting=lambda: True)
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 3
+    trio.run(main)
+
+
+def test_two_idle_loops_in_one_run_keep_their_slices():
+    """Two runners in one trio run (the tests' rigs) go idle together: one waiting in C until
+    trio's next deadline would leave the other runnable but not run, so neither does."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        pairs = [_recording_runner(1 << 30), _recording_runner(1 << 30)]  # never stop by themselves
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            for runner, _dp in pairs:
+                n.start_soon(runner.run)
+            await trio.sleep(0.1)
+            n.cancel_scope.cancel()
+        for _runner, dp in pairs:
+            assert len(dp.waits) > 3 and max(dp.waits) == pytest.approx(DP_SLICE_S), (len(dp.waits), max(dp.waits))
+    trio.run(main)
+
+
+def test_an_idle_loop_without_trios_descriptor_waits_in_trio():
+    """No epoll descriptor of trio's (another I/O backend): the loop could not see a task's
+    descriptor get ready, so it never waits in C beyond its slice."""
+    from daemons.constants import DP_SLICE_S
+
+    async def main():
+        runner, dp = _recording_runner(2)
+        dp.trio_fd = -1
+        dp.wait_readable = trio.lowlevel.checkpoint  # the cable or TAP "became readable"
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.sleep, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 2
+    trio.run(main)
+
+
+def test_the_daemons_do_not_import_trio_testing_or_pytest():
+    """The runner uses trio's wait_all_tasks_blocked from trio._core: trio.testing would pull
+    in pytest, ~0.3 s more at every daemon's start (3.5 s more for a 3-host fabric at load 20)."""
+    import subprocess
+    import sys
+    code = ("import sys, daemons.gsnd.daemon, daemons.switch.daemon; "
+            "assert not {'pytest', 'trio.testing'} & set(sys.modules), 'imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -31,6 +31,25 @@ def test_bring_up_grants_initial_credits(impl):
 
 
 @each_impl
+def test_credits_ride_free_on_the_data_micropackets_of_a_reply(impl):
+    """A request and its reply (a ping): the reply's data micropackets carry the credits the
+    request used, before the 1 ms credit delay; no datagram or micropacket of their own."""
+    sent: list = [[], []]
+    p = Pair(impl=impl, tap=lambda i, d: sent[i].append(d))
+    p.run(0.05)
+    request, reply = Message(1, A, B, 0x88B5, bytes(84)), Message(1, B, A, 0x88B5, bytes(84))
+    p.links[0].enqueue(1, request.records())
+    p.step(0.0001)  # the request crosses; B's reassembly releases its micropackets
+    assert p.links[1].status()["credits_pending_return"][1] == len(request.records())
+    sent[1].clear()
+    p.links[1].enqueue(1, reply.records())
+    p.step(0.0001)
+    assert len(sent[1]) == 1 and len(sent[1][0]) == C.SHIM_BYTES + C.MP_BYTES * len(reply.records())
+    assert p.links[1].status()["credits_pending_return"] == [0, 0, 0, 0]
+    assert p.links[0].status()["credits_tx"][1] == C.VC_BUFFER_MPS[1]  # every credit the request used is home
+
+
+@each_impl
 def test_lossy_duplicating_reordering_path_delivers_exactly_once_in_order(impl):
     p = Pair(impl=impl, seed=3, drop=0.15, dup=0.1, reorder=0.2)
     p.run(0.1)
