@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import trio
 
-from ..io.trioepoll import trio_epoll_fd
+from ..io.trioprivate import trio_epoll_fd
 from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULP_MAX_PAYLOAD
 
 PUMP_DATAGRAMS = 64  # datagrams per rx_pump call (io/udp.py drains as many per wake-up)

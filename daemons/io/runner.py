@@ -6,14 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-# trio.testing.wait_all_tasks_blocked, without importing trio.testing (it imports pytest:
-# ~0.3 s more at every daemon's start)
-from trio._core import wait_all_tasks_blocked
 
 from .. import constants as C
-
 from ..link.clink import CLink
 from ..link.link import Link
+from .trioprivate import wait_all_tasks_blocked
+
 
 def cable_window(max_mps: int) -> int:
     """The link window (micropackets) for datagrams of ``max_mps``: counted in

@@ -1,4 +1,10 @@
-"""trio's own epoll descriptor: the one private detail of trio the project reads.
+"""The two private details of trio the project reads, here and nowhere else.
+
+``wait_all_tasks_blocked`` is public only as ``trio.testing.wait_all_tasks_blocked``, and
+importing trio.testing imports pytest (~0.3 s more at every daemon's start), so the runner
+takes it from ``trio._core`` through this module.
+
+trio's own epoll descriptor:
 
 gsnd's data-plane loop (daemons/_loop.h ``dp_run``) polls it beside the TAP and the
 cable, so a ready control or ULP socket wakes the loop at once.  trio has no public
@@ -6,7 +12,7 @@ accessor for it, so it is read from the run loop's I/O manager here and nowhere 
 and checked: the descriptor must be an epoll instance.  Without it (outside a run,
 another I/O backend, or a trio that moved it) the answer is -1 and the loop sees trio's
 work only at its deadline (slower, still correct); inside a run that is logged once.
-tests/unit/test_trioepoll.py fails if a trio release changes the layout.
+tests/unit/test_trioprivate.py fails if a trio release changes the layout.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import os
 
 import structlog
 import trio
+from trio._core import wait_all_tasks_blocked  # = trio.testing.wait_all_tasks_blocked
+
+__all__ = ["is_epoll", "trio_epoll_fd", "wait_all_tasks_blocked"]
 
 log = structlog.get_logger()
 _warned = False

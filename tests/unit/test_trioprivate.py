@@ -1,4 +1,4 @@
-"""trio's epoll descriptor (daemons/io/trioepoll.py), read from trio's private run loop:
+"""trio's epoll descriptor (daemons/io/trioprivate.py), read from trio's private run loop:
 these fail, naming the cause, when a trio release moves it."""
 
 import os
@@ -8,11 +8,11 @@ import socket
 import trio
 import trio.testing
 
-from daemons.io import trioepoll
-from daemons.io.trioepoll import is_epoll, trio_epoll_fd
+from daemons.io import trioprivate
+from daemons.io.trioprivate import is_epoll, trio_epoll_fd
 
 MOVED = (f"trio {trio.__version__}: the run loop's epoll descriptor is not at "
-         "GLOBAL_RUN_CONTEXT.runner.io_manager._epoll any more; update daemons/io/trioepoll.py")
+         "GLOBAL_RUN_CONTEXT.runner.io_manager._epoll any more; update daemons/io/trioprivate.py")
 
 
 def test_trio_epoll_fd_is_the_run_loops_own():
@@ -49,7 +49,7 @@ def test_a_descriptor_that_is_no_epoll_falls_back_to_minus_one(monkeypatch):
     from trio._core._run import GLOBAL_RUN_CONTEXT
 
     r, w = os.pipe()
-    monkeypatch.setattr(trioepoll, "_warned", False)
+    monkeypatch.setattr(trioprivate, "_warned", False)
 
     class NotEpoll:
         def fileno(self) -> int:
@@ -65,6 +65,6 @@ def test_a_descriptor_that_is_no_epoll_falls_back_to_minus_one(monkeypatch):
 
     try:
         assert trio.run(main) == -1
-        assert trioepoll._warned
+        assert trioprivate._warned
     finally:
         os.close(r), os.close(w)
