@@ -68,3 +68,11 @@ def test_a_descriptor_that_is_no_epoll_falls_back_to_minus_one(monkeypatch):
         assert trioprivate._warned
     finally:
         os.close(r), os.close(w)
+
+
+def test_wait_all_tasks_blocked_is_trio_testings_own():
+    """The runner's private import is the function trio.testing publishes (fails if trio moves it)."""
+    import trio.testing
+
+    from daemons.io import trioprivate
+    assert trioprivate.wait_all_tasks_blocked is trio.testing.wait_all_tasks_blocked
