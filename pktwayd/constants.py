@@ -79,6 +79,8 @@ IP_LEARNED_S = 300.0  # a learned IP -> PacketWay address is asked again after t
 IP_MTU_RECHECK_S = 60.0  # pw0 asks its peers' route MTUs again this often and follows them (PC)
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
+IP_REDIRECT_TTL_S = 10.0  # pw0 obeys an RDRC this long, then goes through its router again (PC)
+IP_REDIRECTS_MAX = 256  # redirected destinations, and native routes of redirected-to nodes, kept (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
 # IP multicast -> PacketWay logical address: the group's low 19 bits under a base per IP
 # version (as IPv4 multicast maps onto Ethernet, the IP stack filters what collides) (PC)

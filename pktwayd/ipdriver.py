@@ -33,6 +33,7 @@ class PwIp:
                  ulp: str | None = None, san_port=None, own_route: bytes | None = None,
                  port_reports_status: bool = False, control: str | None = None) -> None:
         self.core = core
+        core.router = router_route  # only frames from it may redirect the node (level B)
         self.dev = dev
         self.router_route = router_route
         self.dialect = dialect
@@ -105,6 +106,8 @@ class PwIp:
                 "learned": {str(ip): a for ip, (a, _, _) in core.learned.items()},
                 "confirmed": sorted(str(ip) for ip, (_, _, sure) in core.learned.items() if sure),
                 "route_mtu": {hex(a): m for a, m in core.route_mtu.items()},
+                "redirects": {hex(d): hex(h) for d, (h, _) in core.redirects.items()},
+                "native_routes": {hex(h): r.hex() for h, r in core.native.items()},
                 "counters": dict(core.counters) | dict(self.tun.counters if self.tun else {})
                 | (dict(self.san_port.counters) if self.san_port else {})}
 

@@ -16,6 +16,15 @@ returns a packet as too big for its route (ERR/GENERAL with the packet's copy) t
 node asks for the route's MTU and hands its IP stack an ICMP "fragmentation needed"
 or ICMPv6 "packet too big" for that destination.
 
+Level B: the router's redirects are obeyed.  A half-router that forwards my packet to
+a buddy on my SAN (or straight to a node of my SAN) tells me so (RDRC(D, H): "for D,
+use H"); I need H's native route, so I ask H itself who it is (WRU, L3 through my
+router), and H's INFO, when it comes straight from H (not from my router's route),
+gives it.  From then on packets to D go to H directly for ``REDIRECT_TTL_S``, then
+through my router again, which redirects me anew if that still holds.  Only my
+router's redirects count (a frame from its route), and only answers to my own WRUs
+teach a native route.
+
 IP multicast goes to a PacketWay logical address (the group's low 19 bits, see
 :func:`logical_of`) and IPv4's limited broadcast to the PacketWay broadcast address:
 the half-router copies it to every member (a node's groups are the LADR of its INFO).
@@ -90,8 +99,13 @@ class _MtuQuery:
 
 class IpNode:
     def __init__(self, addr: int, *, peers=None, name: bytes | None = None, mtu: int | None = None,
-                 groups=(), mtu_recheck: float = K.IP_MTU_RECHECK_S, now: float = 0.0) -> None:
+                 groups=(), mtu_recheck: float = K.IP_MTU_RECHECK_S, router: bytes | None = None,
+                 now: float = 0.0) -> None:
         self.addr = addr
+        self.router = router  # my half-router's native route: only its redirects count (None: none do)
+        self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
+        self.native: dict[int, bytes] = {}  # node or HR of my SAN -> its native route (its INFO said)
+        self.wru_asked: dict[int, float] = {}  # redirected-to node I asked "who are you" -> until
         self.name = name
         logical = [logical_of(ipaddress.ip_address(g)) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
         if len(logical) > K.IP_GROUPS_MAX:
@@ -140,6 +154,7 @@ class IpNode:
 
     def timer(self) -> float:
         times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
+        times += [until for _, until in self.redirects.values()]
         times += [self.next_recheck] if self._rechecks() else []
         return min(times, default=self.now + 1.0)
 
@@ -168,6 +183,12 @@ class IpNode:
             out += self._mtu_known(a, None)
         for ip in [ip for ip, until in self.negative.items() if until <= now]:
             del self.negative[ip]
+        for d in [d for d, (_, until) in self.redirects.items() if until <= now]:
+            del self.redirects[d]  # through my router again: it redirects me anew if that still holds
+            self.counters["redirect_expired"] += 1
+        for h in [h for h, until in self.wru_asked.items() if until <= now]:
+            del self.wru_asked[h]
+            self.counters["redirect_wru_unanswered"] += 1
         return out
 
     # --- resolution ---------------------------------------------------------------------------------
@@ -297,7 +318,54 @@ class IpNode:
             self.counters["tun_drop_over_mtu_fragmentable"] += 1  # the kernel fragments at pw0's MTU only
             return []
         self.counters[f"tx_ipv{4 if pt == K.PT_IPV4 else 6}"] += 1
-        return [("pw", Packet(dt=a, sa=self.addr, pt=pt, data=raw), None)]
+        route = None
+        if self.redirects:
+            hop = self.redirects.get(a)
+            if hop is not None and hop[1] > self.now:
+                route = self.native.get(hop[0])
+                self.counters["tx_redirected" if route is not None else "tx_redirect_route_unknown"] += 1
+        return [("pw", Packet(dt=a, sa=self.addr, pt=pt, data=raw), route)]
+
+    # --- level B: redirects -----------------------------------------------------------------------------
+    def _redirect(self, recs: list, sa: int, route: bytes) -> list:
+        """RDRC(D, H) from my router: send to H for D; ask H who it is if I do not know its route."""
+        c = self.counters
+        if self.router is None or route != self.router:
+            c["rdrc_not_from_my_router"] += 1
+            return []
+        d, h = recs[0].addr, recs[1].addr
+        if h == sa:  # "use me": my router is the best first hop again
+            if self.redirects.pop(d, None) is not None:
+                c["redirect_cleared"] += 1
+            return []
+        if is_group(d) or d == self.addr or not 1 <= h < ADDR_HEY_YOU or h == self.addr:
+            c["rdrc_unusable"] += 1
+            return []
+        if d not in self.redirects and len(self.redirects) >= K.IP_REDIRECTS_MAX:
+            c["rdrc_refused_full"] += 1
+            return []
+        if self.redirects.get(d, (None,))[0] != h:
+            c["redirect_obeyed"] += 1
+        self.redirects[d] = (h, self.now + K.IP_REDIRECT_TTL_S)
+        if h in self.native or self.wru_asked.get(h, 0.0) > self.now:
+            return []
+        if len(self.wru_asked) >= K.IP_REDIRECTS_MAX:
+            c["redirect_wru_refused_full"] += 1
+            return []
+        self.wru_asked[h] = self.now + K.IP_RESOLVE_RETRY_S
+        c["redirect_wru_sent"] += 1
+        return [("pw", M.rrp(RrpTE.WRU, h, self.addr, []), None)]  # L3 through my router: H answers natively
+
+    def _native_from(self, recs: list, sa: int, route: bytes) -> None:
+        """An INFO straight from a node I asked (WRU): its native route on my SAN."""
+        if sa not in self.wru_asked or route == self.router or not recs or recs[0] != Addr(sa):
+            return
+        del self.wru_asked[sa]
+        if sa not in self.native and len(self.native) >= K.IP_REDIRECTS_MAX:
+            self.native.pop(next(iter(self.native)))
+            self.counters["native_route_evicted"] += 1
+        self.native[sa] = route
+        self.counters["native_route_learnt"] += 1
 
     # --- from the SAN --------------------------------------------------------------------------------------
     def from_pw_bytes(self, raw: bytes, dialect: str, route: bytes, now: float) -> list:
@@ -365,14 +433,18 @@ class IpNode:
             return [("pw", self._announce(pkt.sa) if fits
                      else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs), route)]
         if pkt.te == RrpTE.INFO:
+            self._native_from(recs, pkt.sa, route)
             return self._info(recs)
         if pkt.te == RrpTE.L2SR and recs and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
             mtus = [ip_mtu(r.mtu.mtu_words) if r.mtu else None for r in recs[1:] if isinstance(r, Srqr)]
             best = mtus[0] if mtus else None
             return self._mtu_known(recs[0].addr, best if best is not None else 65535)
-        if pkt.te == RrpTE.RDRC and len(recs) == 2 and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
-            c["mtu_query_redirected"] += 1  # the route does not start at my router's twin: not said
-            return self._mtu_known(recs[0].addr, None)
+        if pkt.te == RrpTE.RDRC and len(recs) == 2 and all(isinstance(r, Addr) for r in recs):
+            out = self._redirect(recs, pkt.sa, route)
+            if recs[0].addr in self.mtu_queries:
+                c["mtu_query_redirected"] += 1  # the route does not start at my router's twin: not said
+                out += self._mtu_known(recs[0].addr, None)
+            return out
         c[f"rx_rrp_{pkt.te}_ignored"] += 1
         return []
 

@@ -331,3 +331,82 @@ def test_l2sr_answers_of_any_mtu(routes):
     reply = M.rrp(RrpTE.L2SR, ME, 0x50, [Addr(PEER)] + [Srqr(q, (), Mtur(m)) for q, m in routes])
     for a in n.from_pw(reply, b"r"):
         assert a[0] != "mtu" or 68 <= a[1] <= 65535
+
+
+# --- level B: redirects ------------------------------------------------------------------------------
+HR_ME, BUDDY = 0x50, 0x52
+
+
+def redirected(n: IpNode, d=PEER, h=BUDDY, route=b"r", now=0.0):
+    n.now = now
+    return n.from_pw(M.rdrc(ME, HR_ME, d, h), route)
+
+
+def test_redirect_asks_who_then_sends_to_the_new_first_hop():
+    n = node(router=b"r")
+    assert pw(n.from_tun(v4(), 0))[0].dt == PEER and n.from_tun(v4(), 0)[0][2] is None  # through my router
+    ((_, wru, route),) = redirected(n)
+    assert route is None and wru.dt == BUDDY and wru.te == RrpTE.WRU  # L3 through my router: H answers natively
+    assert redirected(n) == []  # asked already: no second WRU while the first may still be answered
+    ((_, _, route),) = n.from_tun(v4(), 0)
+    assert route is None and n.counters["tx_redirect_route_unknown"] == 1  # not known yet: my router still
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, [(2, b"\0\1\0")]), b"buddy")
+    ((_, pkt, route),) = n.from_tun(v4(), 0.5)
+    assert route == b"buddy" and pkt.dt == PEER and n.counters["tx_redirected"] == 1
+    assert n.counters["native_route_learnt"] == 1 and n.counters["redirect_obeyed"] == 1
+
+
+def test_redirect_lasts_its_ttl_then_the_router_again():
+    n = node(router=b"r")
+    redirected(n)
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"buddy")
+    assert n.timer() <= K.IP_REDIRECT_TTL_S
+    n.handle_timer(K.IP_REDIRECT_TTL_S)
+    assert n.from_tun(v4(), K.IP_REDIRECT_TTL_S)[0][2] is None and n.counters["redirect_expired"] == 1
+    assert redirected(n, now=K.IP_REDIRECT_TTL_S + 1) == []  # redirected again: the route is still known
+    assert n.from_tun(v4(), K.IP_REDIRECT_TTL_S + 1)[0][2] == b"buddy"
+
+
+def test_use_me_clears_the_redirect():
+    n = node(router=b"r")
+    redirected(n)
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"buddy")
+    redirected(n, h=HR_ME)  # RDRC(D, my router itself)
+    assert n.from_tun(v4(), 0)[0][2] is None and n.counters["redirect_cleared"] == 1
+
+
+def test_only_my_routers_redirects_and_only_asked_infos_count():
+    n = node(router=b"r")
+    assert redirected(n, route=b"evil") == [] and not n.redirects  # not my router's frame
+    assert n.counters["rdrc_not_from_my_router"] == 1
+    assert redirected(node(), route=b"r") == []  # no router known: no redirect obeyed
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"evil")  # an INFO I did not ask for
+    assert not n.native
+    redirected(n)
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"r")  # relayed by my router: not BUDDY's own route
+    n.from_pw(M.info(ME, 0x66, 0x66, None, ()), b"x")  # an answer from someone else
+    assert not n.native
+    for d, h in ((0xE10203, BUDDY), (ME, BUDDY), (PEER, ADDR_HEY_YOU), (PEER, ME)):
+        redirected(n, d=d, h=h)
+    assert n.counters["rdrc_unusable"] == 4 and list(n.redirects) == [PEER]
+
+
+def test_redirects_are_bounded_and_unanswered_wrus_expire():
+    n = node(router=b"r")
+    for i in range(K.IP_REDIRECTS_MAX + 5):
+        redirected(n, d=0x1000 + i, h=0x2000 + i)
+    assert len(n.redirects) == K.IP_REDIRECTS_MAX and n.counters["rdrc_refused_full"] == 5
+    assert len(n.wru_asked) == K.IP_REDIRECTS_MAX
+    n.handle_timer(K.IP_RESOLVE_RETRY_S)
+    assert not n.wru_asked and n.counters["redirect_wru_unanswered"] == K.IP_REDIRECTS_MAX
+    assert pw(redirected(n, d=0x1000, h=0x2000, now=K.IP_RESOLVE_RETRY_S))[0].te == RrpTE.WRU  # asked again
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, (1 << 24) - 1), st.integers(0, (1 << 24) - 1), st.binary(max_size=8))
+def test_any_redirect_never_raises(d, h, route):
+    n = node(router=b"r")
+    for r in (route, b"r"):
+        out = redirected(n, d=d, h=h, route=r) + n.from_pw(M.info(ME, h, h, None, ()), route)
+        assert all(a[0] == "pw" for a in out)
+    n.from_tun(v4(), 0)
