@@ -86,6 +86,7 @@ IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
 # version (as IPv4 multicast maps onto Ethernet, the IP stack filters what collides) (PC)
 IP_GROUP_V4_BASE, IP_GROUP_V6_BASE, IP_GROUP_BITS = 0xE00000, 0xE80000, 0x7FFFF
 IP_GROUPS_MAX = 64  # multicast groups one pw0 node listens to (PC)
+IP_GROUPS_POLL_S = 1.0  # pw0 reads the kernel's memberships on it (/proc/net/igmp, igmp6) this often (PC)
 IP_GROUPS_ALWAYS = ("224.0.0.1", "ff02::1")  # all-hosts / all-nodes: every pw0 node is a member (PC)
 MEMORY_BOARD_MAX = 1 << 20  # bytes of memory board one node may serve (pktway listen --memory) (PC)
 MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer must fit the SANs' MTUs) (PC)

@@ -28,7 +28,8 @@ teach a native route.
 IP multicast goes to a PacketWay logical address (the group's low 19 bits, see
 :func:`logical_of`) and IPv4's limited broadcast to the PacketWay broadcast address:
 the half-router copies it to every member (a node's groups are the LADR of its INFO).
-A pw0 node listens to all-hosts/all-nodes and the groups it was given.
+A pw0 node listens to all-hosts/all-nodes, the groups it was given and those its IP
+stack joined on pw0 (:meth:`IpNode.set_kernel_groups`; a change is announced anew).
 
 Actions returned, for the driver to carry out:
 ``("pw", Packet, route)`` send on the SAN (route None: to the half-router),
@@ -74,6 +75,10 @@ def logical_of(ip) -> int | None:
     return base | (int(ip) & K.IP_GROUP_BITS)
 
 
+def _logical(ips) -> set[int]:
+    return {a for ip in ips if (a := logical_of(ip)) is not None}
+
+
 def is_group(a: int) -> bool:
     return a == ADDR_BROADCAST or a & LOGICAL_MASK == LOGICAL_BASE
 
@@ -107,13 +112,13 @@ class IpNode:
         self.native: dict[int, bytes] = {}  # node or HR of my SAN -> its native route (its INFO said)
         self.wru_asked: dict[int, float] = {}  # redirected-to node I asked "who are you" -> until
         self.name = name
-        logical = [logical_of(ipaddress.ip_address(g)) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
-        if len(logical) > K.IP_GROUPS_MAX:
+        joined = [ipaddress.ip_address(g) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
+        logical = [logical_of(g) for g in joined]
+        if len(logical) > K.IP_GROUPS_MAX or any(a is None or a == ADDR_BROADCAST for a in logical):
             raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
-        listened = {a for a in logical if a is not None and a != ADDR_BROADCAST}
-        if len(listened) != len(set(logical)):
-            raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
-        self.groups = tuple(sorted(listened))  # the logical addresses I listen to
+        self.joined = frozenset(joined)  # always listened to (all-hosts/all-nodes, --join)
+        self.kernel_groups: frozenset = frozenset()  # the IP stack's memberships on pw0 (set_kernel_groups)
+        self.groups = tuple(sorted(_logical(joined)))  # the logical addresses I listen to
         self.static: dict = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
         self.learned: dict = {}  # ip -> (PacketWay address, until, confirmed by the router's INFO)
         self.negative: dict = {}  # ip -> until
@@ -145,6 +150,26 @@ class IpNode:
         for a in sorted(peers):
             out += self._ask_mtu(a)
         return out
+
+    def set_kernel_groups(self, ips) -> list:
+        """The IP stack's multicast memberships on pw0 now (a socket or ``ip maddr`` joined
+        or left): I listen to their logical addresses too, and if that changed I announce
+        myself again (INFO with the new LADR: the router copies group packets to members)."""
+        ips = frozenset(ip for ip in ips if logical_of(ip) not in (None, ADDR_BROADCAST))
+        if ips == self.kernel_groups:
+            return []
+        self.kernel_groups = ips
+        logical = sorted(_logical(self.joined | ips))
+        if len(logical) > K.IP_GROUPS_MAX:
+            self.counters["groups_over_max"] += len(logical) - K.IP_GROUPS_MAX
+            keep = _logical(self.joined)
+            logical = sorted(keep | set([a for a in logical if a not in keep][: K.IP_GROUPS_MAX - len(keep)]))
+        groups = tuple(logical)
+        if groups == self.groups:
+            return []
+        self.groups = groups
+        self.counters["groups_changed"] += 1
+        return [("pw", self._announce(ADDR_HEY_YOU), None)]
 
     def _announce(self, dt: int) -> Packet:
         return M.info(dt, self.addr, self.addr, self.name, (), self.groups)

@@ -410,3 +410,60 @@ def test_any_redirect_never_raises(d, h, route):
         out = redirected(n, d=d, h=h, route=r) + n.from_pw(M.info(ME, h, h, None, ()), route)
         assert all(a[0] == "pw" for a in out)
     n.from_tun(v4(), 0)
+
+
+# --- the kernel's memberships on pw0 -------------------------------------------------------------------
+IGMP = """Idx\tDevice    : Count Querier\tGroup    Users Timer\tReporter
+1\tlo        :     1      V3
+\t\t\t\t010000E0     1 0:00000000\t\t0
+7\tpw0       :     2      V3
+\t\t\t\t030201EF     1 0:00000000\t\t0
+\t\t\t\t010000E0     1 0:00000000\t\t0
+\t\t\t\tZZZZZZZZ     1 0:00000000\t\t0
+\t\t\t\t0100000A     1 0:00000000\t\t0
+8\tpw1       :     1      V3
+\t\t\t\t090201EF     1 0:00000000\t\t0
+"""
+IGMP6 = """1    lo              ff020000000000000000000000000001     1 0000000C 0
+7    pw0             ff020000000000000000000000000001     1 0000000C 0
+7    pw0             ff010000000000000000000000000001     1 00000008 0
+7    pw0             ff0e0000000000000000000000000042     1 00000004 0
+7    pw0             fd770000000000000000000000000001     1 00000004 0
+7    pw0             nothex
+"""
+
+
+def test_kernel_memberships_parsed_per_device():
+    from pktwayd.ipgroups import parse_igmp, parse_igmp6
+
+    ip = ipaddress.ip_address
+    assert parse_igmp(IGMP, "pw0") == {ip("239.1.2.3"), ip("224.0.0.1")}  # unicast and garbage skipped
+    assert parse_igmp(IGMP, "pw1") == {ip("239.1.2.9")} and parse_igmp(IGMP, "pw9") == set()
+    assert parse_igmp6(IGMP6, "pw0") == {ip("ff02::1"), ip("ff0e::42")}  # interface-local and unicast left out
+
+
+@given(st.text(max_size=400), st.sampled_from(["pw0", "lo", ""]))
+def test_kernel_membership_text_never_raises(text, dev):
+    from pktwayd.ipgroups import parse_igmp, parse_igmp6
+
+    assert all(g.is_multicast for g in parse_igmp(text, dev) | parse_igmp6(text, dev))
+
+
+def test_kernel_joins_and_leaves_are_announced():
+    n = node()
+    ip = ipaddress.ip_address
+    assert n.set_kernel_groups({ip("224.0.0.1"), ip("ff02::1")}) == []  # nothing new: no announcement
+    ((_, info, route),) = n.set_kernel_groups({ip("239.1.2.3"), ip("224.0.0.1")})
+    assert route is None and info.dt == ADDR_HEY_YOU and M.records(info)[-1] == Ladr((0xE00001, 0xE10203, 0xE80001))
+    assert n.from_pw(Packet(dt=0xE10203, sa=OTHER, pt=0x0800, data=v4(src=C4, dst="239.1.2.3")), b"r")[-1][0] == "tun"
+    ((_, info, _),) = n.set_kernel_groups(set())  # left: all-hosts/all-nodes stay
+    assert M.records(info)[-1] == Ladr((0xE00001, 0xE80001)) and n.counters["groups_changed"] == 2
+    assert n.from_pw(Packet(dt=0xE10203, sa=OTHER, pt=0x0800, data=v4(src=C4, dst="239.1.2.3")), b"r") == []
+
+
+def test_kernel_groups_are_bounded_and_joins_kept():
+    n = IpNode(ME, groups=["239.9.9.9"])
+    many = {ipaddress.IPv4Address(0xEF000000 + i) for i in range(2 * K.IP_GROUPS_MAX)}
+    n.set_kernel_groups(many)
+    assert len(n.groups) == K.IP_GROUPS_MAX and 0xE10909 in n.groups and 0xE00001 in n.groups
+    assert n.counters["groups_over_max"] > 0
