@@ -141,12 +141,15 @@ class Engine:
                 and pkt.dt in (self.me, ADDR_HEY_YOU):
             refused = self._unknown_mandatory(pkt)
             return refused if refused is not None else self._register(pkt, src_route)
-        prefix = list(pkt.prefix)
-        while prefix and isinstance(prefix[0], Symbol):
-            prefix.pop(0)  # a symbol is consumed by the first entity that meets it
-            self.counters["symbols_consumed"] += 1
-        pkt = replace(pkt, prefix=tuple(prefix), tail=ei_update(pkt.tail, error_detected))
-        if prefix:  # an L2RH leads: L2-forward through my twin, which consumes it
+        if pkt.prefix:
+            prefix = list(pkt.prefix)
+            while prefix and isinstance(prefix[0], Symbol):
+                prefix.pop(0)  # a symbol is consumed by the first entity that meets it
+                self.counters["symbols_consumed"] += 1
+            pkt = replace(pkt, prefix=tuple(prefix), tail=ei_update(pkt.tail, error_detected))
+        elif pkt.tail or error_detected:  # EI 0 shifted stays 0: an L3 packet without errors is unchanged
+            pkt = replace(pkt, tail=ei_update(pkt.tail, error_detected))
+        if pkt.prefix:  # an L2RH leads: L2-forward through my twin, which consumes it
             self.counters["l2_forwarded"] += 1
             return [("twin", None, pkt)]
         return self._l3(pkt, from_twin=False)
