@@ -120,6 +120,8 @@ class IpNode:
         self.kernel_groups: frozenset = frozenset()  # the IP stack's memberships on pw0 (set_kernel_groups)
         self.groups = tuple(sorted(_logical(joined)))  # the logical addresses I listen to
         self.static: dict = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
+        # the same by packed address, unicast ones: a packet's bytes find them without ipaddress objects
+        self.static_packed = {ip.packed: a for ip, a in self.static.items() if logical_of(ip) is None}
         self.learned: dict = {}  # ip -> (PacketWay address, until, confirmed by the router's INFO)
         self.negative: dict = {}  # ip -> until
         self.pending: dict = {}  # ip -> _Pending
@@ -307,11 +309,14 @@ class IpNode:
     def from_tun(self, raw: bytes, now: float) -> list:
         self.now = now
         c = self.counters
-        head = ippacket.parse(raw)
+        head = ippacket.addresses(raw)
         if head is None:
             c["tun_drop_not_ip"] += 1
             return []
-        pt, _src, dst = head
+        a = self.static_packed.get(head[2])
+        if a is not None:  # the common case: a configured peer
+            return self._send(a, head[0], raw)
+        pt, dst = head[0], ipaddress.ip_address(head[2])
         group = logical_of(dst)
         if group is not None:
             c[f"tx_group_ipv{dst.version}"] += 1
@@ -342,7 +347,7 @@ class IpNode:
                 return self._too_big(raw, limit)
             self.counters["tun_drop_over_mtu_fragmentable"] += 1  # the kernel fragments at pw0's MTU only
             return []
-        self.counters[f"tx_ipv{4 if pt == K.PT_IPV4 else 6}"] += 1
+        self.counters["tx_ipv4" if pt == K.PT_IPV4 else "tx_ipv6"] += 1
         route = None
         if self.redirects:
             hop = self.redirects.get(a)
@@ -423,15 +428,23 @@ class IpNode:
         return []
 
     def _ip_in(self, pkt: Packet) -> list:
-        head = ippacket.parse(pkt.data)
-        if head is None or head[0] != pkt.pt or pkt.dt != (logical_of(head[2]) or self.addr):
-            self.counters["rx_drop_bad_ip"] += 1  # malformed, or sent to an address its IP one does not map to
+        c = self.counters
+        head = ippacket.addresses(pkt.data)
+        if head is None or head[0] != pkt.pt:
+            c["rx_drop_bad_ip"] += 1
             return []
-        if logical_of(head[1]) is not None:
-            self.counters["rx_drop_group_source"] += 1
+        if pkt.dt == self.addr and not ippacket.is_group(head[2]) and self.static_packed.get(head[1]) is not None:
+            c["rx_ipv4" if pkt.pt == K.PT_IPV4 else "rx_ipv6"] += 1  # the common case: from a configured peer
+            return [("tun", pkt.data)]
+        src, dst = ipaddress.ip_address(head[1]), ipaddress.ip_address(head[2])
+        if pkt.dt != (logical_of(dst) or self.addr):
+            c["rx_drop_bad_ip"] += 1  # sent to an address its IP one does not map to
             return []
-        out = self._learn(head[1], pkt.sa, confirmed=False)
-        self.counters[f"rx_ipv{4 if pkt.pt == K.PT_IPV4 else 6}"] += 1
+        if logical_of(src) is not None:
+            c["rx_drop_group_source"] += 1
+            return []
+        out = self._learn(src, pkt.sa, confirmed=False)
+        c["rx_ipv4" if pkt.pt == K.PT_IPV4 else "rx_ipv6"] += 1
         return out + [("tun", pkt.data)]
 
     def _records(self, pkt: Packet):

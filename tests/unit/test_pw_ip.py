@@ -467,3 +467,22 @@ def test_kernel_groups_are_bounded_and_joins_kept():
     n.set_kernel_groups(many)
     assert len(n.groups) == K.IP_GROUPS_MAX and 0xE10909 in n.groups and 0xE00001 in n.groups
     assert n.counters["groups_over_max"] > 0
+
+
+@given(st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16)))
+def test_is_group_on_bytes_agrees_with_logical_of(addr):
+    from pktwayd.ippacket import is_group
+    from pktwayd.ipnode import logical_of
+
+    assert is_group(addr) == (logical_of(ipaddress.ip_address(addr)) is not None)
+
+
+def test_configured_peers_take_the_short_path_with_the_same_checks():
+    n = node()
+    n.static_packed.clear()  # the general path ...
+    slow = [n.from_tun(v4(), 0), n.from_pw(Packet(dt=ME, sa=PEER, pt=0x0800, data=v4(src=B4, dst=A4)), b"r")]
+    fast = node()  # ... and the short one give the same actions
+    assert [fast.from_tun(v4(), 0), fast.from_pw(Packet(dt=ME, sa=PEER, pt=0x0800, data=v4(src=B4, dst=A4)), b"r")] == slow
+    assert fast.counters == n.counters
+    bad = Packet(dt=ME, sa=PEER, pt=0x86DD, data=v4(src=B4, dst=A4))  # PT and IP version disagree
+    assert fast.from_pw(bad, b"r") == [] and fast.counters["rx_drop_bad_ip"] == 1
