@@ -111,6 +111,7 @@ class IpNode:
         self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
         self.native: dict[int, bytes] = {}  # node or HR of my SAN -> its native route (its INFO said)
         self.wru_asked: dict[int, float] = {}  # redirected-to node I asked "who are you" -> until
+        self.wru_quiet: dict[int, float] = {}  # ... that did not answer itself: not asked again until
         self.name = name
         joined = [ipaddress.ip_address(g) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
         logical = [logical_of(g) for g in joined]
@@ -181,7 +182,8 @@ class IpNode:
 
     def timer(self) -> float:
         times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
-        times += [until for _, until in self.redirects.values()]
+        times += [until for _, until in self.redirects.values()] + list(self.wru_asked.values())
+        times += list(self.wru_quiet.values())
         times += [self.next_recheck] if self._rechecks() else []
         return min(times, default=self.now + 1.0)
 
@@ -215,7 +217,11 @@ class IpNode:
             self.counters["redirect_expired"] += 1
         for h in [h for h, until in self.wru_asked.items() if until <= now]:
             del self.wru_asked[h]
+            if len(self.wru_quiet) < K.IP_REDIRECTS_MAX:  # e.g. a pw0 node: it answers through its router
+                self.wru_quiet[h] = now + K.IP_REDIRECT_TTL_S
             self.counters["redirect_wru_unanswered"] += 1
+        for h in [h for h, until in self.wru_quiet.items() if until <= now]:
+            del self.wru_quiet[h]
         return out
 
     # --- resolution ---------------------------------------------------------------------------------
@@ -377,7 +383,7 @@ class IpNode:
         if self.redirects.get(d, (None,))[0] != h:
             c["redirect_obeyed"] += 1
         self.redirects[d] = (h, self.now + K.IP_REDIRECT_TTL_S)
-        if h in self.native or self.wru_asked.get(h, 0.0) > self.now:
+        if h in self.native or self.wru_asked.get(h, 0.0) > self.now or self.wru_quiet.get(h, 0.0) > self.now:
             return []
         if len(self.wru_asked) >= K.IP_REDIRECTS_MAX:
             c["redirect_wru_refused_full"] += 1

@@ -399,7 +399,10 @@ def test_redirects_are_bounded_and_unanswered_wrus_expire():
     assert len(n.wru_asked) == K.IP_REDIRECTS_MAX
     n.handle_timer(K.IP_RESOLVE_RETRY_S)
     assert not n.wru_asked and n.counters["redirect_wru_unanswered"] == K.IP_REDIRECTS_MAX
-    assert pw(redirected(n, d=0x1000, h=0x2000, now=K.IP_RESOLVE_RETRY_S))[0].te == RrpTE.WRU  # asked again
+    assert redirected(n, d=0x1000, h=0x2000, now=K.IP_RESOLVE_RETRY_S) == []  # unanswered: quiet for a while ...
+    later = K.IP_RESOLVE_RETRY_S + K.IP_REDIRECT_TTL_S
+    n.handle_timer(later)
+    assert not n.wru_quiet and pw(redirected(n, d=0x1000, h=0x2000, now=later))[0].te == RrpTE.WRU  # ... then asked again
 
 
 @settings(max_examples=200, deadline=None)
