@@ -80,9 +80,13 @@ def start_router(fa, text: str, name: str = "pktwayd") -> str:
     ctl.unlink(missing_ok=True)
     (fa.tmp / f"{name}.toml").write_text(text)
     fa.spawn(name, 2, str(BIN / "pktwayd"), "-c", str(fa.tmp / f"{name}.toml"))
-    poll(lambda: ctl.exists() and all(h["up"] and len(h["rts"]) == 2
-                                      for h in request(str(ctl), {"cmd": "routes"})["halves"]),
-         15, what="both halves up with their twin's LRT")
+    def up() -> bool:
+        try:
+            return all(h["up"] and len(h["rts"]) == 2 for h in request(str(ctl), {"cmd": "routes"})["halves"])
+        except OSError:  # not listening yet (the socket file comes first)
+            return False
+
+    poll(up, 15, what="both halves up with their twin's LRT")
     return str(ctl)
 
 
