@@ -44,6 +44,8 @@ LIVENESS_S = 5.0  # spec §3.4 PC: a WRU to the twin every 5 s ...
 LIVENESS_MISSES = 3  # ... and three unanswered ones mean it is gone
 REGATHER_S = 1.0  # after a withdrawal, GVRT the twin and buddies this much later
 REDIRECT_TTL_S = 60.0  # a node obeys an RDRC this long, then asks its default router again
+REDIRECT_INTERVAL_S = 1.0  # a half-router redirects one node about one destination at most this often (PC)
+REDIRECTED_MAX = 4096  # (node, destination) pairs whose last redirect a half-router remembers (PC)
 TWIN_HIGH_WATER_MPS = 65536  # twin-link backlog (micropackets) beyond which packets are dropped, counted
 
 # Optional header field types this implementation knows (spec §1.8, §1.12: none is defined,
