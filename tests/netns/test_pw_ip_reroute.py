@@ -111,6 +111,8 @@ def test_router_kill_9_gsn_to_infiniband_reroutes_and_the_redirect_is_followed()
         assert r.returncode == 0 and " 0% packet loss" in r.stdout, r.stdout
         r = fa.ns_exec(1, "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", IP6_X, check=False)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert request(ca, {"cmd": "status"})["counters"]["tx_redirected"] >= before_tx + 13  # the new first hop ...
-        assert half("xa")["counters"].get("l3_forwarded", 0) <= before_x + 2  # ... X only passes A's few questions
+        # 13 packets to the new first hop, but for one when the redirect's 10 s ran out in between
+        # (that one goes through X, which redirects A again)
+        assert request(ca, {"cmd": "status"})["counters"]["tx_redirected"] >= before_tx + 12
+        assert half("xa")["counters"].get("l3_forwarded", 0) <= before_x + 3
         assert half("ya")["counters"]["l3_forwarded"] >= before_y + 13
