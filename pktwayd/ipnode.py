@@ -20,7 +20,7 @@ Level B: the router's redirects are obeyed.  A half-router that forwards my pack
 a buddy on my SAN (or straight to a node of my SAN) tells me so (RDRC(D, H): "for D,
 use H"); I need H's native route, so I ask H itself who it is (WRU, L3 through my
 router), and H's INFO, when it comes straight from H (not from my router's route),
-gives it.  From then on packets to D go to H directly for ``REDIRECT_TTL_S``, then
+gives it.  From then on packets to D go to H directly for ``IP_REDIRECT_TTL_S``, then
 through my router again, which redirects me anew if that still holds.  Only my
 router's redirects count (a frame from its route), and only answers to my own WRUs
 teach a native route.
