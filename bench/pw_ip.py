@@ -23,9 +23,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from lab.netns import BIN, Fabric, poll  # noqa: E402
 from daemons.runtime.control import request  # noqa: E402
-from ip_over_gsn import case_a, measure  # noqa: E402
+from ip_over_gsn import case_a, cpu_seconds, measure  # noqa: E402
 
 H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
+
+
+def forwarded(ctl) -> int:
+    """Packets pktwayd sent on its SANs (both directions: data and TCP's ACKs)."""
+    return sum(h["counters"].get("tx_packets", 0) for h in request(str(ctl), {"cmd": "routes"})["halves"])
 
 
 def routed(seconds: float, mtu_words: int) -> dict:
@@ -54,7 +59,15 @@ def routed(seconds: float, mtu_words: int) -> dict:
             return (fa if i == 1 else fb).ns_exec(1, *argv, check=False, timeout=300)
 
         poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "10.77.0.2").returncode == 0, 15, what="pw0 ping")
+        procs = {"pw0 A": fa.procs["pw0"], "pktwayd": fa.procs["pktwayd"], "pw0 B": fb.procs["pw0"],
+                 "gsnd A1": fa.procs["gsnd1"], "gsnd A2": fa.procs["gsnd2"], "gsnd B2": fb.procs["gsnd2"],
+                 "gsnd B1": fb.procs["gsnd1"]}
+        cpu0 = {k: cpu_seconds([p.pid]) for k, p in procs.items()}
+        fwd0 = forwarded(ctl)
         out = measure(run, ["ip", "netns", "exec", fb.host_ns[0]], "10.77.0.2", seconds)
+        packets = max(1, forwarded(ctl) - fwd0)
+        out["cpu_us_per_packet"] = {k: (cpu_seconds([p.pid]) - cpu0[k]) / packets * 1e6 for k, p in procs.items()}
+        out["packets"] = packets
         out["pw0_mtu"] = mtu
         out["router_counters"] = {k: v for h in request(str(ctl), {"cmd": "routes"})["halves"]
                                   for k, v in h["counters"].items() if "drop" in k or "over_mtu" in k}
@@ -79,6 +92,8 @@ def main() -> int:
     p2p, rt = res["p2p"], res["routed"]
     print(f"routed/p2p: tcp1 {rt['tcp1'] / p2p['tcp1']:.3f}x  tcp4 {rt['tcp4'] / p2p['tcp4']:.3f}x  "
           f"(pw0 MTU {rt['pw0_mtu']})")
+    print(f"CPU us per routed packet (whole run: tcp1, tcp4, ping; {rt['packets']} packets):",
+          "  ".join(f"{k} {v:.0f}" for k, v in rt["cpu_us_per_packet"].items()))
     print("router drops:", json.dumps(rt["router_counters"]))
     print("pw0 counters (besides IP packets sent/received):", json.dumps(rt["pw0_counters"]))
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -44,6 +44,8 @@ LIVENESS_S = 5.0  # spec §3.4 PC: a WRU to the twin every 5 s ...
 LIVENESS_MISSES = 3  # ... and three unanswered ones mean it is gone
 REGATHER_S = 1.0  # after a withdrawal, GVRT the twin and buddies this much later
 REDIRECT_TTL_S = 60.0  # a node obeys an RDRC this long, then asks its default router again
+REDIRECT_INTERVAL_S = 1.0  # a half-router redirects one node about one destination at most this often (PC)
+REDIRECTED_MAX = 4096  # (node, destination) pairs whose last redirect a half-router remembers (PC)
 TWIN_HIGH_WATER_MPS = 65536  # twin-link backlog (micropackets) beyond which packets are dropped, counted
 
 # Optional header field types this implementation knows (spec §1.8, §1.12: none is defined,
@@ -79,11 +81,14 @@ IP_LEARNED_S = 300.0  # a learned IP -> PacketWay address is asked again after t
 IP_MTU_RECHECK_S = 60.0  # pw0 asks its peers' route MTUs again this often and follows them (PC)
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
+IP_REDIRECT_TTL_S = 10.0  # pw0 obeys an RDRC this long, then goes through its router again (PC)
+IP_REDIRECTS_MAX = 256  # redirected destinations, and native routes of redirected-to nodes, kept (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
 # IP multicast -> PacketWay logical address: the group's low 19 bits under a base per IP
 # version (as IPv4 multicast maps onto Ethernet, the IP stack filters what collides) (PC)
 IP_GROUP_V4_BASE, IP_GROUP_V6_BASE, IP_GROUP_BITS = 0xE00000, 0xE80000, 0x7FFFF
 IP_GROUPS_MAX = 64  # multicast groups one pw0 node listens to (PC)
+IP_GROUPS_POLL_S = 1.0  # pw0 reads the kernel's memberships on it (/proc/net/igmp, igmp6) this often (PC)
 IP_GROUPS_ALWAYS = ("224.0.0.1", "ff02::1")  # all-hosts / all-nodes: every pw0 node is a member (PC)
 MEMORY_BOARD_MAX = 1 << 20  # bytes of memory board one node may serve (pktway listen --memory) (PC)
 MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer must fit the SANs' MTUs) (PC)

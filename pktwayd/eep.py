@@ -119,6 +119,9 @@ class Packet:
             raise ValueError("data block longer than 2^25-1 words")
         if len(self.trailer) % W:
             raise ValueError("the trailer is whole words")
+        if dialect != "mw5" and not self.prefix and not self.options:  # an L3 packet: no joins to make
+            return b"".join((self.header(), self.data, _PADS[-len(self.data) % W], self.trailer,
+                             struct.pack(">Q", self.tail & _U64)))
         pre = b"".join(r.encode(dialect) if isinstance(r, L2RH) else r.encode() for r in self.prefix)
         if dialect == "mw5":
             if any(isinstance(r, Symbol) for r in self.prefix) or self.options:
@@ -131,14 +134,19 @@ class Packet:
         return pre + head + opts + self.data + bytes(pad) + self.trailer + struct.pack(">Q", self.tail & _U64)
 
     def header(self) -> bytes:
+        v, p, dt, te, pt, e, sa, rz = self.v, self.p, self.dt, self.te, self.pt, self.e, self.sa, self.rz
+        if v >> 2 or p >> 6 or dt >> 24 or te >> 16 or pt >> 16 or e >> 4 or sa >> 24 or rz >> 7 \
+                or min(v, p, dt, te, pt, e, sa, rz) < 0:
+            self._out_of_range()
+        w0 = (v << 62) | (p << 56) | (dt << 32) | (te << 16) | pt
+        w1 = (e << 60) | (-len(self.data) % W << 57) | (self.dl << 32) | (int(bool(self.options)) << 31) | (rz << 24) | sa
+        return struct.pack(">QQ", w0, w1)
+
+    def _out_of_range(self) -> None:
         for name, value, bits in (("V", self.v, 2), ("P", self.p, 6), ("DT", self.dt, 24), ("TE", self.te, 16),
                                   ("PT", self.pt, 16), ("E", self.e, 4), ("SA", self.sa, 24), ("RZ", self.rz, 7)):
             if not 0 <= value < 1 << bits:
                 raise ValueError(f"{name}={value:#x} does not fit in {bits} bits")
-        pl = _pad_to_word(len(self.data))
-        w0 = (self.v << 62) | (self.p << 56) | (self.dt << 32) | (self.te << 16) | self.pt
-        w1 = (self.e << 60) | (pl << 57) | (self.dl << 32) | (int(bool(self.options)) << 31) | (self.rz << 24) | self.sa
-        return struct.pack(">QQ", w0, w1)
 
 
 def ei_update(ei: int, error_detected: bool) -> int:
@@ -174,6 +182,25 @@ def first_word_kind(word: bytes, dialect: str = "pw0") -> str:
 def decode(data: bytes, dialect: str = "pw0") -> Packet:
     """Decode a whole packet (its length comes from the carrier)."""
     n = len(data)
+    if dialect == "pw0" and n >= 3 * W and not n % W:  # the common case first: an EEP header leads, no OH
+        w0, w1 = _HEAD.unpack_from(data)
+        b1 = (w0 >> 48) & 0xFF
+        if not w0 >> 62 and (b1 < 0x80 or b1 & 0xF0 == 0xE0) and not (w1 >> 31) & 1:
+            dl, pl = (w1 >> 32) & 0x1FFFFFF, (w1 >> 57) & 7
+            end = 2 * W + W * dl
+            if not (pl and dl == 0) and end <= n - W:
+                return Packet((w0 >> 32) & 0xFFFFFF, w1 & 0xFFFFFF, w0 & 0xFFFF, (w0 >> 16) & 0xFFFF,
+                              bytes(data[2 * W : end - pl]), (), (), bytes(data[end : n - W]),
+                              _TAIL.unpack_from(data, n - W)[0], 0, (w0 >> 56) & 0x3F, w1 >> 60, (w1 >> 24) & 0x7F)
+    return _decode(data, dialect, n)
+
+
+_HEAD, _TAIL = struct.Struct(">QQ"), struct.Struct(">Q")
+_PADS = [bytes(i) for i in range(W)]  # _PADS[-len % W]: the zero bytes to the next word
+
+
+def _decode(data: bytes, dialect: str, n: int) -> Packet:
+    """Any packet: prefix records, either dialect, optional header fields."""
     if n % W:
         raise DecodeError("packet", n - n % W, f"length {n} is not a multiple of 8")
     if n < 3 * W:

@@ -24,7 +24,8 @@ from daemons.wire.errors import DecodeError
 
 from . import messages as M
 from .constants import (ADDR_BROADCAST, ADDR_HEY_YOU, ERR_GENERAL_COPY_MAX, KNOWN_OH_TYPES, LIVENESS_MISSES, LIVENESS_S,
-                        LOGICAL_BASE, LOGICAL_MASK, REGATHER_S, PT, ErrTE, RrpTE)
+                        LOGICAL_BASE, LOGICAL_MASK, REDIRECT_INTERVAL_S, REDIRECTED_MAX, REGATHER_S, PT, ErrTE,
+                        RrpTE)
 from .eep import L2RH, Packet, Symbol, decode, ei_update
 from .drops import BadPacket
 from .rrp import Addr, Capa, Ladr, Name, Record, Rthd
@@ -62,6 +63,7 @@ class Engine:
         self.silent: set[int] = set()  # ... and those that stopped answering WRUs
         self.last_tick = now  # when handle_timer last ran
         self.routers: dict[int, bytes] = {}  # router entries -> native route (set by _entries)
+        self.redirected: dict[tuple[int, int], float] = {}  # (node, destination) -> no new RDRC before
         self._entries()
         self._index()
 
@@ -150,12 +152,15 @@ class Engine:
                 and pkt.dt in (self.me, ADDR_HEY_YOU):
             refused = self._unknown_mandatory(pkt)
             return refused if refused is not None else self._register(pkt, src_route)
-        prefix = list(pkt.prefix)
-        while prefix and isinstance(prefix[0], Symbol):
-            prefix.pop(0)  # a symbol is consumed by the first entity that meets it
-            self.counters["symbols_consumed"] += 1
-        pkt = replace(pkt, prefix=tuple(prefix), tail=ei_update(pkt.tail, error_detected))
-        if prefix:  # an L2RH leads: L2-forward through my twin, which consumes it
+        if pkt.prefix:
+            prefix = list(pkt.prefix)
+            while prefix and isinstance(prefix[0], Symbol):
+                prefix.pop(0)  # a symbol is consumed by the first entity that meets it
+                self.counters["symbols_consumed"] += 1
+            pkt = replace(pkt, prefix=tuple(prefix), tail=ei_update(pkt.tail, error_detected))
+        elif pkt.tail or error_detected:  # EI 0 shifted stays 0: an L3 packet without errors is unchanged
+            pkt = replace(pkt, tail=ei_update(pkt.tail, error_detected))
+        if pkt.prefix:  # an L2RH leads: L2-forward through my twin, which consumes it
             self.counters["l2_forwarded"] += 1
             return [("twin", None, pkt)]
         return self._l3(pkt, from_twin=False)
@@ -197,17 +202,26 @@ class Engine:
             self.counters["l3_over_mtu"] += 1
             return self._general(pkt)
         self.counters["l3_forwarded"] += 1
-        if where == "local":
-            out: list[Action] = [("san", d, pkt)]
-            if not from_twin and self._on_my_san(pkt.sa):
-                out.append(("san", pkt.sa, M.rdrc(pkt.sa, self.me, d, d)))  # "D is on your SAN"
-            return out
         if where == "twin":
             return [("twin", None, pkt)]
-        out = [("san", where, pkt)]
-        if not from_twin and self._on_my_san(pkt.sa):
-            out.append(("san", pkt.sa, M.rdrc(pkt.sa, self.me, d, where)))  # forward and redirect
+        out: list[Action] = [("san", d if where == "local" else where, pkt)]
+        if not from_twin and self._on_my_san(pkt.sa):  # forward and redirect ("D is on your SAN" if local)
+            out += self._redirect(pkt.sa, d, d if where == "local" else where)
         return out
+
+    def _redirect(self, node: int, d: int, via: int) -> list[Action]:
+        """RDRC(D, via) to a node of my SAN, at most once per REDIRECT_INTERVAL_S per (node, D):
+        every packet it sends me meanwhile would otherwise bring another."""
+        key = (node, d)
+        if self.redirected.get(key, -1e18) > self.now:
+            self.counters["rdrc_held"] += 1
+            return []
+        if len(self.redirected) >= REDIRECTED_MAX:
+            self.redirected = {k: t for k, t in self.redirected.items() if t > self.now}
+            if len(self.redirected) >= REDIRECTED_MAX:
+                self.redirected.pop(next(iter(self.redirected)))
+        self.redirected[key] = self.now + REDIRECT_INTERVAL_S
+        return [("san", node, M.rdrc(node, self.me, d, via))]
 
     # --- logical (group) and broadcast destinations (PC, spec §1.2) ------------------------------
     def _group(self, pkt: Packet) -> list[Action]:

@@ -20,6 +20,8 @@ from daemons.runtime.control import serve_control
 from daemons.runtime.schema import Schema
 from daemons.ulpclient import ulp_session
 
+from . import constants as K
+from . import ipgroups
 from .constants import ETHERTYPE_PKTWAY
 from .ipnode import IpNode
 
@@ -35,6 +37,7 @@ class PwIp:
         if (ulp is None) == (san_port is None):
             raise ValueError("PwIp: give one of ulp (gsnd's ULP socket) or san_port")
         self.core = core
+        core.router = router_route  # only frames from it may redirect the node (level B)
         self.dev = dev
         self.router_route = router_route
         self.dialect = dialect
@@ -99,6 +102,15 @@ class PwIp:
                 await self.client.flush()
             await trio.lowlevel.checkpoint()
 
+    async def _memberships(self) -> None:
+        """Follow the IP stack's multicast memberships on pw0 (sockets, ``ip maddr``)."""
+        while True:
+            groups = ipgroups.read(self.dev)  # procfs: never blocks
+            if self.up:
+                self._now()
+                self.act(self.core.set_kernel_groups(groups))
+            await trio.sleep(K.IP_GROUPS_POLL_S)
+
     async def _timers(self) -> None:
         while True:
             await trio.sleep_until(min(self.core.timer(), trio.current_time() + 1.0))
@@ -110,7 +122,10 @@ class PwIp:
                 "peers": {str(ip): a for ip, a in core.static.items()},
                 "learned": {str(ip): a for ip, (a, _, _) in core.learned.items()},
                 "confirmed": sorted(str(ip) for ip, (_, _, sure) in core.learned.items() if sure),
+                "groups": [hex(a) for a in core.groups],
                 "route_mtu": {hex(a): m for a, m in core.route_mtu.items()},
+                "redirects": {hex(d): hex(h) for d, (h, _) in core.redirects.items()},
+                "native_routes": {hex(h): r.hex() for h, r in core.native.items()},
                 "counters": dict(core.counters) | dict(self.tun.counters if self.tun else {})
                 | (dict(self.san_port.counters) if self.san_port else {})}
 
@@ -124,6 +139,7 @@ class PwIp:
                                                 counters=self.control_counters))
                 nursery.start_soon(self._tun_loop, tun)
                 nursery.start_soon(self._timers)
+                nursery.start_soon(self._memberships)
                 if self.san_port is not None and self.port_reports_status:
                     nursery.start_soon(self.san_port.run, self.on_frame, self.on_status)
                 elif self.san_port is not None:

@@ -16,10 +16,20 @@ returns a packet as too big for its route (ERR/GENERAL with the packet's copy) t
 node asks for the route's MTU and hands its IP stack an ICMP "fragmentation needed"
 or ICMPv6 "packet too big" for that destination.
 
+Level B: the router's redirects are obeyed.  A half-router that forwards my packet to
+a buddy on my SAN (or straight to a node of my SAN) tells me so (RDRC(D, H): "for D,
+use H"); I need H's native route, so I ask H itself who it is (WRU, L3 through my
+router), and H's INFO, when it comes straight from H (not from my router's route),
+gives it.  From then on packets to D go to H directly for ``IP_REDIRECT_TTL_S``, then
+through my router again, which redirects me anew if that still holds.  Only my
+router's redirects count (a frame from its route), and only answers to my own WRUs
+teach a native route.
+
 IP multicast goes to a PacketWay logical address (the group's low 19 bits, see
 :func:`logical_of`) and IPv4's limited broadcast to the PacketWay broadcast address:
 the half-router copies it to every member (a node's groups are the LADR of its INFO).
-A pw0 node listens to all-hosts/all-nodes and the groups it was given.
+A pw0 node listens to all-hosts/all-nodes, the groups it was given and those its IP
+stack joined on pw0 (:meth:`IpNode.set_kernel_groups`; a change is announced anew).
 
 Actions returned, for the driver to carry out:
 ``("pw", Packet, route)`` send on the SAN (route None: to the half-router),
@@ -72,6 +82,10 @@ def logical_of(ip: IP) -> int | None:
     return base | (int(ip) & K.IP_GROUP_BITS)
 
 
+def _logical(ips: Iterable[IP]) -> set[int]:
+    return {a for ip in ips if (a := logical_of(ip)) is not None}
+
+
 def is_group(a: int) -> bool:
     return a == ADDR_BROADCAST or a & LOGICAL_MASK == LOGICAL_BASE
 
@@ -98,17 +112,25 @@ class _MtuQuery:
 class IpNode:
     def __init__(self, addr: int, *, peers: Mapping[str | IP, int] | None = None, name: bytes | None = None,
                  mtu: int | None = None, groups: Iterable[str] = (), mtu_recheck: float = K.IP_MTU_RECHECK_S,
+                 router: bytes | None = None,
                  now: float = 0.0) -> None:
         self.addr = addr
+        self.router = router  # my half-router's native route: only its redirects count (None: none do)
+        self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
+        self.native: dict[int, bytes] = {}  # node or HR of my SAN -> its native route (its INFO said)
+        self.wru_asked: dict[int, float] = {}  # redirected-to node I asked "who are you" -> until
+        self.wru_quiet: dict[int, float] = {}  # ... that did not answer itself: not asked again until
         self.name = name
-        logical = [logical_of(ipaddress.ip_address(g)) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
-        if len(logical) > K.IP_GROUPS_MAX:
+        joined = [ipaddress.ip_address(g) for g in (*K.IP_GROUPS_ALWAYS, *groups)]
+        logical = [logical_of(g) for g in joined]
+        if len(logical) > K.IP_GROUPS_MAX or any(a is None or a == ADDR_BROADCAST for a in logical):
             raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
-        listened = {a for a in logical if a is not None and a != ADDR_BROADCAST}
-        if len(listened) != len(set(logical)):
-            raise ValueError(f"groups are IP multicast addresses, at most {K.IP_GROUPS_MAX}")
-        self.groups = tuple(sorted(listened))  # the logical addresses I listen to
+        self.joined = frozenset(joined)  # always listened to (all-hosts/all-nodes, --join)
+        self.kernel_groups: frozenset[IP] = frozenset()  # the IP stack's memberships on pw0 (set_kernel_groups)
+        self.groups = tuple(sorted(_logical(joined)))  # the logical addresses I listen to
         self.static: dict[IP, int] = {ipaddress.ip_address(ip): a for ip, a in (peers or {}).items()}
+        # the same by packed address, unicast ones: a packet's bytes find them without ipaddress objects
+        self.static_packed: dict[bytes, int] = {ip.packed: a for ip, a in self.static.items() if logical_of(ip) is None}
         self.learned: dict[IP, tuple[int, float, bool]] = {}  # ip -> (address, until, confirmed by the router's INFO)
         self.negative: dict[IP, float] = {}  # ip -> until
         self.pending: dict[IP, _Pending] = {}
@@ -140,6 +162,26 @@ class IpNode:
             out += self._ask_mtu(a)
         return out
 
+    def set_kernel_groups(self, ips: Iterable[IP]) -> list[Action]:
+        """The IP stack's multicast memberships on pw0 now (a socket or ``ip maddr`` joined
+        or left): I listen to their logical addresses too, and if that changed I announce
+        myself again (INFO with the new LADR: the router copies group packets to members)."""
+        ips = frozenset(ip for ip in ips if logical_of(ip) not in (None, ADDR_BROADCAST))
+        if ips == self.kernel_groups:
+            return []
+        self.kernel_groups = ips
+        logical = sorted(_logical(self.joined | ips))
+        if len(logical) > K.IP_GROUPS_MAX:
+            self.counters["groups_over_max"] += len(logical) - K.IP_GROUPS_MAX
+            keep = _logical(self.joined)
+            logical = sorted(keep | set([a for a in logical if a not in keep][: K.IP_GROUPS_MAX - len(keep)]))
+        groups = tuple(logical)
+        if groups == self.groups:
+            return []
+        self.groups = groups
+        self.counters["groups_changed"] += 1
+        return [("pw", self._announce(ADDR_HEY_YOU), None)]
+
     def _announce(self, dt: int) -> Packet:
         return M.info(dt, self.addr, self.addr, self.name, (), self.groups)
 
@@ -148,6 +190,8 @@ class IpNode:
 
     def timer(self) -> float:
         times = [p.next for p in self.pending.values()] + [q.until for q in self.mtu_queries.values()]
+        times += [until for _, until in self.redirects.values()] + list(self.wru_asked.values())
+        times += list(self.wru_quiet.values())
         times += [self.next_recheck] if self._rechecks() else []
         return min(times, default=self.now + 1.0)
 
@@ -176,6 +220,16 @@ class IpNode:
             out += self._mtu_known(a, None)
         for ip in [ip for ip, until in self.negative.items() if until <= now]:
             del self.negative[ip]
+        for d in [d for d, (_, until) in self.redirects.items() if until <= now]:
+            del self.redirects[d]  # through my router again: it redirects me anew if that still holds
+            self.counters["redirect_expired"] += 1
+        for h in [h for h, until in self.wru_asked.items() if until <= now]:
+            del self.wru_asked[h]
+            if len(self.wru_quiet) < K.IP_REDIRECTS_MAX:  # e.g. a pw0 node: it answers through its router
+                self.wru_quiet[h] = now + K.IP_REDIRECT_TTL_S
+            self.counters["redirect_wru_unanswered"] += 1
+        for h in [h for h, until in self.wru_quiet.items() if until <= now]:
+            del self.wru_quiet[h]
         return out
 
     # --- resolution ---------------------------------------------------------------------------------
@@ -269,11 +323,14 @@ class IpNode:
     def from_tun(self, raw: bytes, now: float) -> list[Action]:
         self.now = now
         c = self.counters
-        head = ippacket.parse(raw)
+        head = ippacket.addresses(raw)
         if head is None:
             c["tun_drop_not_ip"] += 1
             return []
-        pt, _src, dst = head
+        a = self.static_packed.get(head[2])
+        if a is not None:  # the common case: a configured peer
+            return self._send(a, head[0], raw)
+        pt, dst = head[0], ipaddress.ip_address(head[2])
         group = logical_of(dst)
         if group is not None:
             c[f"tx_group_ipv{dst.version}"] += 1
@@ -304,8 +361,54 @@ class IpNode:
                 return self._too_big(raw, limit)
             self.counters["tun_drop_over_mtu_fragmentable"] += 1  # the kernel fragments at pw0's MTU only
             return []
-        self.counters[f"tx_ipv{4 if pt == K.PT_IPV4 else 6}"] += 1
-        return [("pw", Packet(dt=a, sa=self.addr, pt=pt, data=raw), None)]
+        self.counters["tx_ipv4" if pt == K.PT_IPV4 else "tx_ipv6"] += 1
+        route = None
+        if self.redirects:
+            hop = self.redirects.get(a)
+            if hop is not None and hop[1] > self.now:
+                route = self.native.get(hop[0])
+                self.counters["tx_redirected" if route is not None else "tx_redirect_route_unknown"] += 1
+        return [("pw", Packet(dt=a, sa=self.addr, pt=pt, data=raw), route)]
+
+    # --- level B: redirects -----------------------------------------------------------------------------
+    def _redirect(self, d: int, h: int, sa: int, route: bytes) -> list[Action]:
+        """RDRC(D, H) from my router: send to H for D; ask H who it is if I do not know its route."""
+        c = self.counters
+        if self.router is None or route != self.router:
+            c["rdrc_not_from_my_router"] += 1
+            return []
+        if h == sa:  # "use me": my router is the best first hop again
+            if self.redirects.pop(d, None) is not None:
+                c["redirect_cleared"] += 1
+            return []
+        if is_group(d) or d == self.addr or not 1 <= h < ADDR_HEY_YOU or h == self.addr:
+            c["rdrc_unusable"] += 1
+            return []
+        if d not in self.redirects and len(self.redirects) >= K.IP_REDIRECTS_MAX:
+            c["rdrc_refused_full"] += 1
+            return []
+        if self.redirects.get(d, (None,))[0] != h:
+            c["redirect_obeyed"] += 1
+        self.redirects[d] = (h, self.now + K.IP_REDIRECT_TTL_S)
+        if h in self.native or self.wru_asked.get(h, 0.0) > self.now or self.wru_quiet.get(h, 0.0) > self.now:
+            return []
+        if len(self.wru_asked) >= K.IP_REDIRECTS_MAX:
+            c["redirect_wru_refused_full"] += 1
+            return []
+        self.wru_asked[h] = self.now + K.IP_RESOLVE_RETRY_S
+        c["redirect_wru_sent"] += 1
+        return [("pw", M.rrp(RrpTE.WRU, h, self.addr, []), None)]  # L3 through my router: H answers natively
+
+    def _native_from(self, recs: list[Record], sa: int, route: bytes) -> None:
+        """An INFO straight from a node I asked (WRU): its native route on my SAN."""
+        if sa not in self.wru_asked or route == self.router or not recs or recs[0] != Addr(sa):
+            return
+        del self.wru_asked[sa]
+        if sa not in self.native and len(self.native) >= K.IP_REDIRECTS_MAX:
+            self.native.pop(next(iter(self.native)))
+            self.counters["native_route_evicted"] += 1
+        self.native[sa] = route
+        self.counters["native_route_learnt"] += 1
 
     # --- from the SAN --------------------------------------------------------------------------------------
     def from_pw_bytes(self, raw: bytes, dialect: str, route: bytes, now: float) -> list[Action]:
@@ -338,15 +441,23 @@ class IpNode:
         return []
 
     def _ip_in(self, pkt: Packet) -> list[Action]:
-        head = ippacket.parse(pkt.data)
-        if head is None or head[0] != pkt.pt or pkt.dt != (logical_of(head[2]) or self.addr):
-            self.counters["rx_drop_bad_ip"] += 1  # malformed, or sent to an address its IP one does not map to
+        c = self.counters
+        head = ippacket.addresses(pkt.data)
+        if head is None or head[0] != pkt.pt:
+            c["rx_drop_bad_ip"] += 1
             return []
-        if logical_of(head[1]) is not None:
-            self.counters["rx_drop_group_source"] += 1
+        if pkt.dt == self.addr and not ippacket.is_group(head[2]) and self.static_packed.get(head[1]) is not None:
+            c["rx_ipv4" if pkt.pt == K.PT_IPV4 else "rx_ipv6"] += 1  # the common case: from a configured peer
+            return [("tun", pkt.data)]
+        src, dst = ipaddress.ip_address(head[1]), ipaddress.ip_address(head[2])
+        if pkt.dt != (logical_of(dst) or self.addr):
+            c["rx_drop_bad_ip"] += 1  # sent to an address its IP one does not map to
             return []
-        out = self._learn(head[1], pkt.sa, confirmed=False)
-        self.counters[f"rx_ipv{4 if pkt.pt == K.PT_IPV4 else 6}"] += 1
+        if logical_of(src) is not None:
+            c["rx_drop_group_source"] += 1
+            return []
+        out = self._learn(src, pkt.sa, confirmed=False)
+        c["rx_ipv4" if pkt.pt == K.PT_IPV4 else "rx_ipv6"] += 1
         return out + [("tun", pkt.data)]
 
     def _records(self, pkt: Packet) -> list[Record] | None:
@@ -373,14 +484,18 @@ class IpNode:
             return [("pw", self._announce(pkt.sa) if fits
                      else M.err(ErrTE.UNK, pkt.sa, self.addr, [Addr(0)] + recs), route)]
         if pkt.te == RrpTE.INFO:
+            self._native_from(recs, pkt.sa, route)
             return self._info(recs)
         if pkt.te == RrpTE.L2SR and recs and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
             mtus = [ip_mtu(r.mtu.mtu_words) if r.mtu else None for r in recs[1:] if isinstance(r, Srqr)]
             best = mtus[0] if mtus else None
             return self._mtu_known(recs[0].addr, best if best is not None else 65535)
-        if pkt.te == RrpTE.RDRC and len(recs) == 2 and isinstance(recs[0], Addr) and recs[0].addr in self.mtu_queries:
-            c["mtu_query_redirected"] += 1  # the route does not start at my router's twin: not said
-            return self._mtu_known(recs[0].addr, None)
+        if pkt.te == RrpTE.RDRC and len(recs) == 2 and isinstance(recs[0], Addr) and isinstance(recs[1], Addr):
+            out = self._redirect(recs[0].addr, recs[1].addr, pkt.sa, route)
+            if recs[0].addr in self.mtu_queries:
+                c["mtu_query_redirected"] += 1  # the route does not start at my router's twin: not said
+                out += self._mtu_known(recs[0].addr, None)
+            return out
         c[f"rx_rrp_{pkt.te}_ignored"] += 1
         return []
 

@@ -30,23 +30,38 @@ def checksum(data: bytes) -> int:
     return ~_fold(sum(struct.unpack(f">{len(data) // 2}H", data))) & 0xFFFF
 
 
-def parse(packet: bytes) -> tuple[int, IP, IP] | None:
-    """(PT, source, destination) of an IP packet, or None if it is neither a whole
-    IPv4 header nor a whole IPv6 header (or claims more bytes than it has)."""
+def addresses(packet: bytes) -> tuple[int, bytes, bytes] | None:
+    """(PT, source bytes, destination bytes) of an IP packet, or None if it is neither a
+    whole IPv4 header nor a whole IPv6 header (or claims more bytes than it has)."""
     if len(packet) < 1:
         return None
     version = packet[0] >> 4
     if version == 4 and len(packet) >= 20:
         ihl = (packet[0] & 0xF) * 4
-        total = struct.unpack_from(">H", packet, 2)[0]
+        total = (packet[2] << 8) | packet[3]
         if ihl < 20 or total < ihl or total > len(packet):
             return None
-        return PT_IPV4, ipaddress.IPv4Address(packet[12:16]), ipaddress.IPv4Address(packet[16:20])
+        return PT_IPV4, bytes(packet[12:16]), bytes(packet[16:20])
     if version == 6 and len(packet) >= 40:
-        if 40 + struct.unpack_from(">H", packet, 4)[0] > len(packet):
+        if 40 + ((packet[4] << 8) | packet[5]) > len(packet):
             return None
-        return PT_IPV6, ipaddress.IPv6Address(packet[8:24]), ipaddress.IPv6Address(packet[24:40])
+        return PT_IPV6, bytes(packet[8:24]), bytes(packet[24:40])
     return None
+
+
+def parse(packet: bytes) -> tuple[int, IP, IP] | None:
+    """(PT, source, destination) of an IP packet as ``ipaddress`` objects, or None (see
+    :func:`addresses`)."""
+    head = addresses(packet)
+    if head is None:
+        return None
+    return head[0], ipaddress.ip_address(head[1]), ipaddress.ip_address(head[2])
+
+
+def is_group(addr: bytes) -> bool:
+    """An IPv4 multicast or limited-broadcast destination, or an IPv6 multicast one
+    (what goes to a PacketWay logical or broadcast address)."""
+    return addr[0] == 0xFF if len(addr) == 16 else addr[0] & 0xF0 == 0xE0 or addr == b"\xff\xff\xff\xff"
 
 
 def dont_fragment(packet: bytes) -> bool:

@@ -156,8 +156,10 @@ class Node:
                 c["rrp_malformed"] += 1
                 return None
             if pkt.te == RrpTE.RDRC and len(recs) == 2 and all(isinstance(r, Addr) for r in recs):
-                # level B: obey redirects (for a while: the redirected-to router may die)
-                self.redirects[recs[0].addr] = (recs[1].addr, time.monotonic() + REDIRECT_TTL_S)
+                if bytes(frame.ula) != self.router_ula:
+                    c["rdrc_not_from_my_router"] += 1  # only my router may send me elsewhere
+                else:  # level B: obey redirects (for a while: the redirected-to router may die)
+                    self.redirects[recs[0].addr] = (recs[1].addr, time.monotonic() + REDIRECT_TTL_S)
             elif pkt.te == RrpTE.INFO and bytes(frame.ula) in self._asked and recs and recs[0] == Addr(pkt.sa):
                 self.neighbours[pkt.sa] = bytes(frame.ula)  # it answered my WRU itself
         if pkt.dt == self.addr or pkt.dt == ADDR_BROADCAST or pkt.dt in self.groups:

@@ -25,9 +25,10 @@ print(n, h.hexdigest(), flush=True)
 CLIENT = """
 import hashlib, random, socket, sys
 rng = random.Random(16); h = hashlib.sha256(); s = socket.create_connection((sys.argv[1], 5201), timeout=60)
-for _ in range(64):
+mib = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+for _ in range(mib):
     b = rng.randbytes(1 << 20); h.update(b); s.sendall(b)
-s.close(); print(64 << 20, h.hexdigest())
+s.close(); print(mib << 20, h.hexdigest())
 """
 
 

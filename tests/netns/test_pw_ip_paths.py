@@ -28,13 +28,14 @@ def pw0(fab, i, name, ip4, ip6, *args) -> str:
     return control
 
 
-def tcp_64mib(server_ns: str, run_client, addr: str) -> None:
+def tcp_64mib(server_ns: str, run_client, addr: str, mib: int = 64) -> None:
+    """``mib`` MiB over one TCP connection; the receiver's byte count and sha256 equal the sender's."""
     server = subprocess.Popen(["ip", "netns", "exec", server_ns, sys.executable, "-c", SERVER],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline().strip() == "ready"
-        sent = run_client(sys.executable, "-c", CLIENT, addr).stdout.split()
-        assert server.stdout.readline().split() == sent and sent[0] == str(64 << 20)
+        sent = run_client(sys.executable, "-c", CLIENT, addr, str(mib)).stdout.split()
+        assert server.stdout.readline().split() == sent and sent[0] == str(mib << 20)
     finally:
         server.kill()
         server.wait()

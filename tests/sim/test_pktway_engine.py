@@ -315,3 +315,18 @@ def test_embedded_packet_to_a_router_goes_on_from_there():
     assert e[RAB].from_san(nested) == [] and e[RAB].counters["embedded_nested_dropped"] == 1
     (_, to, err), = e[RAB].from_san(Packet(dt=RAB, sa=H0, pt=PT.EMBEDDED, data=bytes(8)))
     assert to == H0 and err.pt == PT.ERR and err.te == ErrTE.GENERAL
+
+
+def test_one_redirect_per_node_and_destination_per_interval():
+    from pktwayd.constants import REDIRECT_INTERVAL_S
+
+    e = engines()
+    rab = e[RAB]
+    data = Packet(dt=H8, sa=H0, pt=PT.USER, data=b"to E")
+    rdrcs = []
+    for now in (0.0, 0.1, 0.5, REDIRECT_INTERVAL_S + 0.01, REDIRECT_INTERVAL_S + 0.2):
+        rab.now = now
+        acts = rab.from_san(data)
+        assert ("san", RAD, data) in acts  # every packet is forwarded ...
+        rdrcs += [now for w, to, p in acts if to == H0 and p.te == RrpTE.RDRC]
+    assert rdrcs == [0.0, REDIRECT_INTERVAL_S + 0.01] and rab.counters["rdrc_held"] == 3  # ... redirects held

@@ -1,8 +1,10 @@
 """EEP codec: the seed documents' byte examples as vectors, the prefix coding,
 the EI rule, the MessageWay v5 dialect, and malformed input."""
 
+import struct
+
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from daemons.wire.errors import DecodeError
 from pktwayd.constants import ADDR_HEY_YOU, PT, RrpTE
@@ -121,3 +123,40 @@ def test_packet_words_is_its_encoded_length(routes, symbols, opts, data, trailer
                prefix=tuple(L2RH(r) for r in routes) + tuple(Symbol(1, s) for s in symbols),
                options=tuple(OptField(t, d, m) for t, d, m in opts), trailer=bytes(8 * trailer_words))
     assert p.words * 8 == len(p.encode())
+
+
+# --- the L3 fast paths (decode's common case, encode without prefix or OH) equal the general code ----
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 64) - 1), st.integers(0, 10), st.binary(max_size=64),
+       st.integers(0, 3))
+def test_fast_decode_equals_the_general_decoder(w0, w1, dl, rest, pad):
+    from pktwayd.eep import _decode
+
+    w1 = w1 & ~(0x1FFFFFF << 32) | dl << 32  # data lengths that often fit
+    head = struct.pack(">QQ", w0 & ~(3 << 62) if w0 & 1 else w0, w1)
+    data = head + rest + bytes(-(len(head) + len(rest)) % 8) + bytes(8 * pad)
+    try:
+        general = _decode(data, "pw0", len(data))
+    except DecodeError as exc:
+        general = exc.field
+    try:
+        fast = decode(data)
+    except DecodeError as exc:
+        fast = exc.field
+    assert fast == general
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, (1 << 24) - 1), st.integers(0, (1 << 24) - 1), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF),
+       st.binary(max_size=40), st.sampled_from([b"", bytes(8)]), st.integers(0, (1 << 64) - 1))
+def test_l3_encode_round_trips(dt, sa, pt, te, data, trailer, tail):
+    pkt = Packet(dt=dt, sa=sa, pt=pt, te=te, data=data, trailer=trailer, tail=tail)
+    if dt >> 20 in (0x8, 0x9, 0xA, 0xB, 0xC, 0xD, 0xF):  # not a header's DT: decodes as a prefix record
+        return
+    assert decode(pkt.encode()) == pkt
+
+
+def test_header_fields_out_of_range_still_refused():
+    for bad in (dict(dt=1 << 24), dict(sa=-1), dict(pt=1 << 16), dict(te=-5)):
+        with pytest.raises(ValueError):
+            Packet(**{"dt": 1, "sa": 2, "pt": 3} | bad).encode()

@@ -179,3 +179,12 @@ def test_embedded_packet_is_sent_on_along_its_l2rh():
     ((route, sent),) = n.ulp.sent
     assert route == bytes([7, 3, 0]) and sent.prefix == (L2RH(bytes([2, 3, 0])),) and sent.data == b"onward"
     assert n.counters["embedded_unwrapped"] == 1 and sum(v for k, v in n.counters.items() if "embedded_bad" in k) == 1
+
+
+def test_only_my_routers_redirect_is_obeyed():
+    n = node(frame(M.rdrc(ME, ROUTER, FAR, 0x5A).encode(), ula=bytes([7, 7, 7])), M.rdrc(ME, ROUTER, FAR, 0x5B).encode())
+    n.poll()
+    assert n.counters["rdrc_not_from_my_router"] == 1 and n.redirects[FAR][0] == 0x5B
+    n.neighbours[0x5B] = bytes([5, 3, 0])
+    n.send(FAR, b"x")
+    assert n.ulp.sent[-1][0] == bytes([5, 3, 0]) and n.ulp.sent[-1][1].dt == FAR  # L3 to the redirected-to node

@@ -331,3 +331,161 @@ def test_l2sr_answers_of_any_mtu(routes):
     reply = M.rrp(RrpTE.L2SR, ME, 0x50, [Addr(PEER)] + [Srqr(q, (), Mtur(m)) for q, m in routes])
     for a in n.from_pw(reply, b"r"):
         assert a[0] != "mtu" or 68 <= a[1] <= 65535
+
+
+# --- level B: redirects ------------------------------------------------------------------------------
+HR_ME, BUDDY = 0x50, 0x52
+
+
+def redirected(n: IpNode, d=PEER, h=BUDDY, route=b"r", now=0.0):
+    n.now = now
+    return n.from_pw(M.rdrc(ME, HR_ME, d, h), route)
+
+
+def test_redirect_asks_who_then_sends_to_the_new_first_hop():
+    n = node(router=b"r")
+    assert pw(n.from_tun(v4(), 0))[0].dt == PEER and n.from_tun(v4(), 0)[0][2] is None  # through my router
+    ((_, wru, route),) = redirected(n)
+    assert route is None and wru.dt == BUDDY and wru.te == RrpTE.WRU  # L3 through my router: H answers natively
+    assert redirected(n) == []  # asked already: no second WRU while the first may still be answered
+    ((_, _, route),) = n.from_tun(v4(), 0)
+    assert route is None and n.counters["tx_redirect_route_unknown"] == 1  # not known yet: my router still
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, [(2, b"\0\1\0")]), b"buddy")
+    ((_, pkt, route),) = n.from_tun(v4(), 0.5)
+    assert route == b"buddy" and pkt.dt == PEER and n.counters["tx_redirected"] == 1
+    assert n.counters["native_route_learnt"] == 1 and n.counters["redirect_obeyed"] == 1
+
+
+def test_redirect_lasts_its_ttl_then_the_router_again():
+    n = node(router=b"r")
+    redirected(n)
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"buddy")
+    assert n.timer() <= K.IP_REDIRECT_TTL_S
+    n.handle_timer(K.IP_REDIRECT_TTL_S)
+    assert n.from_tun(v4(), K.IP_REDIRECT_TTL_S)[0][2] is None and n.counters["redirect_expired"] == 1
+    assert redirected(n, now=K.IP_REDIRECT_TTL_S + 1) == []  # redirected again: the route is still known
+    assert n.from_tun(v4(), K.IP_REDIRECT_TTL_S + 1)[0][2] == b"buddy"
+
+
+def test_use_me_clears_the_redirect():
+    n = node(router=b"r")
+    redirected(n)
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"buddy")
+    redirected(n, h=HR_ME)  # RDRC(D, my router itself)
+    assert n.from_tun(v4(), 0)[0][2] is None and n.counters["redirect_cleared"] == 1
+
+
+def test_only_my_routers_redirects_and_only_asked_infos_count():
+    n = node(router=b"r")
+    assert redirected(n, route=b"evil") == [] and not n.redirects  # not my router's frame
+    assert n.counters["rdrc_not_from_my_router"] == 1
+    assert redirected(node(), route=b"r") == []  # no router known: no redirect obeyed
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"evil")  # an INFO I did not ask for
+    assert not n.native
+    redirected(n)
+    n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"r")  # relayed by my router: not BUDDY's own route
+    n.from_pw(M.info(ME, 0x66, 0x66, None, ()), b"x")  # an answer from someone else
+    assert not n.native
+    for d, h in ((0xE10203, BUDDY), (ME, BUDDY), (PEER, ADDR_HEY_YOU), (PEER, ME)):
+        redirected(n, d=d, h=h)
+    assert n.counters["rdrc_unusable"] == 4 and list(n.redirects) == [PEER]
+
+
+def test_redirects_are_bounded_and_unanswered_wrus_expire():
+    n = node(router=b"r")
+    for i in range(K.IP_REDIRECTS_MAX + 5):
+        redirected(n, d=0x1000 + i, h=0x2000 + i)
+    assert len(n.redirects) == K.IP_REDIRECTS_MAX and n.counters["rdrc_refused_full"] == 5
+    assert len(n.wru_asked) == K.IP_REDIRECTS_MAX
+    n.handle_timer(K.IP_RESOLVE_RETRY_S)
+    assert not n.wru_asked and n.counters["redirect_wru_unanswered"] == K.IP_REDIRECTS_MAX
+    assert redirected(n, d=0x1000, h=0x2000, now=K.IP_RESOLVE_RETRY_S) == []  # unanswered: quiet for a while ...
+    later = K.IP_RESOLVE_RETRY_S + K.IP_REDIRECT_TTL_S
+    n.handle_timer(later)
+    assert not n.wru_quiet and pw(redirected(n, d=0x1000, h=0x2000, now=later))[0].te == RrpTE.WRU  # ... then asked again
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, (1 << 24) - 1), st.integers(0, (1 << 24) - 1), st.binary(max_size=8))
+def test_any_redirect_never_raises(d, h, route):
+    n = node(router=b"r")
+    for r in (route, b"r"):
+        out = redirected(n, d=d, h=h, route=r) + n.from_pw(M.info(ME, h, h, None, ()), route)
+        assert all(a[0] == "pw" for a in out)
+    n.from_tun(v4(), 0)
+
+
+# --- the kernel's memberships on pw0 -------------------------------------------------------------------
+IGMP = """Idx\tDevice    : Count Querier\tGroup    Users Timer\tReporter
+1\tlo        :     1      V3
+\t\t\t\t010000E0     1 0:00000000\t\t0
+7\tpw0       :     2      V3
+\t\t\t\t030201EF     1 0:00000000\t\t0
+\t\t\t\t010000E0     1 0:00000000\t\t0
+\t\t\t\tZZZZZZZZ     1 0:00000000\t\t0
+\t\t\t\t0100000A     1 0:00000000\t\t0
+8\tpw1       :     1      V3
+\t\t\t\t090201EF     1 0:00000000\t\t0
+"""
+IGMP6 = """1    lo              ff020000000000000000000000000001     1 0000000C 0
+7    pw0             ff020000000000000000000000000001     1 0000000C 0
+7    pw0             ff010000000000000000000000000001     1 00000008 0
+7    pw0             ff0e0000000000000000000000000042     1 00000004 0
+7    pw0             fd770000000000000000000000000001     1 00000004 0
+7    pw0             nothex
+"""
+
+
+def test_kernel_memberships_parsed_per_device():
+    from pktwayd.ipgroups import parse_igmp, parse_igmp6
+
+    ip = ipaddress.ip_address
+    assert parse_igmp(IGMP, "pw0") == {ip("239.1.2.3"), ip("224.0.0.1")}  # unicast and garbage skipped
+    assert parse_igmp(IGMP, "pw1") == {ip("239.1.2.9")} and parse_igmp(IGMP, "pw9") == set()
+    assert parse_igmp6(IGMP6, "pw0") == {ip("ff02::1"), ip("ff0e::42")}  # interface-local and unicast left out
+
+
+@given(st.text(max_size=400), st.sampled_from(["pw0", "lo", ""]))
+def test_kernel_membership_text_never_raises(text, dev):
+    from pktwayd.ipgroups import parse_igmp, parse_igmp6
+
+    assert all(g.is_multicast for g in parse_igmp(text, dev) | parse_igmp6(text, dev))
+
+
+def test_kernel_joins_and_leaves_are_announced():
+    n = node()
+    ip = ipaddress.ip_address
+    assert n.set_kernel_groups({ip("224.0.0.1"), ip("ff02::1")}) == []  # nothing new: no announcement
+    ((_, info, route),) = n.set_kernel_groups({ip("239.1.2.3"), ip("224.0.0.1")})
+    assert route is None and info.dt == ADDR_HEY_YOU and M.records(info)[-1] == Ladr((0xE00001, 0xE10203, 0xE80001))
+    assert n.from_pw(Packet(dt=0xE10203, sa=OTHER, pt=0x0800, data=v4(src=C4, dst="239.1.2.3")), b"r")[-1][0] == "tun"
+    ((_, info, _),) = n.set_kernel_groups(set())  # left: all-hosts/all-nodes stay
+    assert M.records(info)[-1] == Ladr((0xE00001, 0xE80001)) and n.counters["groups_changed"] == 2
+    assert n.from_pw(Packet(dt=0xE10203, sa=OTHER, pt=0x0800, data=v4(src=C4, dst="239.1.2.3")), b"r") == []
+
+
+def test_kernel_groups_are_bounded_and_joins_kept():
+    n = IpNode(ME, groups=["239.9.9.9"])
+    many = {ipaddress.IPv4Address(0xEF000000 + i) for i in range(2 * K.IP_GROUPS_MAX)}
+    n.set_kernel_groups(many)
+    assert len(n.groups) == K.IP_GROUPS_MAX and 0xE10909 in n.groups and 0xE00001 in n.groups
+    assert n.counters["groups_over_max"] > 0
+
+
+@given(st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16)))
+def test_is_group_on_bytes_agrees_with_logical_of(addr):
+    from pktwayd.ippacket import is_group
+    from pktwayd.ipnode import logical_of
+
+    assert is_group(addr) == (logical_of(ipaddress.ip_address(addr)) is not None)
+
+
+def test_configured_peers_take_the_short_path_with_the_same_checks():
+    n = node()
+    n.static_packed.clear()  # the general path ...
+    slow = [n.from_tun(v4(), 0), n.from_pw(Packet(dt=ME, sa=PEER, pt=0x0800, data=v4(src=B4, dst=A4)), b"r")]
+    fast = node()  # ... and the short one give the same actions
+    assert [fast.from_tun(v4(), 0), fast.from_pw(Packet(dt=ME, sa=PEER, pt=0x0800, data=v4(src=B4, dst=A4)), b"r")] == slow
+    assert fast.counters == n.counters
+    bad = Packet(dt=ME, sa=PEER, pt=0x86DD, data=v4(src=B4, dst=A4))  # PT and IP version disagree
+    assert fast.from_pw(bad, b"r") == [] and fast.counters["rx_drop_bad_ip"] == 1
