@@ -130,8 +130,8 @@ class Endpoint:
         if on and not self.holding[vc]:
             self.withheld[vc] += self.link.reclaim(vc, self.link.ledger.pending[vc])
         self.holding[vc] = on
-        if vc == self.link.dp_vc:  # the data plane withholds what it reassembles while held
-            self.withheld[vc] += self.link.dp_hold(on)
+        if self.link.dp_vc >= 0:  # the data plane withholds what it reassembles while held
+            self.withheld[vc] += self.link.dp_hold(vc, on)
         if not on and self.withheld[vc]:
             self.link.release(vc, self.withheld[vc])
             self.counters[f"credits_withheld_vc{vc}_mps"] += self.withheld[vc]
@@ -283,10 +283,15 @@ class Endpoint:
             self.counters["admin_unexpected_response"] += 1
 
     def _per_vc(self, dp: dict) -> dict:
-        """Messages and bytes per VC, the data plane's (IP on VC1) included."""
+        """Messages and bytes per VC, the data plane's included: what it sent (IP, on VC1),
+        what it wrote to the TAP (VC1) and to ULP clients (any VC)."""
         out = {k: list(v) for k, v in self.per_vc.items()}
-        for k in out:
-            out[k][C.VC_IP] += dp.get(k, 0)
+        gsnd, rx = dp.get("gsnd") or {}, dp.get("per_vc") or {}
+        for k in ("tx_messages", "tx_bytes"):
+            out[k][C.VC_IP] += gsnd.get(k, 0)
+        for k in ("rx_messages", "rx_bytes"):
+            for vc in range(C.NUM_VCS):
+                out[k][vc] += rx.get(f"{k}_vc{vc}", 0)
         return out
 
     def status(self) -> dict:
@@ -300,7 +305,7 @@ class Endpoint:
             "link": self.link.status(),
             "reassembly": merged(self.reasm.counters, dp.get("reassembly")),
             "counters": merged(self.counters, dp.get("gsnd")),
-            "per_vc": self._per_vc(dp.get("gsnd") or {}),
+            "per_vc": self._per_vc(dp),
         }
 
     def dp_counters(self) -> dict:

@@ -201,7 +201,8 @@ class Gsnd:
                  Family("gsn_ula_assigned", "gauge", "1 once the port has a ULA.").add(int(self.ep.ula is not None), **i)]
         for component, counters in (("link", self.ep.link.counters), ("gsnd", self.ep.counters),
                                     ("reassembly", self.ep.reasm.counters), ("cable", self.transport.counters),
-                                    ("ulp", self.ulp.counters), ("ulp.delivery", self.ulp.delivery.counters),
+                                    ("ulp", self.ulp.counters),
+                                    ("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters)),
                                     ("ip", {**self.ip_counters, **(self.tap.counters if self.tap else {})}),
                                     ("control", self.control_counters)):
             fams += counter_families(counters, component, **i)
@@ -217,7 +218,7 @@ class Gsnd:
                                                "last_heard_s": self.runner.heard_ago(),
                                                "transport": self._counters("cable", self.transport.counters)},
                       ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
-                           "delivery": {**self.ulp.delivery.counters,
+                           "delivery": {**self._counters("ulp.delivery", self.ulp.delivery.counters),
                                         "held_vcs": self.ulp.delivery.held(),
                                         "withheld_mps": list(self.ep.withheld)}},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
@@ -295,7 +296,7 @@ class Gsnd:
             self.drops.update("reassembly", self._counters("reassembly", self.ep.reasm.counters), now)
             self.drops.update("cable", self._counters("cable", self.transport.counters), now)
             self.drops.update("ulp", self.ulp.counters, now)
-            self.drops.update("ulp.delivery", self.ulp.delivery.counters, now)
+            self.drops.update("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters), now)
             self.drops.update("ip", self._counters("ip", self.ip_counters), now)
             if self.tap is not None:
                 self.drops.update("tap", self._counters("tap", self.tap.counters), now)
@@ -313,6 +314,7 @@ class Gsnd:
             self.dp = DataPlane(self.ep, self.transport, self.tap, mtu=self.cfg.mtu, arp=self.cfg.arp != "off",
                                 wants=self.ulp.wants)
             self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer)
+            self.ulp.use_dataplane(self.dp)
         log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)

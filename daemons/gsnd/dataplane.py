@@ -110,6 +110,14 @@ class DataPlane:
         self.reasons[REASONS[reason]] += 1
         return Ran(reason, got, frames)
 
+    def ulp_client(self, fd: int, ethertypes, privileged: bool, direct: bool) -> None:
+        """Add or update a ULP client C writes RECV frames to while ``direct`` (and it alone
+        binds the Message's EtherType); C clears ``direct`` when a write is refused."""
+        self.link.ulp_client(fd, b"".join(et.to_bytes(2, "big") for et in sorted(ethertypes)), privileged, direct)
+
+    def ulp_forget(self, fd: int) -> None:
+        self.link.ulp_forget(fd)
+
     def set_ula(self, ula: bytes | None) -> None:
         self.link.dp_ula(ula)
 

@@ -10,6 +10,12 @@ are bound and sent only by a privileged client: one whose peer uid (SO_PEERCRED,
 taken at accept) is root or gsnd's own user; others get ERROR, counted.  Received Messages reach clients through the
 sans-IO :class:`~daemons.gsnd.delivery.Delivery`, which holds them (and, through
 gsnd, the link's credits) while a client's socket is full.
+
+With gsnd's data plane attached (``use_dataplane``), the common case skips Python: a
+received Message whose EtherType exactly one client binds is written to that client
+from C (daemons/_ulploop.h) while the Delivery holds nothing for it.  This server keeps
+the C registry in step (bindings, privilege, and ``direct``: backlog empty and not
+stalled); a write C cannot make comes back up as an ordinary delivery.
 """
 
 from __future__ import annotations
@@ -87,6 +93,22 @@ class UlpServer:
         self._reserve: int | None = None
         self._timer_moved = trio.Event()
         self._armed = math.inf  # the deadline _timeouts waits for (woken only when one comes earlier)
+        self._dp = None  # gsnd's DataPlane: it writes RECV frames to the clients it may (use_dataplane)
+
+    def use_dataplane(self, dp) -> None:
+        """Let ``dp`` (daemons/gsnd/dataplane.DataPlane) write RECV frames to clients itself."""
+        self._dp = dp
+        for client in self.clients:
+            self._sync(client)
+
+    def _sync(self, client: _Client) -> None:
+        """The data plane's copy of ``client``: C writes to it only while the Delivery
+        holds nothing for it and it is not marked stalled (else a Message written from C
+        would overtake the held ones, or skip the not-reading drop)."""
+        if self._dp is not None:
+            bl = self.delivery.backlogs.get(client)
+            self._dp.ulp_client(client.sock.fileno(), client.ethertypes, client.privileged,
+                                bl is not None and not bl.queue and not bl.stalled)
 
     # --- accepting -----------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -124,6 +146,7 @@ class UlpServer:
                     client = _Client(conn)
                     self.clients.append(client)
                     self.delivery.add(client)
+                    self._sync(client)
                     nursery.start_soon(self._client, client)
         finally:
             unlink_unix(self.path, lsock)
@@ -164,10 +187,14 @@ class UlpServer:
     async def _client(self, client: _Client) -> None:
         try:
             with client.sock:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, client)
-                    await self._reader(client)
-                    nursery.cancel_scope.cancel()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._writer, client)
+                        await self._reader(client)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    if self._dp is not None:  # before the fd is closed (and its number reused)
+                        self._dp.ulp_forget(client.sock.fileno())
         finally:
             self.clients.remove(client)
             self.delivery.remove(client)
@@ -222,6 +249,7 @@ class UlpServer:
                 waiting = self.delivery.backlog(client)
                 self.delivery.pump(client, now, self._send_frame)
                 if self.delivery.backlog(client) != waiting:
+                    self._sync(client)
                     self._changed(now)
 
     async def _handle(self, client: _Client, frame: Frame) -> None:
@@ -255,9 +283,11 @@ class UlpServer:
                     f"a client binds at most {ULP_MAX_BINDINGS} EtherTypes").encode()))
                 return
             client.ethertypes.add(frame.ethertype)
+            self._sync(client)
             self._reply(client, self._status())
         elif frame.op is Op.UNBIND:
             client.ethertypes.discard(frame.ethertype)
+            self._sync(client)
         else:
             self.counters["rx_unexpected_op"] += 1
             self._reply(client, Frame(Op.ERROR, payload=f"op {frame.op.name} is not for clients".encode()))
@@ -306,6 +336,7 @@ class UlpServer:
         for c in keys:
             if self.delivery.backlog(c):
                 c.wake.set()
+            self._sync(c)
         if self.delivery.timer() < self._armed:  # a hold or a notice due before what _timeouts waits for
             self._timer_moved.set()
 
@@ -320,6 +351,8 @@ class UlpServer:
             now = trio.current_time()
             if now >= self.delivery.timer():
                 self.delivery.handle_timer(now)
+                for client in self.clients:
+                    self._sync(client)
                 self._changed(now)
 
     def error_to_bound(self, ethertype: int, frame: Frame) -> int:
