@@ -16,8 +16,8 @@
 /* The Delivery's rx_messages for the Messages written from C (also rx_direct), and why a
  * Message for a registered client went up to Python after all. */
 #define UL_COUNTERS(X)                                                                                \
-    X(RX_MESSAGES, "rx_messages") X(RX_DIRECT, "rx_direct") X(RX_FULL, "rx_direct_socket_full")          \
-    X(RX_ERROR, "rx_direct_socket_error")
+    X(RX_MESSAGES, "rx_messages") X(RX_DIRECT, "rx_direct") X(RX_FULL, "rx_direct_full_to_python")      \
+    X(RX_ERROR, "rx_direct_failed_to_python")
 
 #define UL_ENUM(id, name) UL_##id,
 #define UL_NAME(id, name) name,
