@@ -61,6 +61,7 @@ typedef struct {
     PyObject *auth;           /* a keyed cable: its CableAuthCore (_cableauth.h), else NULL */
     uint64_t counters[DP_N];
     uint64_t rx_vc[2][RA_VCS]; /* per VC: Messages and payload bytes delivered from C (TAP, ULP clients) */
+    uint64_t tx_vc[2][RA_VCS]; /* per VC: Messages and payload bytes queued from C (TAP, ULP clients) */
     uint64_t errnos[DPE_N][DP_ERRNOS];
     uint8_t frame[DP_FRAME_BYTES];
     uint8_t rx[DP_RECV_BYTES];
@@ -74,6 +75,7 @@ static void dp_free(DataPlane *dp)
     if (!dp)
         return;
     ra_free(&dp->ra);
+    PyMem_Free(dp->ulp.buf);
     Py_CLEAR(dp->auth);
     PyMem_Free(dp);
 }

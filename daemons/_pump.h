@@ -303,6 +303,8 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
         q->count += n;
         dp->counters[DP_EP_TX_MESSAGES]++;
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
+        dp->tx_vc[0][DP_VC]++;
+        dp->tx_vc[1][DP_VC] += (uint64_t)plen;
         dp->counters[DP_IP_TX_FRAMES]++;
     }
     return frames;
@@ -626,6 +628,7 @@ static PyObject *mod_crc_impl(PyObject *self, PyObject *args)
      "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},   \
     {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
      "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
-    {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},
+    {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},      \
+    ULPLOOP_MODULE_METHODS
 
 #endif

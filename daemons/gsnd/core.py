@@ -19,6 +19,7 @@ from ..link.reassembly import AdminIn, Delivered, Reassembler
 from ..wire.admin import Admin, i_am_args, parse_i_am
 from ..wire.errors import DecodeError
 from ..wire.message import Message, max_payload, single_records
+from .dataplane import UlpClosed, UlpFrameIn
 
 
 
@@ -110,6 +111,8 @@ class Endpoint:
                 self._deliver(ev.message)
             elif isinstance(ev, AdminIn):
                 self._admin_in(ev, now)
+            elif isinstance(ev, (UlpFrameIn, UlpClosed)):  # the data plane read a ULP client: gsnd's
+                self._events.append(ev)
             elif isinstance(ev, LinkUp):
                 self.reasm.reset()
                 self.withheld = [0] * C.NUM_VCS  # the link reset took the buffers back
@@ -283,15 +286,13 @@ class Endpoint:
             self.counters["admin_unexpected_response"] += 1
 
     def _per_vc(self, dp: dict) -> dict:
-        """Messages and bytes per VC, the data plane's included: what it sent (IP, on VC1),
-        what it wrote to the TAP (VC1) and to ULP clients (any VC)."""
+        """Messages and bytes per VC, the data plane's included (the TAP's IP on VC1, the
+        ULP clients' on any VC)."""
         out = {k: list(v) for k, v in self.per_vc.items()}
-        gsnd, rx = dp.get("gsnd") or {}, dp.get("per_vc") or {}
-        for k in ("tx_messages", "tx_bytes"):
-            out[k][C.VC_IP] += gsnd.get(k, 0)
-        for k in ("rx_messages", "rx_bytes"):
+        from_c = dp.get("per_vc") or {}
+        for k in out:
             for vc in range(C.NUM_VCS):
-                out[k][vc] += rx.get(f"{k}_vc{vc}", 0)
+                out[k][vc] += from_c.get(f"{k}_vc{vc}", 0)
         return out
 
     def status(self) -> dict:

@@ -26,7 +26,7 @@ from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from .core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
-from .dataplane import DataPlane, usable
+from .dataplane import DataPlane, UlpClosed, UlpFrameIn, usable
 from .delivery import is_notice, notice_in, settle
 from ..constants import ADMIN_MAX_HOPS, ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, HIGH_WATER_MPS, SWITCH_TABLE_MAX, AdminCmd
 from ..wire.admin import ARGS_BYTES
@@ -85,6 +85,10 @@ class Gsnd:
                 if msg.ethertype not in IP_ETHERTYPES or self.ulp.wants(msg.ethertype):
                     self.ulp.deliver(msg, now)
                     delivered = True
+            elif isinstance(ev, UlpFrameIn):
+                self.ulp.frame_in(ev.fd, ev.data, ev.size)
+            elif isinstance(ev, UlpClosed):
+                self.ulp.closed(ev.fd)
             elif isinstance(ev, LinkState):
                 if ev.up:
                     log.info("link.up", interface=self.cfg.interface)
@@ -201,7 +205,7 @@ class Gsnd:
                  Family("gsn_ula_assigned", "gauge", "1 once the port has a ULA.").add(int(self.ep.ula is not None), **i)]
         for component, counters in (("link", self.ep.link.counters), ("gsnd", self.ep.counters),
                                     ("reassembly", self.ep.reasm.counters), ("cable", self.transport.counters),
-                                    ("ulp", self.ulp.counters),
+                                    ("ulp", self._counters("ulp", self.ulp.counters)),
                                     ("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters)),
                                     ("ip", {**self.ip_counters, **(self.tap.counters if self.tap else {})}),
                                     ("control", self.control_counters)):
@@ -217,7 +221,7 @@ class Gsnd:
                       "id": self.cfg.cable_id, **self.transport.status(),
                                                "last_heard_s": self.runner.heard_ago(),
                                                "transport": self._counters("cable", self.transport.counters)},
-                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
+                      ulp={"clients": len(self.ulp.clients), "counters": self._counters("ulp", self.ulp.counters),
                            "delivery": {**self._counters("ulp.delivery", self.ulp.delivery.counters),
                                         "held_vcs": self.ulp.delivery.held(),
                                         "withheld_mps": list(self.ep.withheld)}},
@@ -295,7 +299,7 @@ class Gsnd:
             self.drops.update("gsnd", self._counters("gsnd", self.ep.counters), now)
             self.drops.update("reassembly", self._counters("reassembly", self.ep.reasm.counters), now)
             self.drops.update("cable", self._counters("cable", self.transport.counters), now)
-            self.drops.update("ulp", self.ulp.counters, now)
+            self.drops.update("ulp", self._counters("ulp", self.ulp.counters), now)
             self.drops.update("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters), now)
             self.drops.update("ip", self._counters("ip", self.ip_counters), now)
             if self.tap is not None:

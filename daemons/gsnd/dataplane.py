@@ -20,15 +20,35 @@ from __future__ import annotations
 
 import select
 from collections import Counter
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import trio
 
+from .. import _link
 from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULP_MAX_PAYLOAD
 
 PUMP_DATAGRAMS = 64  # datagrams per rx_pump call (io/udp.py drains as many per wake-up)
 PUMP_FRAMES = 64  # frames per tap_pump call (io/tap.py drains as many)
 _WANTS = ((ETHERTYPE_IPV4, 1), (ETHERTYPE_IPV6, 2), (ETHERTYPE_ARP, 4))
+
+
+@dataclass(frozen=True)
+class UlpFrameIn:
+    """A frame the data plane read from ULP client ``fd`` and hands to Python (not a SEND
+    it queues itself): ``data`` (at most a whole frame and one byte more) of ``size``."""
+    fd: int
+    data: bytes
+    size: int
+
+
+@dataclass(frozen=True)
+class UlpClosed:
+    """The data plane saw ULP client ``fd``'s end of the connection."""
+    fd: int
+
+
+_link.setup_ulp(UlpFrameIn, UlpClosed)
 
 
 # dp_run's reasons for returning (daemons/_loop.h LOOP_*)
@@ -85,6 +105,7 @@ class DataPlane:
         if tap is not None:
             self._ready.register(tap.fd, select.EPOLLIN)
         self._ready.register(transport.sock.fileno(), select.EPOLLIN)
+        self._clients: set[int] = set()  # ULP client fds in _ready
         self.trio_fd = trio_epoll_fd()
         self.reasons: Counter[str] = Counter()  # why run() returned, for the loop's tests and benches
 
@@ -92,7 +113,7 @@ class DataPlane:
         self._ready.close()
 
     async def wait_readable(self) -> None:
-        """Until the TAP or the cable socket has something (level-triggered)."""
+        """Until the TAP, the cable socket or a ULP client has something (level-triggered)."""
         await trio.lowlevel.wait_readable(self._ready.fileno())
 
     def run(self, now: float, deadline: float, high_water: int, trio_fd: int) -> Ran:
@@ -111,12 +132,19 @@ class DataPlane:
         return Ran(reason, got, frames)
 
     def ulp_client(self, fd: int, ethertypes, privileged: bool, direct: bool) -> None:
-        """Add or update a ULP client C writes RECV frames to while ``direct`` (and it alone
-        binds the Message's EtherType); C clears ``direct`` when a write is refused."""
+        """Add or update a ULP client the data plane serves: it reads the client's frames
+        (UlpFrameIn and UlpClosed come up as link events), and writes RECV frames to it
+        while ``direct`` (C clears that when a write is refused)."""
         self.link.ulp_client(fd, b"".join(et.to_bytes(2, "big") for et in sorted(ethertypes)), privileged, direct)
+        if fd not in self._clients:
+            self._clients.add(fd)
+            self._ready.register(fd, select.EPOLLIN)
 
     def ulp_forget(self, fd: int) -> None:
         self.link.ulp_forget(fd)
+        if fd in self._clients:
+            self._clients.discard(fd)
+            self._ready.unregister(fd)
 
     def set_ula(self, ula: bytes | None) -> None:
         self.link.dp_ula(ula)

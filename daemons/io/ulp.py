@@ -65,6 +65,7 @@ class _Client:
         self.privileged = privileged(self.uid)  # may bind and send ULP_PRIVILEGED_ETHERTYPES
         self.ethertypes: set[int] = set()
         self.wake = trio.Event()  # the delivery backlog has something for the writer
+        self.closed = trio.Event()  # the data plane, which reads it, saw its end
 
 
 class UlpServer:
@@ -201,6 +202,9 @@ class UlpServer:
             self._changed(trio.current_time())
 
     async def _reader(self, client: _Client) -> None:
+        if self._dp is not None:  # the data plane reads this client: frame_in, closed
+            await client.closed.wait()
+            return
         sock, buf = client.sock, self._buf
         burst = 0
         while True:
@@ -215,22 +219,15 @@ class UlpServer:
                 return
             if n == 0 and not anc:
                 return  # end of connection: no record, so no credentials
-            if n > _FRAME_MAX:
-                self.counters["rx_oversized_frame"] += 1
-                self._reply(client, Frame(Op.ERROR, payload=f"frame of {n} bytes: payload exceeds the "
-                                          f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
+            frame = self._decode(client, memoryview(buf), n)
+            if frame is None:
                 continue
-            if n == 0:
-                self.counters["rx_bad_frame_empty"] += 1
-                self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
-                continue
-            try:
-                frame = Frame.decode(memoryview(buf)[:n])  # copies the payload out
-            except DecodeError as exc:
-                self.counters[f"rx_bad_frame_{exc.field}"] += 1
-                self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
-                continue
-            await self._handle(client, frame)
+            if frame.op is Op.SEND:
+                if self._may_send(client, frame):
+                    await self._wait_room(frame.vc)
+                    self._send_now(client, frame)
+            else:
+                self._control(client, frame)
             burst += 1
             if burst >= BURST:
                 self._flush()
@@ -252,26 +249,73 @@ class UlpServer:
                     self._sync(client)
                     self._changed(now)
 
-    async def _handle(self, client: _Client, frame: Frame) -> None:
+    def frame_in(self, fd: int, data: bytes, size: int) -> None:
+        """A frame the data plane read from client ``fd`` and did not queue itself
+        (``size``: its length; ``data`` holds at most one byte more than a whole frame):
+        answered as if this server had read it.  A SEND among them needs no wait for room
+        (the data plane waits before it reads one)."""
+        client = next((c for c in self.clients if c.sock.fileno() == fd), None)
+        if client is None:
+            self.counters["rx_frame_of_unknown_client"] += 1
+            return
+        frame = self._decode(client, memoryview(data), size)
+        if frame is None:
+            return
         if frame.op is Op.SEND:
-            if frame.ethertype == ETHERTYPE_OUI_EXTENDED and frame.payload[:5] == ULP_NOTICE_PROTOCOL:
-                self.counters["tx_refused_reserved_protocol"] += 1
-                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
-                                          b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
-                return
-            if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
-                self.counters["tx_refused_unprivileged"] += 1
-                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, self._unprivileged(
-                    client, frame.ethertype, "send")))
-                return
-            await self._wait_room(frame.vc)
-            why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
-            if why:
-                self.counters[f"tx_dropped_{why}"] += 1
-                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, why.encode()))
-            else:
-                self.counters["tx_messages"] += 1
-        elif frame.op is Op.BIND:
+            if self._may_send(client, frame):
+                self._send_now(client, frame)
+        else:
+            self._control(client, frame)
+
+    def closed(self, fd: int) -> None:
+        """The data plane saw client ``fd``'s end: its task ends and it is forgotten."""
+        for c in self.clients:
+            if c.sock.fileno() == fd:
+                c.closed.set()
+
+    def _decode(self, client: _Client, buf: memoryview, n: int) -> Frame | None:
+        """The frame of ``n`` bytes in ``buf``, or None when malformed (answered, counted)."""
+        if n > _FRAME_MAX:
+            self.counters["rx_oversized_frame"] += 1
+            self._reply(client, Frame(Op.ERROR, payload=f"frame of {n} bytes: payload exceeds the "
+                                      f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
+            return None
+        if n == 0:
+            self.counters["rx_bad_frame_empty"] += 1
+            self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
+            return None
+        try:
+            return Frame.decode(buf[:n])  # copies the payload out
+        except DecodeError as exc:
+            self.counters[f"rx_bad_frame_{exc.field}"] += 1
+            self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
+            return None
+
+    def _may_send(self, client: _Client, frame: Frame) -> bool:
+        """A SEND's own checks (reserved protocol, privilege); a refusal is answered."""
+        if frame.ethertype == ETHERTYPE_OUI_EXTENDED and frame.payload[:5] == ULP_NOTICE_PROTOCOL:
+            self.counters["tx_refused_reserved_protocol"] += 1
+            self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
+                                      b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
+            return False
+        if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
+            self.counters["tx_refused_unprivileged"] += 1
+            self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, self._unprivileged(
+                client, frame.ethertype, "send")))
+            return False
+        return True
+
+    def _send_now(self, client: _Client, frame: Frame) -> None:
+        why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
+        if why:
+            self.counters[f"tx_dropped_{why}"] += 1
+            self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, why.encode()))
+        else:
+            self.counters["tx_messages"] += 1
+
+    def _control(self, client: _Client, frame: Frame) -> None:
+        """Every frame but SEND."""
+        if frame.op is Op.BIND:
             if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
                 self.counters["refused_bind_unprivileged"] += 1
                 self._reply(client, Frame(Op.ERROR, 0, frame.ethertype, payload=self._unprivileged(
