@@ -126,8 +126,8 @@ def test_two_bound_clients_a_held_client_ip_and_notices_go_up_to_python(rig):
     rig.eps[0].send(0, ULAS[1], 0x88B7, C.ULP_NOTICE_PROTOCOL + b"\x01\x01\x03\x88\xb5\0\0\0\x01")
     rig.eps[0].send(0, ULAS[1], 0x88B7, b"OUI-extended, not a notice")
     steps(rig)
-    assert [m.payload for m in rig.messages[1]] == [b"both bind it", b"b is held by Python", b"IP on VC3",
-                                                     C.ULP_NOTICE_PROTOCOL + b"\x01\x01\x03\x88\xb5\0\0\0\x01"]
+    assert sorted(m.payload for m in rig.messages[1]) == sorted([  # VCs are scheduled, not FIFO
+        b"both bind it", b"b is held by Python", b"IP on VC3", C.ULP_NOTICE_PROTOCOL + b"\x01\x01\x03\x88\xb5\0\0\0\x01"])
     assert [f.payload for f in a.frames()] == [b"OUI-extended, not a notice"]
     assert b.frames() == []
 
@@ -229,11 +229,11 @@ def test_a_send_waits_in_the_socket_while_its_vc_is_full(rig):
     srv = server(rig, 0)
     p = rig.pair()
     attach(srv, p)
-    for k in range(3):
+    for _ in range(3):
         p.app.send(Frame(Op.SEND, 2, ET, ULAS[1], bytes(4000)).encode())
-    run(rig, 0, high=0)  # VC2 "full" once anything is queued: one is read, the next waits
+    run(rig, 0, 0.03, high=-1)  # every VC "full": the SEND stays in the socket, unread
     c = rig.dps[0].counters("ulp", {})
-    assert c["tx_direct"] == 1 and c["tx_waited_for_room"] >= 1
+    assert "tx_direct" not in c and c["tx_waited_for_room"] == 1
     run(rig, 0, 0.05)  # room again: the rest is read
     assert rig.dps[0].counters("ulp", {})["tx_direct"] == 3
 
@@ -244,13 +244,15 @@ def test_the_clients_end_goes_up_and_it_is_polled_no_more(rig):
     client = attach(srv, p)
     p.app.send(Frame(Op.BIND, ethertype=ET).encode())
     p.app.close()
-    ran, events = run(rig, 0, 0.05)
-    assert [type(e) for e in events] == [UlpFrameIn, UlpClosed]
+    ran, events = run(rig, 0, 0.05)  # a frame handed up is answered before the client's next
+    assert [type(e) for e in events] == [UlpFrameIn]
     srv.frame_in(events[0].fd, events[0].data, events[0].size)
-    srv.closed(events[1].fd)
+    ran, events = run(rig, 0, 0.05)
+    assert events == [UlpClosed(p.gsnd.fileno())]
+    srv.closed(events[0].fd)
     assert client.ethertypes == {ET} and client.closed.is_set()
     ran, events = run(rig, 0, 0.02)
-    assert events == [] and ran.idle
+    assert events == []  # a closed client is not polled again (its POLLHUP would say so)
 
 
 FRAMES = st.one_of(
@@ -281,7 +283,7 @@ def test_any_frames_from_a_client_are_queued_or_answered_as_python_would(frames)
         for f in frames:
             p.app.send(f)
         up = 0
-        for _ in range(10):
+        for _ in range(len(frames) + 3):  # at most one frame handed up per run
             _, events = run(r, 0, 0.005)
             for ev in events:
                 assert isinstance(ev, UlpFrameIn)
