@@ -11,11 +11,14 @@ taken at accept) is root or gsnd's own user; others get ERROR, counted.  Receive
 sans-IO :class:`~daemons.gsnd.delivery.Delivery`, which holds them (and, through
 gsnd, the link's credits) while a client's socket is full.
 
-With gsnd's data plane attached (``use_dataplane``), the common case skips Python: a
-received Message whose EtherType exactly one client binds is written to that client
-from C (daemons/_ulploop.h) while the Delivery holds nothing for it.  This server keeps
-the C registry in step (bindings, privilege, and ``direct``: backlog empty and not
-stalled); a write C cannot make comes back up as an ordinary delivery.
+With gsnd's data plane attached (``use_dataplane``), the common case skips Python
+(daemons/_ulploop.h): the data plane reads every client's socket and queues the SENDs
+a client may make itself, handing every other frame (and the client's end) to
+``frame_in`` / ``closed``, which answer it as ``_reader`` would; and a received Message
+whose EtherType exactly one client binds is written to that client from C while the
+Delivery holds nothing for it.  This server keeps the C registry in step (bindings,
+privilege, and ``direct``: backlog empty and not stalled); a write C cannot make comes
+back up as an ordinary delivery.
 """
 
 from __future__ import annotations
