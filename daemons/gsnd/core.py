@@ -285,9 +285,11 @@ class Endpoint:
         else:
             self.counters["admin_unexpected_response"] += 1
 
-    def _per_vc(self, dp: dict) -> dict:
+    def per_vc_totals(self, dp: dict | None = None) -> dict:
         """Messages and bytes per VC, the data plane's included (the TAP's IP on VC1, the
-        ULP clients' on any VC)."""
+        ULP clients' on any VC); ``dp``: its counters when already taken."""
+        if dp is None:
+            dp = self.dp_counters()
         out = {k: list(v) for k, v in self.per_vc.items()}
         from_c = dp.get("per_vc") or {}
         for k in out:
@@ -306,7 +308,7 @@ class Endpoint:
             "link": self.link.status(),
             "reassembly": merged(self.reasm.counters, dp.get("reassembly")),
             "counters": merged(self.counters, dp.get("gsnd")),
-            "per_vc": self._per_vc(dp),
+            "per_vc": self.per_vc_totals(dp),
         }
 
     def dp_counters(self) -> dict:

@@ -196,15 +196,17 @@ class Gsnd:
                     .add(float("nan") if heard is None else heard, **i))
         messages = Family("gsn_vc_messages_total", "counter", "GSN Messages per VC and direction.")
         nbytes = Family("gsn_vc_bytes_total", "counter", "Message payload bytes per VC and direction.")
+        per_vc = self.ep.per_vc_totals()  # the data plane's (IP, ULP clients) included
         for way in ("rx", "tx"):
-            for vc, (m, b) in enumerate(zip(self.ep.per_vc[f"{way}_messages"], self.ep.per_vc[f"{way}_bytes"])):
+            for vc, (m, b) in enumerate(zip(per_vc[f"{way}_messages"], per_vc[f"{way}_bytes"])):
                 messages.add(m, **i, vc=vc, direction=way)
                 nbytes.add(b, **i, vc=vc, direction=way)
         fams += [messages, nbytes,
                  Family("gsn_ulp_clients", "gauge", "Clients on the ULP socket.").add(len(self.ulp.clients), **i),
                  Family("gsn_ula_assigned", "gauge", "1 once the port has a ULA.").add(int(self.ep.ula is not None), **i)]
-        for component, counters in (("link", self.ep.link.counters), ("gsnd", self.ep.counters),
-                                    ("reassembly", self.ep.reasm.counters), ("cable", self.transport.counters),
+        for component, counters in (("link", self.ep.link.counters), ("gsnd", self._counters("gsnd", self.ep.counters)),
+                                    ("reassembly", self._counters("reassembly", self.ep.reasm.counters)),
+                                    ("cable", self.transport.counters),
                                     ("ulp", self._counters("ulp", self.ulp.counters)),
                                     ("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters)),
                                     ("ip", {**self.ip_counters, **(self.tap.counters if self.tap else {})}),
