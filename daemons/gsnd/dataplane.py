@@ -2,7 +2,7 @@
 
 The work is in C (daemons/_pump.h, on the CLink): ``tap_pump`` reads frames from the
 TAP and queues them as Messages on VC1; ``rx_pump`` receives the cable's datagrams
-(UDP GRO), runs the link, reassembles VC1 and writes IP frames to the TAP;
+(UDP GRO), runs the link, reassembles every VC and writes IP frames to the TAP;
 ``dp_send`` sends the link's datagrams (UDP GSO).  ``dp_run`` (daemons/_loop.h) is the
 loop gsnd runs: it polls TAP, cable socket and trio's own epoll descriptor with the GIL
 released, pumps and flushes in C, and returns only when Python has work (link events,
@@ -10,9 +10,12 @@ a ready control or ULP socket, the retransmission timer, a refused send, the cal
 deadline).  This module is the narrow interface the trio control plane uses: attach,
 ``run`` (or one call per batch), ``wait_readable`` while idle, the counters.
 
-What still goes up to Python, as before: Messages on VC0/2/3, non-IP Messages on VC1
-(drop notices, ULP traffic), IP Messages a ULP client is bound to, ADMIN, link
-up/down, timers.  A cable with a key (an authenticated cable) is sealed and opened in
+The ULP clients are served here too (daemons/_ulploop.h; ``ulp_client``/``ulp_forget``
+keep its registry): ``dp_run`` reads their sockets and queues their SENDs, and writes
+RECV frames to a client that alone binds a Message's EtherType; other frames come up
+as UlpFrameIn/UlpClosed events.  What still goes up to Python: Messages for several
+clients, for a client the Delivery holds, IP Messages a ULP client is bound to, drop
+notices, ADMIN, link up/down, timers.  A cable with a key (an authenticated cable) is sealed and opened in
 C too (daemons/_cableauth.h, shared with the transport's Python path).
 """
 
