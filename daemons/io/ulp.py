@@ -100,10 +100,10 @@ class UlpServer:
         self._dp = None  # gsnd's DataPlane: it writes RECV frames to the clients it may (use_dataplane)
 
     def use_dataplane(self, dp) -> None:
-        """Let ``dp`` (daemons/gsnd/dataplane.DataPlane) write RECV frames to clients itself."""
+        """Let ``dp`` (daemons/gsnd/dataplane.DataPlane) read the clients' frames and write
+        RECV frames to them itself.  Before ``serve``: a client accepted without it is read
+        by its own task."""
         self._dp = dp
-        for client in self.clients:
-            self._sync(client)
 
     def _sync(self, client: _Client) -> None:
         """The data plane's copy of ``client``: C writes to it only while the Delivery
