@@ -8,6 +8,8 @@
 
 #include <netinet/in.h>
 
+#include "_ulpreg.h"
+
 #define DP_VC 1               /* RFC 2835 §4.1: IP rides on VC1 (constants.VC_IP) */
 #define DP_FRAME_BYTES 65600  /* a TAP read (io/tap.py READ_BYTES) */
 #define DP_RECV_BYTES 65536   /* one (GRO-coalesced) UDP receive (io/udp.py RECV_BYTES) */
@@ -42,7 +44,7 @@ static const char *dpe_groups[DPE_N] = {"tap", "tap", "cable"};
 static const char *dpe_prefix[DPE_N] = {"read_", "tx_error_", "rx_error_"};
 
 typedef struct {
-    Reasm ra;                 /* DP_VC's reassembly (the other VCs' stays in Python) */
+    Reasm ra;                 /* every VC's reassembly (Python's Reassembler is the oracle) */
     int tap_fd, sock_fd;      /* -1: no TAP (IP Messages go up to Python) */
     int arp_on;
     Py_ssize_t mtu;           /* largest IP packet taken from the TAP */
@@ -51,12 +53,15 @@ typedef struct {
     uint8_t aliases[DP_ALIASES][6];
     int naliases;
     unsigned ulp_wants;       /* bit 0 IPv4, 1 IPv6, 2 ARP: a ULP client is bound to it (Python delivers) */
-    int hold;                 /* DP_VC's credits withheld (ULP backlog, Endpoint.hold) */
-    int64_t withheld;
+    int hold[RA_VCS];         /* a VC's credits withheld (ULP backlog, Endpoint.hold) */
+    int64_t withheld[RA_VCS];
+    UlpReg ulp;               /* the ULP clients C writes RECV frames to (_ulploop.h) */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     PyObject *auth;           /* a keyed cable: its CableAuthCore (_cableauth.h), else NULL */
     uint64_t counters[DP_N];
+    uint64_t rx_vc[2][RA_VCS]; /* per VC: Messages and payload bytes delivered from C (TAP, ULP clients) */
+    uint64_t tx_vc[2][RA_VCS]; /* per VC: Messages and payload bytes queued from C (TAP, ULP clients) */
     uint64_t errnos[DPE_N][DP_ERRNOS];
     uint8_t frame[DP_FRAME_BYTES];
     uint8_t rx[DP_RECV_BYTES];
@@ -70,6 +75,7 @@ static void dp_free(DataPlane *dp)
     if (!dp)
         return;
     ra_free(&dp->ra);
+    PyMem_Free(dp->ulp.buf);
     Py_CLEAR(dp->auth);
     PyMem_Free(dp);
 }

@@ -343,7 +343,7 @@ static void clear_state(Core *s)
     }
     if (s->dp) { /* the reset took the buffers back: nothing stays withheld */
         ra_reset(&s->dp->ra);
-        s->dp->withheld = 0;
+        memset(s->dp->withheld, 0, sizeof s->dp->withheld);
     }
 }
 
@@ -686,7 +686,7 @@ static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8
                 return -1;
             continue;
         }
-        if (s->dp && vc == DP_VC) { /* the data plane's VC: reassembled here, not in Python */
+        if (s->dp) { /* the data plane reassembles every VC here, not in Python */
             /* b0 (per micropacket, from the LCRC check) is there when the datagram came
                through rx_pump */
             const uint16_t *b0 = b0_run;

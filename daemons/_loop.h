@@ -2,7 +2,8 @@
  * the data plane has work.
  *
  * dp_run(now, deadline, trio_fd, high, gso) polls the cable socket, the TAP (while DP_VC
- * holds at most `high` micropackets) and trio's own epoll descriptor, with the GIL
+ * holds at most `high` micropackets), the ULP clients C serves (_ulploop.h) and trio's
+ * own epoll descriptor, with the GIL
  * released while it waits.  Ready descriptors are pumped with the batch functions of
  * _pump.h, the link's datagrams (data, acks, credits, keepalives) are sent from here,
  * and the link's ack/credit/keepalive times are waited for here.  It goes back to
@@ -102,7 +103,8 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
     PyObject *left = NULL;
     int reason, tap_ok = 1; /* tap_ok: cleared when the TAP is ready but gives no frame (EIO while down) */
     double tap_retry = INFINITY; /* ... until then: a long idle call must not leave the TAP unread */
-    struct pollfd fds[3] = {{dp->sock_fd, POLLIN, 0}, {-1, POLLIN, 0}, {trio_fd, POLLIN, 0}};
+    struct pollfd fds[3 + UL_CLIENTS] = {{dp->sock_fd, POLLIN, 0}, {-1, POLLIN, 0}, {trio_fd, POLLIN, 0}};
+    Py_ssize_t ulp = 0; /* frames read from ULP clients (_ulploop.h) */
     /* what Python queued or freed since the last call (a ULP SEND, credits a delivery
      * returned) leaves now, not at the first wake-up: an idle call may wait until trio's
      * next deadline */
@@ -122,8 +124,8 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
             wait = 0;
         struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
         fds[1].fd = tap_ok && q->count <= high ? dp->tap_fd : -1;
-        int rc;
-        Py_BEGIN_ALLOW_THREADS rc = ppoll(fds, 3, &ts, NULL);
+        int nfds = 3 + ul_poll_fill(s, fds + 3, high), rc;
+        Py_BEGIN_ALLOW_THREADS rc = ppoll(fds, (nfds_t)nfds, &ts, NULL);
         Py_END_ALLOW_THREADS
         now = now0 + (loop_clock() - t0);
         if (now >= tap_retry)
@@ -156,6 +158,12 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
             if (!(tap_ok = n > 0))
                 tap_retry = now + LOOP_TAP_RETRY_S;
         }
+        if (nfds > 3) {
+            Py_ssize_t n = ul_poll_read(s, fds + 3, nfds - 3, high);
+            if (n < 0)
+                goto error;
+            ulp += n;
+        }
         if (loop_flush(s, now, gso, &r, &left) < 0)
             goto error;
         if (left) {
@@ -171,7 +179,7 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
             break;
         }
         if (now >= deadline) {
-            reason = got || frames ? LOOP_DEADLINE : LOOP_IDLE;
+            reason = got || frames || ulp ? LOOP_DEADLINE : LOOP_IDLE;
             break;
         }
     }

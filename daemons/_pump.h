@@ -8,9 +8,9 @@
  *   dp_send:   the link's datagrams -> sendmsg with UDP_SEGMENT (GSO) / sendto; stops at
  *              the first error and says where, for the Python path (EMSGSIZE re-cut,
  *              counting) to take over
- * Everything else goes up as events: Messages on other VCs (Received, as before),
- * non-IP Messages on DP_VC and IP ones a ULP client is bound to (Delivered), ADMIN
- * (AdminIn), link up/down.  Included by _link.c after Core's functions.
+ * Every VC is reassembled here; a Message with one ULP client bound to its EtherType is
+ * written to that client (_ulploop.h).  Everything else goes up as events: other
+ * Messages (Delivered), ADMIN (AdminIn), link up/down.  Included by _link.c after Core's functions.
  */
 #ifndef GSN_PUMP_H
 #define GSN_PUMP_H
@@ -45,7 +45,9 @@ static int dp_for_us(DataPlane *dp, const uint8_t *d_ula)
     return 0;
 }
 
-/* A Message reassembled on DP_VC (mps > 0: stream = MAC header, LLC/SNAP, payload) or an
+#include "_ulploop.h"
+
+/* A Message reassembled on any VC (mps > 0: stream = MAC header, LLC/SNAP, payload) or an
  * ADMIN micropacket (mps == 0: its 32 data bytes). */
 static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
 {
@@ -53,9 +55,11 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
     DataPlane *dp = s->dp;
     if (!mps)
         return add_event(s, PyObject_CallFunction(ev_admin, "iy#", vc, (const char *)data, (Py_ssize_t)MP_DATA));
+    if (dp->ulp.n && !ul_deliver(dp, vc, data)) /* written to its ULP client */
+        return 0;
     unsigned ethertype = ((unsigned)data[22] << 8) | data[23];
     unsigned bit = ip_bit(ethertype);
-    if (!bit || dp->tap_fd < 0 || (dp->ulp_wants & bit)) /* Python delivers (ULP clients, notices) */
+    if (vc != DP_VC || !bit || dp->tap_fd < 0 || (dp->ulp_wants & bit)) /* Python delivers (ULP clients, notices) */
         return add_event(s, PyObject_CallFunction(ev_delivered, "iy#K", vc, (const char *)data,
                                                   (Py_ssize_t)(mps * MP_DATA), (unsigned long long)mps));
     const uint8_t *d = data, *src = data + 6;
@@ -63,9 +67,11 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
         dp->counters[DP_EP_NOT_FOR_US]++;
         return 0;
     }
+    uint64_t m_len = ((uint64_t)data[12] << 24) | ((uint64_t)data[13] << 16) | ((uint64_t)data[14] << 8) | data[15];
     dp->counters[DP_EP_RX_MESSAGES]++;
-    dp->counters[DP_EP_RX_BYTES] += (((uint64_t)data[12] << 24) | ((uint64_t)data[13] << 16) | ((uint64_t)data[14] << 8)
-                                     | data[15]) - RA_LLC;
+    dp->counters[DP_EP_RX_BYTES] += m_len - RA_LLC;
+    dp->rx_vc[0][vc]++;
+    dp->rx_vc[1][vc] += m_len - RA_LLC;
     int bcast = !memcmp(d, ULA_BCAST, 6);
     if (bcast && dp->has_ula && !memcmp(src, dp->ula, 6)) { /* the switch copies broadcasts to the sender */
         dp->counters[DP_IP_OWN_BCAST]++;
@@ -75,7 +81,6 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
         dp->counters[DP_IP_RX_ARP]++;
         return 0;
     }
-    uint64_t m_len = ((uint64_t)data[12] << 24) | ((uint64_t)data[13] << 16) | ((uint64_t)data[14] << 8) | data[15];
     Py_ssize_t plen = (Py_ssize_t)(m_len - RA_LLC); /* reassembly checked M_len against the stream */
     const uint8_t *pl = data + RA_PREFIX;
     uint8_t dst[6];
@@ -102,15 +107,15 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
     return 0;
 }
 
-/* n micropackets the link accepted on DP_VC (their buffers are in use): reassemble, then
+/* n micropackets the link accepted on vc (their buffers are in use): reassemble, then
  * return the buffers to the peer unless the upper layer holds the VC. */
 static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n)
 {
     DataPlane *dp = s->dp;
     if (ra_feed(&dp->ra, vc, mps, n, b0, dp_sink, s) < 0)
         return -1;
-    if (dp->hold) {
-        dp->withheld += n;
+    if (dp->hold[vc]) {
+        dp->withheld[vc] += n;
     } else {
         int64_t k = n < s->used[vc] ? n : s->used[vc];
         s->used[vc] -= k;
@@ -193,15 +198,17 @@ static PyObject *Core_dp_ula(Core *s, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *Core_dp_hold(Core *s, PyObject *arg)
+static PyObject *Core_dp_hold(Core *s, PyObject *args)
 {
+    int vc, on;
     NEED_DP(s);
-    int on = PyObject_IsTrue(arg);
-    if (on < 0)
+    if (!PyArg_ParseTuple(args, "ip:dp_hold", &vc, &on))
         return NULL;
-    s->dp->hold = on;
-    int64_t w = s->dp->withheld;
-    s->dp->withheld = 0;
+    if (vc < 0 || vc >= RA_VCS)
+        return PyErr_Format(PyExc_ValueError, "dp_hold: VC %d out of range 0..3", vc);
+    s->dp->hold[vc] = on;
+    int64_t w = s->dp->withheld[vc];
+    s->dp->withheld[vc] = 0;
     return PyLong_FromLongLong(w);
 }
 
@@ -288,6 +295,8 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
         q->count += n;
         dp->counters[DP_EP_TX_MESSAGES]++;
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
+        dp->tx_vc[0][DP_VC]++;
+        dp->tx_vc[1][DP_VC] += (uint64_t)plen;
         dp->counters[DP_IP_TX_FRAMES]++;
     }
     return frames;
@@ -452,7 +461,7 @@ static PyObject *Core_dp_counters(Core *s, PyObject *Py_UNUSED(ignored))
         Py_DECREF(c);
     }
     PyObject *ra = ra_counter_dict(&dp->ra);
-    if (!ra || PyDict_SetItemString(out, "reassembly", ra) < 0) {
+    if (!ra || PyDict_SetItemString(out, "reassembly", ra) < 0 || ul_counters(dp, out) < 0) {
         Py_XDECREF(ra);
         Py_DECREF(out);
         return NULL;
@@ -469,14 +478,15 @@ static PyObject *Core_get_dp_vc(Core *s, void *c) { return PyLong_FromLong(s->dp
     {"dp_attach", (PyCFunction)(void (*)(void))Core_dp_attach, METH_VARARGS | METH_KEYWORDS,                  \
      "dp_attach(tap_fd, sock_fd, peer, mtu, arp, aliases, max_payload): gsnd's data plane takes VC1"},        \
     {"dp_ula", (PyCFunction)Core_dp_ula, METH_O, "dp_ula(ula or None): the port's ULA"},                    \
-    {"dp_hold", (PyCFunction)Core_dp_hold, METH_O, "dp_hold(on) -> VC1 micropackets withheld so far"},      \
+    {"dp_hold", (PyCFunction)Core_dp_hold, METH_VARARGS, "dp_hold(vc, on) -> vc's micropackets withheld so far"}, \
     {"dp_wants", (PyCFunction)Core_dp_wants, METH_O, "dp_wants(mask): IPv4 1, IPv6 2, ARP 4 go to Python"}, \
     {"tap_pump", (PyCFunction)Core_tap_pump, METH_VARARGS, "tap_pump(limit, high) -> frames read"},         \
     {"rx_pump", (PyCFunction)Core_rx_pump, METH_VARARGS, "rx_pump(now, limit) -> datagrams received"},     \
     {"dp_send", (PyCFunction)Core_dp_send, METH_VARARGS,                                                    \
      "dp_send(datagrams, gso) -> (sent, errno, gso_sends, gso_datagrams, max_sent)"},                       \
     {"dp_counters", (PyCFunction)Core_dp_counters, METH_NOARGS, "{group: {name: count}}"},                   \
-    LOOP_METHODS
+    LOOP_METHODS                                                                                            \
+    ULPLOOP_METHODS
 
 /* --- the reassembly alone, for the differential tests and the fuzz target --------- */
 
@@ -569,6 +579,7 @@ static PyObject *mod_crc_impl(PyObject *self, PyObject *args)
      "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},   \
     {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
      "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
-    {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},
+    {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},      \
+    ULPLOOP_MODULE_METHODS
 
 #endif

@@ -1,7 +1,8 @@
 /* A whole Message queued from its fields, in C: the ULP socket's SENDs (and every other
  * Message gsnd originates) take the fused encode the TAP pump uses (copy + ECRC + LCRC in
  * one pass per 32-byte block, _gsncrc.h) straight into the VC's queue, as a PyMem block:
- * no padded stream, no numpy array, no Python object per Message.
+ * no padded stream, no numpy array, no Python object per Message (ul_enqueue, _ulploop.h,
+ * which the data plane's own ULP reads use too).
  *
  *   enqueue_message(vc, d_ula, s_ula, ethertype, payload) -> micropackets queued
  *
@@ -38,35 +39,14 @@ static PyObject *Core_enqueue_message(Core *s, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "ULAs are 6 bytes");
         goto done;
     }
-    uint64_t m_len = RA_LLC + (uint64_t)b[2].len;
-    if (m_len > ra_max_m_len(vc)) {
+    if (RA_LLC + (uint64_t)b[2].len > ra_max_m_len(vc)) {
         PyErr_Format(PyExc_ValueError, "payload of %zd bytes exceeds the VC%d limit of %llu", b[2].len, vc,
                      (unsigned long long)(ra_max_m_len(vc) - RA_LLC));
         goto done;
     }
-    uint8_t head[RA_PREFIX];
-    memcpy(head, b[0].buf, 6);
-    memcpy(head + 6, b[1].buf, 6);
-    put_be32(head + 12, (uint32_t)m_len);
-    memcpy(head + RA_MAC, ra_llc_snap, 6);
-    head[22] = (uint8_t)(ethertype >> 8), head[23] = (uint8_t)ethertype;
-    Py_ssize_t n = (Py_ssize_t)((RA_MAC + m_len + MP_DATA - 1) / MP_DATA);
-    VcQueue *q = &s->q[vc];
-    uint8_t *mps = PyMem_Malloc(n * MP_BYTES);
-    if (!mps) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (q_room(q) < 0) {
-        PyMem_Free(mps);
-        goto done;
-    }
-    encode_mps(head, RA_PREFIX, b[2].buf, b[2].len, mps, n, vc, T_HEADER);
-    Chunk *ch = &q->c[q->end++];
-    memset(ch, 0, sizeof *ch);
-    ch->obj = NULL, ch->view.buf = mps, ch->view.len = n * MP_BYTES, ch->n = n;
-    q->count += n;
-    ret = PyLong_FromSsize_t(n);
+    Py_ssize_t n = ul_enqueue(s, vc, b[0].buf, b[1].buf, (unsigned)ethertype, b[2].buf, b[2].len);
+    if (n >= 0)
+        ret = PyLong_FromSsize_t(n);
 done:
     while (got-- > 0)
         PyBuffer_Release(&b[got]);

@@ -15,7 +15,7 @@ from typing import TypeAlias
 
 from .. import constants as C
 from ..constants import ADMIN_RETRY_S, AdminCmd, AdminStatus, ElementType, MpType
-from ..link.clink import CLink
+from ..link.clink import CLink, UlpClosed, UlpFrameIn
 from ..link.link import LinkDown, LinkUp, Received, Timers
 from ..link.reassembly import AdminIn, Delivered, Reassembler
 from ..wire.admin import Admin, i_am_args, parse_i_am
@@ -46,7 +46,7 @@ class LinkState:
     reason: str = ""
 
 
-Event: TypeAlias = LinkState | UlaChanged | MessageIn | AdminResponse
+Event: TypeAlias = LinkState | UlaChanged | MessageIn | AdminResponse | UlpFrameIn | UlpClosed
 """What :meth:`Endpoint.events` hands up."""
 
 
@@ -117,6 +117,8 @@ class Endpoint:
                 self._deliver(ev.message)
             elif isinstance(ev, AdminIn):
                 self._admin_in(ev, now)
+            elif isinstance(ev, (UlpFrameIn, UlpClosed)):  # the data plane read a ULP client: gsnd's
+                self._events.append(ev)
             elif isinstance(ev, LinkUp):
                 self.reasm.reset()
                 self.withheld = [0] * C.NUM_VCS  # the link reset took the buffers back
@@ -137,8 +139,8 @@ class Endpoint:
         if on and not self.holding[vc]:
             self.withheld[vc] += self.link.reclaim(vc, self.link.ledger.pending[vc])
         self.holding[vc] = on
-        if vc == self.link.dp_vc:  # the data plane withholds what it reassembles while held
-            self.withheld[vc] += self.link.dp_hold(on)
+        if self.link.dp_vc >= 0:  # the data plane withholds what it reassembles while held
+            self.withheld[vc] += self.link.dp_hold(vc, on)
         if not on and self.withheld[vc]:
             self.link.release(vc, self.withheld[vc])
             self.counters[f"credits_withheld_vc{vc}_mps"] += self.withheld[vc]
@@ -290,11 +292,16 @@ class Endpoint:
         else:
             self.counters["admin_unexpected_response"] += 1
 
-    def _per_vc(self, dp: Mapping[str, int]) -> dict[str, list[int]]:
-        """Messages and bytes per VC, the data plane's (IP on VC1) included."""
+    def per_vc_totals(self, dp: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, list[int]]:
+        """Messages and bytes per VC, the data plane's included (the TAP's IP on VC1, the
+        ULP clients' on any VC); ``dp``: its counters when already taken."""
+        if dp is None:
+            dp = self.dp_counters()
         out = {k: list(v) for k, v in self.per_vc.items()}
+        from_c = dp.get("per_vc") or {}
         for k in out:
-            out[k][C.VC_IP] += dp.get(k, 0)
+            for vc in range(C.NUM_VCS):
+                out[k][vc] += from_c.get(f"{k}_vc{vc}", 0)
         return out
 
     def status(self) -> dict[str, object]:
@@ -308,7 +315,7 @@ class Endpoint:
             "link": self.link.status(),
             "reassembly": merged(self.reasm.counters, dp.get("reassembly")),
             "counters": merged(self.counters, dp.get("gsnd")),
-            "per_vc": self._per_vc(dp.get("gsnd") or {}),
+            "per_vc": self.per_vc_totals(dp),
         }
 
     def dp_counters(self) -> dict[str, dict[str, int]]:

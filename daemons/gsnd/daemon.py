@@ -26,6 +26,7 @@ from ..wire.ula import format_ula
 from ..wire.ulp import Frame, Op
 from .config import GsndConfig
 from ..endpoint.core import AdminResponse, Endpoint, LinkState, MessageIn, UlaChanged
+from ..link.clink import UlpClosed, UlpFrameIn
 from .dataplane import DataPlane, usable
 from .delivery import is_notice, notice_in, settle
 from ..constants import ADMIN_MAX_HOPS, ADMIN_ROUTE_SLOTS, ADMIN_ROUTE_UNUSED, HIGH_WATER_MPS, SWITCH_TABLE_MAX, AdminCmd
@@ -88,6 +89,10 @@ class Gsnd:
                 if msg.ethertype not in IP_ETHERTYPES or self.ulp.wants(msg.ethertype):
                     self.ulp.deliver(msg, now)
                     delivered = True
+            elif isinstance(ev, UlpFrameIn):
+                self.ulp.frame_in(ev.fd, ev.data, ev.size)
+            elif isinstance(ev, UlpClosed):
+                self.ulp.closed(ev.fd)
             elif isinstance(ev, LinkState):
                 if ev.up:
                     log.info("link.up", interface=self.cfg.interface)
@@ -195,16 +200,19 @@ class Gsnd:
                     .add(float("nan") if heard is None else heard, **i))
         messages = Family("gsn_vc_messages_total", "counter", "GSN Messages per VC and direction.")
         nbytes = Family("gsn_vc_bytes_total", "counter", "Message payload bytes per VC and direction.")
+        per_vc = self.ep.per_vc_totals()  # the data plane's (IP, ULP clients) included
         for way in ("rx", "tx"):
-            for vc, (m, b) in enumerate(zip(self.ep.per_vc[f"{way}_messages"], self.ep.per_vc[f"{way}_bytes"])):
+            for vc, (m, b) in enumerate(zip(per_vc[f"{way}_messages"], per_vc[f"{way}_bytes"])):
                 messages.add(m, **i, vc=vc, direction=way)
                 nbytes.add(b, **i, vc=vc, direction=way)
         fams += [messages, nbytes,
                  Family("gsn_ulp_clients", "gauge", "Clients on the ULP socket.").add(len(self.ulp.clients), **i),
                  Family("gsn_ula_assigned", "gauge", "1 once the port has a ULA.").add(int(self.ep.ula is not None), **i)]
-        for component, counters in (("link", self.ep.link.counters), ("gsnd", self.ep.counters),
-                                    ("reassembly", self.ep.reasm.counters), ("cable", self.transport.counters),
-                                    ("ulp", self.ulp.counters), ("ulp.delivery", self.ulp.delivery.counters),
+        for component, counters in (("link", self.ep.link.counters), ("gsnd", self._counters("gsnd", self.ep.counters)),
+                                    ("reassembly", self._counters("reassembly", self.ep.reasm.counters)),
+                                    ("cable", self.transport.counters),
+                                    ("ulp", self._counters("ulp", self.ulp.counters)),
+                                    ("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters)),
                                     ("ip", {**self.ip_counters, **(self.tap.counters if self.tap else {})}),
                                     ("control", self.control_counters)):
             fams += counter_families(counters, component, **i)
@@ -219,8 +227,8 @@ class Gsnd:
                       "id": self.cfg.cable_id, **self.transport.status(),
                                                "last_heard_s": self.runner.heard_ago(),
                                                "transport": self._counters("cable", self.transport.counters)},
-                      ulp={"clients": len(self.ulp.clients), "counters": dict(self.ulp.counters),
-                           "delivery": {**self.ulp.delivery.counters,
+                      ulp={"clients": len(self.ulp.clients), "counters": self._counters("ulp", self.ulp.counters),
+                           "delivery": {**self._counters("ulp.delivery", self.ulp.delivery.counters),
                                         "held_vcs": self.ulp.delivery.held(),
                                         "withheld_mps": list(self.ep.withheld)}},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
@@ -297,8 +305,8 @@ class Gsnd:
             self.drops.update("gsnd", self._counters("gsnd", self.ep.counters), now)
             self.drops.update("reassembly", self._counters("reassembly", self.ep.reasm.counters), now)
             self.drops.update("cable", self._counters("cable", self.transport.counters), now)
-            self.drops.update("ulp", self.ulp.counters, now)
-            self.drops.update("ulp.delivery", self.ulp.delivery.counters, now)
+            self.drops.update("ulp", self._counters("ulp", self.ulp.counters), now)
+            self.drops.update("ulp.delivery", self._counters("ulp.delivery", self.ulp.delivery.counters), now)
             self.drops.update("ip", self._counters("ip", self.ip_counters), now)
             if self.tap is not None:
                 self.drops.update("tap", self._counters("tap", self.tap.counters), now)
@@ -319,6 +327,7 @@ class Gsnd:
             # return from the loop: the loop keeps its 2 ms slice while one waits
             self.runner.use(self.dp, HIGH_WATER_MPS, self.ep.own_timer,
                             waiting=lambda: self.drained.statistics().tasks_waiting > 0)
+            self.ulp.use_dataplane(self.dp)
         log.info("dataplane", interface=self.cfg.interface, compiled=self.dp is not None)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.ulp.serve)

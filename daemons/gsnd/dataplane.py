@@ -2,7 +2,7 @@
 
 The work is in C (daemons/_pump.h, on the CLink): ``tap_pump`` reads frames from the
 TAP and queues them as Messages on VC1; ``rx_pump`` receives the cable's datagrams
-(UDP GRO), runs the link, reassembles VC1 and writes IP frames to the TAP;
+(UDP GRO), runs the link, reassembles every VC and writes IP frames to the TAP;
 ``dp_send`` sends the link's datagrams (UDP GSO).  ``dp_run`` (daemons/_loop.h) is the
 loop gsnd runs: it polls TAP, cable socket and trio's own epoll descriptor with the GIL
 released, pumps and flushes in C, and returns only when Python has work (link events,
@@ -10,9 +10,12 @@ a ready control or ULP socket, the retransmission timer, a refused send, the cal
 deadline).  This module is the narrow interface the trio control plane uses: attach,
 ``run`` (or one call per batch), ``wait_readable`` while idle, the counters.
 
-What still goes up to Python, as before: Messages on VC0/2/3, non-IP Messages on VC1
-(drop notices, ULP traffic), IP Messages a ULP client is bound to, ADMIN, link
-up/down, timers.  A cable with a key (an authenticated cable) is sealed and opened in
+The ULP clients are served here too (daemons/_ulploop.h; ``ulp_client``/``ulp_forget``
+keep its registry): ``dp_run`` reads their sockets and queues their SENDs, and writes
+RECV frames to a client that alone binds a Message's EtherType; other frames come up
+as UlpFrameIn/UlpClosed events.  What still goes up to Python: Messages for several
+clients, for a client the Delivery holds, IP Messages a ULP client is bound to, drop
+notices, ADMIN, link up/down, timers.  A cable with a key (an authenticated cable) is sealed and opened in
 C too (daemons/_cableauth.h, shared with the transport's Python path).
 """
 
@@ -24,12 +27,17 @@ from typing import NamedTuple
 
 import trio
 
+from .. import _link
+from ..link.clink import UlpClosed, UlpFrameIn
 from ..io.trioprivate import trio_epoll_fd
 from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULP_MAX_PAYLOAD
 
 PUMP_DATAGRAMS = 64  # datagrams per rx_pump call (io/udp.py drains as many per wake-up)
 PUMP_FRAMES = 64  # frames per tap_pump call (io/tap.py drains as many)
 _WANTS = ((ETHERTYPE_IPV4, 1), (ETHERTYPE_IPV6, 2), (ETHERTYPE_ARP, 4))
+
+
+_link.setup_ulp(UlpFrameIn, UlpClosed)  # the event types the loop builds for them
 
 
 # dp_run's reasons for returning (daemons/_loop.h LOOP_*)
@@ -79,6 +87,7 @@ class DataPlane:
         if tap is not None:
             self._ready.register(tap.fd, select.EPOLLIN)
         self._ready.register(transport.sock.fileno(), select.EPOLLIN)
+        self._clients: set[int] = set()  # ULP client fds in _ready
         self.trio_fd = trio_epoll_fd()
         self.reasons: Counter[str] = Counter()  # why run() returned, for the loop's tests and benches
 
@@ -86,7 +95,7 @@ class DataPlane:
         self._ready.close()
 
     async def wait_readable(self) -> None:
-        """Until the TAP or the cable socket has something (level-triggered)."""
+        """Until the TAP, the cable socket or a ULP client has something (level-triggered)."""
         await trio.lowlevel.wait_readable(self._ready.fileno())
 
     def run(self, now: float, deadline: float, high_water: int, trio_fd: int) -> Ran:
@@ -103,6 +112,21 @@ class DataPlane:
             t.send_many(refused)
         self.reasons[REASONS[reason]] += 1
         return Ran(reason, got, frames)
+
+    def ulp_client(self, fd: int, ethertypes, privileged: bool, direct: bool) -> None:
+        """Add or update a ULP client the data plane serves: it reads the client's frames
+        (UlpFrameIn and UlpClosed come up as link events), and writes RECV frames to it
+        while ``direct`` (C clears that when a write is refused)."""
+        self.link.ulp_client(fd, b"".join(et.to_bytes(2, "big") for et in sorted(ethertypes)), privileged, direct)
+        if fd not in self._clients:
+            self._clients.add(fd)
+            self._ready.register(fd, select.EPOLLIN)
+
+    def ulp_forget(self, fd: int) -> None:
+        self.link.ulp_forget(fd)
+        if fd in self._clients:
+            self._clients.discard(fd)
+            self._ready.unregister(fd)
 
     def set_ula(self, ula: bytes | None) -> None:
         self.link.dp_ula(ula)

@@ -10,6 +10,15 @@ are bound and sent only by a privileged client: one whose peer uid (SO_PEERCRED,
 taken at accept) is root or gsnd's own user; others get ERROR, counted.  Received Messages reach clients through the
 sans-IO :class:`~daemons.gsnd.delivery.Delivery`, which holds them (and, through
 gsnd, the link's credits) while a client's socket is full.
+
+With gsnd's data plane attached (``use_dataplane``), the common case skips Python
+(daemons/_ulploop.h): the data plane reads every client's socket and queues the SENDs
+a client may make itself, handing every other frame (and the client's end) to
+``frame_in`` / ``closed``, which answer it as ``_reader`` would; and a received Message
+whose EtherType exactly one client binds is written to that client from C while the
+Delivery holds nothing for it.  This server keeps the C registry in step (bindings,
+privilege, and ``direct``: backlog empty and not stalled); a write C cannot make comes
+back up as an ordinary delivery.
 """
 
 from __future__ import annotations
@@ -77,6 +86,7 @@ class _Client:
         self.privileged = privileged(self.uid)  # may bind and send ULP_PRIVILEGED_ETHERTYPES
         self.ethertypes: set[int] = set()
         self.wake = trio.Event()  # the delivery backlog has something for the writer
+        self.closed = trio.Event()  # the data plane, which reads it, saw its end
 
 
 class UlpServer:
@@ -105,6 +115,22 @@ class UlpServer:
         self._reserve: ReserveFd | None = None
         self._timer_moved = trio.Event()
         self._armed = math.inf  # the deadline _timeouts waits for (woken only when one comes earlier)
+        self._dp = None  # gsnd's DataPlane: it writes RECV frames to the clients it may (use_dataplane)
+
+    def use_dataplane(self, dp) -> None:
+        """Let ``dp`` (daemons/gsnd/dataplane.DataPlane) read the clients' frames and write
+        RECV frames to them itself.  Before ``serve``: a client accepted without it is read
+        by its own task."""
+        self._dp = dp
+
+    def _sync(self, client: _Client) -> None:
+        """The data plane's copy of ``client``: C writes to it only while the Delivery
+        holds nothing for it and it is not marked stalled (else a Message written from C
+        would overtake the held ones, or skip the not-reading drop)."""
+        if self._dp is not None:
+            bl = self.delivery.backlogs.get(client)
+            self._dp.ulp_client(client.sock.fileno(), client.ethertypes, client.privileged,
+                                bl is not None and not bl.queue and not bl.stalled)
 
     # --- accepting -----------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -141,6 +167,7 @@ class UlpServer:
                     client = _Client(conn)
                     self.clients.append(client)
                     self.delivery.add(client)
+                    self._sync(client)
                     nursery.start_soon(self._client, client)
         finally:
             unlink_unix(self.path, lsock)
@@ -170,16 +197,23 @@ class UlpServer:
     async def _client(self, client: _Client) -> None:
         try:
             with client.sock:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, client)
-                    await self._reader(client)
-                    nursery.cancel_scope.cancel()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._writer, client)
+                        await self._reader(client)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    if self._dp is not None:  # before the fd is closed (and its number reused)
+                        self._dp.ulp_forget(client.sock.fileno())
         finally:
             self.clients.remove(client)
             self.delivery.remove(client)
             self._changed(trio.current_time())
 
     async def _reader(self, client: _Client) -> None:
+        if self._dp is not None:  # the data plane reads this client: frame_in, closed
+            await client.closed.wait()
+            return
         sock, buf = client.sock, self._buf
         burst = 0
         while True:
@@ -194,22 +228,15 @@ class UlpServer:
                 return
             if n == 0 and not anc:
                 return  # end of connection: no record, so no credentials
-            if n > _FRAME_MAX:
-                self.counters["rx_oversized_frame"] += 1
-                self._reply(client, Frame(Op.ERROR, payload=f"frame of {n} bytes: payload exceeds the "
-                                          f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
+            frame = self._decode(client, memoryview(buf), n)
+            if frame is None:
                 continue
-            if n == 0:
-                self.counters[BadFrame.EMPTY] += 1
-                self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
-                continue
-            try:
-                frame = Frame.decode(memoryview(buf)[:n])  # copies the payload out
-            except DecodeError as exc:
-                self.counters[BadFrame.of(exc)] += 1
-                self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
-                continue
-            await self._handle(client, frame)
+            if frame.op is Op.SEND:
+                if self._may_send(client, frame):
+                    await self._wait_room(frame.vc)
+                    self._send_now(client, frame)
+            else:
+                self._control(client, frame)
             burst += 1
             if burst >= BURST:
                 self._flush()
@@ -228,28 +255,76 @@ class UlpServer:
                 waiting = self.delivery.backlog(client)
                 self.delivery.pump(client, now, self._send_frame)
                 if self.delivery.backlog(client) != waiting:
+                    self._sync(client)
                     self._changed(now)
 
-    async def _handle(self, client: _Client, frame: Frame) -> None:
+    def frame_in(self, fd: int, data: bytes, size: int) -> None:
+        """A frame the data plane read from client ``fd`` and did not queue itself
+        (``size``: its length; ``data`` holds at most one byte more than a whole frame):
+        answered as if this server had read it.  A SEND among them needs no wait for room
+        (the data plane waits before it reads one)."""
+        client = next((c for c in self.clients if c.sock.fileno() == fd), None)
+        if client is None:
+            self.counters["rx_frame_of_unknown_client"] += 1
+            return
+        frame = self._decode(client, memoryview(data), size)
+        if frame is None:
+            return
         if frame.op is Op.SEND:
-            if frame.ethertype == ETHERTYPE_OUI_EXTENDED and frame.payload[:5] == ULP_NOTICE_PROTOCOL:
-                self.counters["tx_refused_reserved_protocol"] += 1
-                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
-                                          b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
-                return
-            if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
-                self.counters["tx_refused_unprivileged"] += 1
-                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, self._unprivileged(
-                    client, frame.ethertype, "send")))
-                return
-            await self._wait_room(frame.vc)
-            why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
-            if why:
-                self.counters[f"tx_dropped_{why}"] += 1
-                self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, why.encode()))
-            else:
-                self.counters["tx_messages"] += 1
-        elif frame.op is Op.BIND:
+            if self._may_send(client, frame):
+                self._send_now(client, frame)
+        else:
+            self._control(client, frame)
+
+    def closed(self, fd: int) -> None:
+        """The data plane saw client ``fd``'s end: its task ends and it is forgotten."""
+        for c in self.clients:
+            if c.sock.fileno() == fd:
+                c.closed.set()
+
+    def _decode(self, client: _Client, buf: memoryview, n: int) -> Frame | None:
+        """The frame of ``n`` bytes in ``buf``, or None when malformed (answered, counted)."""
+        if n > _FRAME_MAX:
+            self.counters["rx_oversized_frame"] += 1
+            self._reply(client, Frame(Op.ERROR, payload=f"frame of {n} bytes: payload exceeds the "
+                                      f"{ULP_MAX_PAYLOAD}-byte limit (ULP_MAX_PAYLOAD)".encode()))
+            return None
+        if n == 0:
+            self.counters[BadFrame.EMPTY] += 1
+            self._reply(client, Frame(Op.ERROR, payload=b"empty frame (a frame has a 10-byte header)"))
+            return None
+        try:
+            return Frame.decode(buf[:n])  # copies the payload out
+        except DecodeError as exc:
+            self.counters[BadFrame.of(exc)] += 1
+            self._reply(client, Frame(Op.ERROR, payload=str(exc).encode()))
+            return None
+
+    def _may_send(self, client: _Client, frame: Frame) -> bool:
+        """A SEND's own checks (reserved protocol, privilege); a refusal is answered."""
+        if frame.ethertype == ETHERTYPE_OUI_EXTENDED and frame.payload[:5] == ULP_NOTICE_PROTOCOL:
+            self.counters["tx_refused_reserved_protocol"] += 1
+            self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula,
+                                      b"protocol 02-47-53-00-01 is reserved for gsnd's drop notices"))
+            return False
+        if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
+            self.counters["tx_refused_unprivileged"] += 1
+            self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, self._unprivileged(
+                client, frame.ethertype, "send")))
+            return False
+        return True
+
+    def _send_now(self, client: _Client, frame: Frame) -> None:
+        why = self._send(frame.vc, frame.ula, frame.ethertype, frame.payload)
+        if why:
+            self.counters[f"tx_dropped_{why}"] += 1
+            self._reply(client, Frame(Op.ERROR, frame.vc, frame.ethertype, frame.ula, why.encode()))
+        else:
+            self.counters["tx_messages"] += 1
+
+    def _control(self, client: _Client, frame: Frame) -> None:
+        """Every frame but SEND."""
+        if frame.op is Op.BIND:
             if frame.ethertype in ULP_PRIVILEGED_ETHERTYPES and not client.privileged:
                 self.counters["refused_bind_unprivileged"] += 1
                 self._reply(client, Frame(Op.ERROR, 0, frame.ethertype, payload=self._unprivileged(
@@ -261,9 +336,11 @@ class UlpServer:
                     f"a client binds at most {ULP_MAX_BINDINGS} EtherTypes").encode()))
                 return
             client.ethertypes.add(frame.ethertype)
+            self._sync(client)
             self._reply(client, self._status())
         elif frame.op is Op.UNBIND:
             client.ethertypes.discard(frame.ethertype)
+            self._sync(client)
         else:
             self.counters["rx_unexpected_op"] += 1
             self._reply(client, Frame(Op.ERROR, payload=f"op {frame.op.name} is not for clients".encode()))
@@ -312,6 +389,7 @@ class UlpServer:
         for c in keys:
             if self.delivery.backlog(c):
                 c.wake.set()
+            self._sync(c)
         if self.delivery.timer() < self._armed:  # a hold or a notice due before what _timeouts waits for
             self._timer_moved.set()
 
@@ -326,6 +404,8 @@ class UlpServer:
             now = trio.current_time()
             if now >= self.delivery.timer():
                 self.delivery.handle_timer(now)
+                for client in self.clients:
+                    self._sync(client)
                 self._changed(now)
 
     def error_to_bound(self, ethertype: int, frame: Frame) -> int:

@@ -12,6 +12,8 @@ Link (pure Python + numpy) stays as the test oracle.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -40,9 +42,24 @@ _link.setup_dp(_delivered, AdminIn)
 
 _LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
 
-CEvent: TypeAlias = Event | Arrival
+@dataclass(frozen=True)
+class UlpFrameIn:
+    """A frame gsnd's data plane (daemons/_ulploop.h) read from ULP client ``fd`` and hands to Python (not a SEND
+    it queues itself): ``data`` (at most a whole frame and one byte more) of ``size``."""
+    fd: int
+    data: bytes
+    size: int
+
+
+@dataclass(frozen=True)
+class UlpClosed:
+    """The data plane saw ULP client ``fd``'s end of the connection."""
+    fd: int
+
+
+CEvent: TypeAlias = Event | Arrival | UlpFrameIn | UlpClosed
 """What :meth:`CLink.events` hands up: Link's events, and with the data plane attached the
-Messages and Admin micropackets it reassembled."""
+Messages and Admin micropackets it reassembled and the ULP client frames it hands to Python."""
 
 
 class _Counters(Mapping[str, int]):

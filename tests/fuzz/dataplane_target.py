@@ -6,7 +6,10 @@ The input picks one of three decoders per operation:
   1  TAP frames (any bytes) through tap_pump -> cable -> rx_pump -> TAP, differential
      against wire/ether.py (what arrives must be what the Python path would write);
   2  cable datagrams (real ones mutated, raw bytes) into rx_pump from the peer's
-     address: nothing may raise, the credit ledger must stay balanced.
+     address: nothing may raise, the credit ledger must stay balanced;
+  3  ULP client frames (real SENDs and BINDs mutated, raw bytes) read by dp_run
+     (daemons/_ulploop.h): every frame is queued in C or handed to the Python server,
+     which answers it; nothing may raise.
 ``one_input(data)`` is driven by atheris (fuzz_dataplane.py), Hypothesis
 (test_fuzz_dataplane.py) and ./gsn fuzz (target gsnd.dataplane).  GSN_DP_FUZZ_OPS
 (e.g. "0") restricts the operations: the reassembly alone runs ~20x faster than the
@@ -17,13 +20,17 @@ from __future__ import annotations
 
 import os
 
+from daemons.link.clink import UlpFrameIn
 from daemons.wire.message import Message
+from daemons.wire.ulp import Frame, Op
 from tests.fuzz.fastpath_target import Reader
 from tests.unit.dprig import ULAS, Rig
 from tests.unit.reasmdiff import check
 from tests.unit.test_dataplane import expect
+from tests.unit.test_ulp_dataplane import Pair, attach, server
 
 _rig: Rig | None = None
+_ulp: tuple | None = None  # (rig, server, client pair) of operation 3
 
 
 def rig() -> Rig:
@@ -100,7 +107,53 @@ def _datagrams(r: Reader) -> None:
     assert b.link.ledger.balanced() and a.link.ledger.balanced()
 
 
-OPS = [(_reassembly, _frames, _datagrams)[int(k)] for k in os.environ.get("GSN_DP_FUZZ_OPS", "012")]
+def _ulp_frames(r: Reader) -> None:
+    global _ulp
+    g = rig()
+    if _ulp is None or _ulp[0] is not g:
+        if _ulp is not None:
+            _ulp[2].close()
+        pair = Pair()
+        srv = server(g, 0)
+        attach(srv, pair, 0x88B5).privileged = r.int(1) & 1 == 1
+        _ulp = (g, srv, pair)
+    _, srv, pair = _ulp
+    srv._sync(srv.clients[0])
+    sent = 0
+    for _ in range(1 + r.int(1) % 4):
+        real = Frame([Op.SEND, Op.BIND, Op.UNBIND][r.int(1) % 3], r.int(1) % 4, [0x88B5, 0x0800, 0x88B7][r.int(1) % 3],
+                     ULAS[1], r.take(r.int(2) % 3000)).encode()
+        f = r.take(r.int(1) % 40) if r.int(1) % 4 == 0 else _mutate(r, real)
+        try:
+            pair.app.send(f)
+            sent += 1
+        except BlockingIOError:
+            break
+    for _ in range(sent + 3):  # at most one frame handed up per run
+        t = g.now
+        ran = g.dps[0].run(t, t + 0.002, 1 << 30, -1)
+        g.eps[0].process(t)
+        events = [ev for ev in g.eps[0].events() if isinstance(ev, UlpFrameIn)]
+        for ev in events:
+            srv.frame_in(ev.fd, ev.data, ev.size)
+        if not events and ran.reason != 2:  # 2: EVENTS
+            break
+    _drain(pair)  # gsnd's answers
+    for _ in range(3):
+        g.step()
+    assert g.eps[0].link.ledger.balanced()
+
+
+def _drain(pair: Pair) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(pair.app.recv(1 << 23))
+        except BlockingIOError:
+            return out
+
+
+OPS = [(_reassembly, _frames, _datagrams, _ulp_frames)[int(k)] for k in os.environ.get("GSN_DP_FUZZ_OPS", "0123")]
 
 
 def one_input(data: bytes) -> None:
