@@ -38,8 +38,8 @@ class AsyncSnetPort:
 
     @property
     def counters(self) -> Counter:
-        return Counter({f"snet_{k}": v for k, v in (self.link.counters | self.core.counters
-                                                     | self.core.bte.counters | self.driver.counters).items()})
+        c = self.driver.all_counters()
+        return Counter({f"snet_{k}": v for k, v in (self.link.counters | c["node"] | c["bte"]).items()})
 
     def paths(self) -> dict:
         return self.core.paths_status(trio.current_time())
