@@ -124,8 +124,9 @@ class FastNode:
         self.sync_paths()
 
     def _count(self, op: Op, px: int, py: int, toggle: int) -> None:
-        op.packets[FABRIC_NAMES[Fabric.X]] += px
-        op.packets[FABRIC_NAMES[Fabric.Y]] += py
+        for name, n in zip(FABRIC_NAMES, (px, py)):
+            if n:
+                op.packets[name] += n
         self.core.bte.toggle[op.peer] = toggle
 
     def counters(self) -> dict[str, Counter[str]]:

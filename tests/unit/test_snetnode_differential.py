@@ -91,7 +91,7 @@ class Net:
 
 
 def summary(net: Net, ops):
-    return ([(o.done, o.error, o.result, dict(+o.packets)) for o in ops],
+    return ([(o.done, o.error, o.result, dict(o.packets)) for o in ops],
             {me: net.counters(me) for me in (A, B)},
             {me: {k: p.state for k, p in c.bte.paths.items()} for me, c in net.cores.items()},
             [bytes(w.memory) for w in net.cores[B].avt.windows if not w.per_source],
