@@ -58,6 +58,7 @@
 #define ST_HARD_DOWN 2
 /* project choices (servernet/constants.py holds the same values; a test compares) */
 #define MAX_PEERS 255  /* peer index fits a byte */
+#define PEER_HASH 512  /* > 2 * MAX_PEERS */
 #define MAX_WINDOWS 64
 #define MAX_BLOCKS 64  /* blocks the engine runs at once */
 #define SLOW_QUEUE 1024 /* datagrams waiting for Python (beyond: dropped, counted) */
@@ -162,7 +163,9 @@ typedef struct {
     int ii, max_data;
     size_t max_datagram;
     double timeout;
-    unsigned char *peer_of; /* id -> index + 1 (0: not a peer) */
+    int set_up;
+    uint32_t hkey[PEER_HASH]; /* peer id -> index: open addressing */
+    unsigned char hval[PEER_HASH]; /* index + 1 (0: empty) */
     uint32_t peer_id[MAX_PEERS];
     int npeers;
     unsigned char state[MAX_PEERS][2];
@@ -191,6 +194,17 @@ typedef struct {
 } Engine;
 
 /* ---- the core (called with mu held) ---------------------------------------------------- */
+
+static unsigned peer_hash(uint32_t id) { return (id * 2654435761u) >> 23 & (PEER_HASH - 1); }
+
+/* the peer's index, or -1 */
+static int peer_find(const Engine *e, uint32_t id)
+{
+    for (unsigned h = peer_hash(id); e->hval[h]; h = (h + 1) % PEER_HASH)
+        if (e->hkey[h] == id)
+            return e->hval[h] - 1;
+    return -1;
+}
 
 static unsigned char *out_slot(Engine *e, int fabric, size_t n)
 {
@@ -409,7 +423,7 @@ static void receive(Engine *e, int fabric, const unsigned char *buf, size_t n, d
     int carries = (rsp && ttype == TT_READ) || (!rsp && ttype == TT_WRITE);
     if (pn != MIN_PACKET + (rsp ? 0 : 4) + (carries ? length : 0))
         goto slow;
-    int p = e->peer_of[sid] - 1;
+    int p = peer_find(e, sid);
     if (did != e->me || p < 0 || path != fabric)
         goto slow;
     if (rsp) {
@@ -610,17 +624,20 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "the node id is 20-bit and the timeout positive");
         return -1;
     }
-    if (e->peer_of != NULL) {
+    if (e->set_up) {
         PyErr_SetString(PyExc_RuntimeError, "an Engine is set up once");
         return -1;
     }
     e->me = (uint32_t)me, e->ii = ii, e->timeout = timeout;
     e->max_data = ii ? MAX_DATA_II : MAX_DATA;
     e->max_datagram = ii ? MAX_DATAGRAM_II : MAX_DATAGRAM;
-    e->peer_of = PyMem_Calloc(ID_COUNT, 1);
-    e->slow = PyMem_Calloc(SLOW_QUEUE, sizeof(Dgram));
-    e->out = PyMem_Calloc(OUT_QUEUE, sizeof(Dgram));
-    if (e->peer_of == NULL || e->slow == NULL || e->out == NULL) {
+    e->npeers = 0; /* an __init__ that failed may have begun */
+    memset(e->hval, 0, sizeof e->hval);
+    if (e->slow == NULL)
+        e->slow = PyMem_Malloc(SLOW_QUEUE * sizeof(Dgram));
+    if (e->out == NULL)
+        e->out = PyMem_Malloc(OUT_QUEUE * sizeof(Dgram));
+    if (e->slow == NULL || e->out == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -637,9 +654,13 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw)
                 PyErr_SetString(PyExc_ValueError, "peers are at most 255 20-bit ids");
             return -1;
         }
-        if (!e->peer_of[id]) {
+        if (peer_find(e, (uint32_t)id) < 0) {
+            unsigned h = peer_hash((uint32_t)id);
+            while (e->hval[h])
+                h = (h + 1) % PEER_HASH;
+            e->hkey[h] = (uint32_t)id;
             e->peer_id[e->npeers] = (uint32_t)id;
-            e->peer_of[id] = (unsigned char)++e->npeers;
+            e->hval[h] = (unsigned char)++e->npeers;
         }
     }
     Py_DECREF(it);
@@ -648,6 +669,7 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw)
     e->fd[0] = e->fd[1] = -1;
     e->notify_fd = -1;
     pthread_mutex_init(&e->mu, NULL);
+    e->set_up = 1;
     return 0;
 }
 
@@ -656,17 +678,16 @@ static void Engine_dealloc(Engine *e)
     release_windows(e);
     for (int i = 0; i < MAX_BLOCKS; i++)
         Py_CLEAR(e->blk[i].data);
-    PyMem_Free(e->peer_of);
     PyMem_Free(e->slow);
     PyMem_Free(e->out);
-    if (e->peer_of != NULL)
+    if (e->set_up)
         pthread_mutex_destroy(&e->mu);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
 static int ready(Engine *e)
 {
-    if (e->peer_of == NULL) {
+    if (!e->set_up) {
         PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ was not called");
         return 0;
     }
@@ -729,8 +750,8 @@ static PyObject *Engine_set_windows(Engine *e, PyObject *arg)
                 Py_DECREF(s);
                 if (PyErr_Occurred())
                     break;
-                if (id < ID_COUNT && e->peer_of[id])
-                    w->sources[e->peer_of[id] - 1] = 1;
+                if (id < ID_COUNT && peer_find(e, (uint32_t)id) >= 0)
+                    w->sources[peer_find(e, (uint32_t)id)] = 1;
             }
             Py_DECREF(it);
             if (PyErr_Occurred())
@@ -757,11 +778,11 @@ fail:
 
 static int peer_index(Engine *e, unsigned long id)
 {
-    if (id >= ID_COUNT || !e->peer_of[id]) {
+    if (id >= ID_COUNT || peer_find(e, (uint32_t)id) < 0) {
         PyErr_SetString(PyExc_ValueError, "not a peer of this node");
         return -1;
     }
-    return e->peer_of[id] - 1;
+    return peer_find(e, (uint32_t)id);
 }
 
 static PyObject *Engine_set_path(Engine *e, PyObject *args)
