@@ -6,19 +6,16 @@ NAKs), with the same results, memory, path states, packets and counters."""
 from __future__ import annotations
 
 import zlib
-from collections import Counter
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servernet import _snetnode, constants as K
 from servernet.avt import Avt, Window
-from servernet.codec import Packet, decode, did_of, encode_datagram, envelope, open_envelope
-from servernet.constants import Fabric, TType
+from servernet.codec import did_of
+from servernet.constants import Fabric
 from servernet.endpoint import Endpoint
 from servernet.fastnode import FastNode
-from servernet.paths import State
 
 A, B = 0x04001, 0x08001
 BUF, RO, ONLY, BELL = 0x10 << 12, 0x200 << 12, 0x210 << 12, 0x300 << 12
