@@ -12,8 +12,8 @@
  *   set_windows([...]), set_path(peer, fabric, state), lend(tids),
  *   start_block(key, peer, address, data, prefer, toggle, now)
  *   take() -> events for Python, in order; take_out() -> [(fabric, datagram)] (sans-IO use)
- *   attach(fd_x, router_x, fd_y, router_y, notify_fd) and serve(timeout_ms): the I/O
- *       loop (recvmmsg on both fabrics, the core, sendmmsg to the routers) run without
+ *   attach(fd_x, router_x, fd_y, router_y, notify_fd) and serve(poll_ms) (until stop()): the
+ *       I/O loop (recvmmsg on both fabrics, the core, sendmmsg to the routers) run without
  *       the GIL in a thread of its own; notify_fd (an eventfd) is written when take()
  *       has something.
  * A block runs here only on UP paths and only while everything is ACKed: a NAK, a
@@ -184,7 +184,7 @@ typedef struct {
     int out_n;
     uint64_t counters[N_COUNTERS];
     /* I/O */
-    int attached, serving, notify_fd, notified;
+    int attached, serving, stop, notify_fd, notified;
     int fd[2];
     Addr router[2];
     struct mmsghdr msg[BATCH];
@@ -1115,12 +1115,12 @@ static PyObject *Engine_attach(Engine *e, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* serve(timeout_ms) -> None: wait up to timeout_ms (or the next block deadline) for
- * either fabric, then receive, answer, send; all without the GIL */
+/* serve(poll_ms) -> None: until stop(), wait for either fabric (at most poll_ms, or until
+ * the next block deadline), then receive, answer, send; all without the GIL */
 static PyObject *Engine_serve(Engine *e, PyObject *args)
 {
-    int timeout_ms;
-    if (!ready(e) || !PyArg_ParseTuple(args, "i", &timeout_ms))
+    int poll_ms;
+    if (!ready(e) || !PyArg_ParseTuple(args, "i", &poll_ms))
         return NULL;
     if (!e->attached || e->serving) {
         PyErr_SetString(PyExc_RuntimeError, "serve() needs attach() and runs in one thread");
@@ -1128,30 +1128,39 @@ static PyObject *Engine_serve(Engine *e, PyObject *args)
     }
     e->serving = 1;
     Py_BEGIN_ALLOW_THREADS
-    LOCK(e);
-    double due = next_deadline(e), now = mono();
-    UNLOCK(e);
-    int wait = timeout_ms;
-    if (due < INFINITY) {
-        double ms = (due - now) * 1000.0 + 1.0; /* rounded up: never wake before the deadline */
-        wait = ms < 0 ? 0 : ms < wait ? (int)ms : wait;
+    while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
+        LOCK(e);
+        double due = next_deadline(e), now = mono();
+        UNLOCK(e);
+        int wait = poll_ms;
+        if (due < INFINITY) {
+            double ms = (due - now) * 1000.0 + 1.0; /* rounded up: never wake before the deadline */
+            wait = ms < 0 ? 0 : ms < wait ? (int)ms : wait;
+        }
+        struct pollfd pfd[2];
+        int np = 0;
+        for (int f = 0; f < 2; f++)
+            if (e->fd[f] >= 0)
+                pfd[np].fd = e->fd[f], pfd[np].events = POLLIN, pfd[np].revents = 0, np++;
+        poll(pfd, (nfds_t)np, wait);
+        LOCK(e);
+        now = mono();
+        for (int f = 0; f < 2; f++)
+            if (e->fd[f] >= 0)
+                drain(e, f, now);
+        tick(e, now);
+        flush(e);
+        UNLOCK(e);
     }
-    struct pollfd pfd[2];
-    int np = 0;
-    for (int f = 0; f < 2; f++)
-        if (e->fd[f] >= 0)
-            pfd[np].fd = e->fd[f], pfd[np].events = POLLIN, pfd[np].revents = 0, np++;
-    poll(pfd, (nfds_t)np, wait);
-    LOCK(e);
-    now = mono();
-    for (int f = 0; f < 2; f++)
-        if (e->fd[f] >= 0)
-            drain(e, f, now);
-    tick(e, now);
-    flush(e);
-    UNLOCK(e);
     Py_END_ALLOW_THREADS
     e->serving = 0;
+    Py_RETURN_NONE;
+}
+
+/* stop(): serve() returns within its poll_ms */
+static PyObject *Engine_stop(Engine *e, PyObject *Py_UNUSED(x))
+{
+    __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
     Py_RETURN_NONE;
 }
 
@@ -1170,7 +1179,8 @@ static PyMethodDef Engine_methods[] = {
     {"counters", (PyCFunction)Engine_counters, METH_NOARGS, "{'node': .., 'avt': .., 'bte': ..} non-zero counters"},
     {"status", (PyCFunction)Engine_status, METH_NOARGS, "TIDs lent and in use, blocks"},
     {"attach", (PyCFunction)Engine_attach, METH_VARARGS, "attach(fd_x, router_x, fd_y, router_y, notify_fd)"},
-    {"serve", (PyCFunction)Engine_serve, METH_VARARGS, "serve(timeout_ms): one round of the I/O loop"},
+    {"serve", (PyCFunction)Engine_serve, METH_VARARGS, "serve(poll_ms): the I/O loop, until stop()"},
+    {"stop", (PyCFunction)Engine_stop, METH_NOARGS, "stop(): end serve()"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,7 +46,7 @@ class FabricDriver:
                 s.setblocking(False)
             self.notify_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         except BaseException:
-            self.close()
+            self._close_files()
             raise
         self.tx = {f: FabricSocket(s.fileno(), self.routers[f]) for f, s in self.socks.items()}
         self.fast = FastNode(core, clock=time.monotonic)
@@ -58,13 +58,15 @@ class FabricDriver:
         self.drops = CounterLog(log)
         self.kick = trio.Event()
         self.wake_at = float("inf")  # when the timer task wakes next
-        self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
 
     def close(self) -> None:
-        self.stopping.set()
+        self.fast.engine.stop()
         if self.thread is not None and self.thread.is_alive():
             self.thread.join()  # at most FORWARD_POLL_MS: the sockets outlive the loop using them
+        self._close_files()
+
+    def _close_files(self) -> None:
         for s in self.socks.values():
             s.close()
         if self.notify_fd >= 0:
@@ -100,9 +102,7 @@ class FabricDriver:
             self.kick.set()
 
     def _serve(self) -> None:
-        engine = self.fast.engine
-        while not self.stopping.is_set():
-            engine.serve(FORWARD_POLL_MS)
+        self.fast.engine.serve(FORWARD_POLL_MS)  # until close() stops it
 
     async def _events(self) -> None:
         while True:
