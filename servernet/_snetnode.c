@@ -9,7 +9,7 @@
  *       (everything else: bad or odd packets, interrupt and per-source windows, DIAG,
  *       requests on a HARD_DOWN path, responses to Python's own TIDs)
  *   tick(now)            a block WRITE past its deadline hands its block back to Python
- *   set_windows([...]), set_path(peer, fabric, state), lend(tids),
+ *   set_windows([...]), set_path(peer, fabric, state), lend(tids), want() (a TID back soon),
  *   start_block(key, peer, address, data, prefer, toggle, now)
  *   take() -> events for Python, in order; take_out() -> [(fabric, datagram)] (sans-IO use)
  *   attach(fd_x, router_x, fd_y, router_y, notify_fd) and serve(poll_ms) (until stop()): the
@@ -176,6 +176,7 @@ typedef struct {
     Tid tid[TIDS];
     int high_water;
     unsigned returned; /* TIDs given back to Python since the last take() */
+    int wanted;        /* Python has requests waiting for a TID: give back the next one freed */
     Block blk[MAX_BLOCKS];
     int rr;            /* round robin over blocks */
     Dgram *slow;       /* ring */
@@ -302,6 +303,13 @@ static void pump(Engine *e, double now)
             }
         if (t < 0)
             break;
+        if (e->wanted) {
+            e->wanted = 0;
+            e->tid[t].owned = 0;
+            e->returned |= 1u << t;
+            notify(e);
+            continue;
+        }
         Block *b = NULL;
         int bi = -1;
         for (int k = 0; k < MAX_BLOCKS; k++) {
@@ -349,6 +357,7 @@ static void pump(Engine *e, double now)
             e->high_water = busy;
     }
     if (!work_left(e)) {
+        e->wanted = 0; /* all of them go back */
         for (int i = 0; i < TIDS; i++)
             if (e->tid[i].owned && !e->tid[i].busy) {
                 e->tid[i].owned = 0;
@@ -827,6 +836,7 @@ static PyObject *Engine_lend(Engine *e, PyObject *args)
     }
     Py_DECREF(seq);
     LOCK(e);
+    e->wanted = 0;
     for (int t = 0; t < TIDS; t++)
         if (mask >> t & 1 && !e->tid[t].owned) {
             e->tid[t].owned = 1;
@@ -880,6 +890,17 @@ static PyObject *Engine_start_block(Engine *e, PyObject *args)
     flush(e);
     UNLOCK(e);
     Py_RETURN_TRUE;
+}
+
+/* want(): the Python BTE has requests waiting: the next TID freed goes back to it */
+static PyObject *Engine_want(Engine *e, PyObject *Py_UNUSED(x))
+{
+    if (!ready(e))
+        return NULL;
+    LOCK(e);
+    e->wanted = 1;
+    UNLOCK(e);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Engine_receive(Engine *e, PyObject *args)
@@ -1171,6 +1192,7 @@ static PyMethodDef Engine_methods[] = {
     {"lend", (PyCFunction)Engine_lend, METH_VARARGS, "lend(tids, now): TIDs for the blocks here"},
     {"start_block", (PyCFunction)Engine_start_block, METH_VARARGS,
      "start_block(key, peer, address, data, prefer, toggle, now) -> False when full"},
+    {"want", (PyCFunction)Engine_want, METH_NOARGS, "want(): give the next TID freed back"},
     {"receive", (PyCFunction)Engine_receive, METH_VARARGS, "receive(fabric, datagram, now)"},
     {"tick", (PyCFunction)Engine_tick, METH_VARARGS, "tick(now): deadlines"},
     {"next_deadline", (PyCFunction)Engine_next_deadline, METH_NOARGS, "the earliest block WRITE deadline"},

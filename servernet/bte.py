@@ -105,6 +105,7 @@ class Bte:
         # True when it took one; the TIDs lent to it (a bit each) are not this BTE's meanwhile
         self.offload: Callable[[Op, float], bool] | None = None
         self.lent = 0
+        self.reclaim: Callable[[], None] | None = None  # asks it for a TID back (requests wait here)
 
     # --- the host's requests ------------------------------------------------------------------
     def submit(self, op: Op, now: float) -> Op:
@@ -213,6 +214,8 @@ class Bte:
         while self.ready:
             tid = self._free_tid(now)
             if tid is None:
+                if self.lent and self.reclaim is not None:
+                    self.reclaim()  # a probe or a single write does not wait for a whole block
                 return
             op = self.ready.popleft()
             if op.done:

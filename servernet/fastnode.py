@@ -44,6 +44,7 @@ class FastNode:
         self.pushed: dict[tuple[int, int], State] = {}
         self.sync_paths()
         core.bte.offload = self._offload
+        core.bte.reclaim = self.engine.want
 
     def engine_now(self, now: float) -> float:
         return now if self.clock is None else self.clock()

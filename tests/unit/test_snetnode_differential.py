@@ -152,3 +152,22 @@ OPS = st.tuples(st.sampled_from(["block", "block", "write", "read"]), st.integer
 def test_compiled_node_matches_the_python_node(script, hold_every, cut, ii):
     """Blocks, writes and reads (NAKs included) with packets lost: both nodes end the same."""
     assert scenario(True, script, hold_every, cut, ii) == scenario(False, script, hold_every, cut, ii)
+
+
+def test_a_waiting_write_gets_a_tid_back_before_the_block_ends():
+    """The engine holds every TID for a long block; a single WRITE submitted meanwhile
+    gets the next TID freed (want) instead of waiting for the whole block."""
+    net = Net(True)
+    a = net.cores[A]
+    blk = a.bte.block(B, BUF, bytes(64 * 400), BELL, net.now)
+    assert a.bte.lent == 0xFFFF
+    w = a.bte.write(B, BUF + 100000, b"now", net.now)
+    assert not w.done
+    while not w.done:  # deliver one datagram at a time until the write is answered
+        for me in (A, B):
+            outs = net.outputs(me)
+            for fabric, dgram in outs:
+                net.deliver(did_of(dgram[4:]), fabric, dgram)
+    assert not blk.done and w.error is None, "the write finished while the block was still running"
+    net.run()
+    assert blk.done and blk.error is None and net.cores[B].blocks[-1]["intact"]
