@@ -10,8 +10,8 @@ Two snetd nodes and one snet-router per fabric (X, Y) on loopback.  Goodput is t
 block's payload over its time (<= 64-byte WRITEs through the router, doorbell after
 every ACK); latency is one 64-byte WRITE's request-to-ACK time inside the node.
 Targets: ServerNet >= 0.5x the anchor; both fabrics >= 1.6x one.  The CPU time each
-process spends per WRITE of the block is printed too: on a loaded machine it moves
-less than the rates do."""
+process spends per WRITE of the block is printed too, and the anchor's per request: on
+a loaded machine they move less than the rates do."""
 
 from __future__ import annotations
 
@@ -132,9 +132,10 @@ def write_latency(tmp: str, n: int, fabric: str | None) -> float:
     return statistics.median(times) * 1e6
 
 
-def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, float]:
-    """(goodput MB/s of 64-byte payloads at window 16, median RTT in us at window 1);
-    with ``relay``, every datagram passes a bare UDP relay process (a router's hop)."""
+def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, float, list[float]]:
+    """(goodput MB/s of 64-byte payloads at window 16, median RTT in us at window 1, CPU us
+    per request of the client, the server and the relay); with ``relay``, every datagram
+    passes a bare UDP relay process (a router's hop)."""
     procs = [subprocess.Popen([sys.executable, "-c", ANCHOR_SERVER, str(BASE + 30), str(RSP)])]
     if relay:
         procs.append(subprocess.Popen([sys.executable, "-c", ANCHOR_RELAY, str(BASE + 32), str(BASE + 31),
@@ -161,6 +162,7 @@ def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, 
                 break
         for _ in range(WINDOW):
             s.sendto(req, dst)
+        cpu0 = [time.process_time()] + [cpu_s(p.pid) for p in procs]
         done, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             try:
@@ -170,6 +172,7 @@ def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, 
                 pass  # a datagram lost: its slot is sent again
             s.sendto(req, dst)
         rate = done / (time.perf_counter() - t0)
+        cpu = [(c - b) / max(done, 1) * 1e6 for c, b in zip([time.process_time()] + [cpu_s(p.pid) for p in procs], cpu0)]
         while True:
             try:
                 s.recv(2048)
@@ -185,7 +188,7 @@ def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, 
                 continue
             rtts.append(time.perf_counter() - t)
         s.close()
-        return rate * 64 / 1e6, statistics.median(rtts) * 1e6
+        return rate * 64 / 1e6, statistics.median(rtts) * 1e6, cpu
     finally:
         for p in procs:
             p.kill()
@@ -213,8 +216,8 @@ def main() -> None:
                 p.terminate()
             for p in procs:
                 p.wait()
-    anchor_gp, anchor_rtt = anchor(3.0, args.writes)
-    relay_gp, relay_rtt = anchor(3.0, args.writes, relay=True)
+    anchor_gp, anchor_rtt, anchor_cpu = anchor(3.0, args.writes)
+    relay_gp, relay_rtt, _ = anchor(3.0, args.writes, relay=True)
     print(f"block of {length} bytes, 64-byte WRITEs, window 16 (ServerNet I sizes)")
     print(f"  ServerNet, fabric X only   {one:8.3f} MB/s   ({one / anchor_gp:.2f}x anchor)")
     print(f"  ServerNet, X and Y         {both:8.3f} MB/s   "
@@ -225,6 +228,7 @@ def main() -> None:
     print("CPU time per 64-byte WRITE of the block (user + system, us): router X, router Y, node a, node b")
     print("  fabric X only              " + "  ".join(f"{c:6.1f}" for c in cost_one))
     print("  X and Y                    " + "  ".join(f"{c:6.1f}" for c in cost_both))
+    print("  anchor, per request        " + "  ".join(f"{c:6.1f}" for c in anchor_cpu) + "   (client, server)")
     print("64-byte write latency (median, request to ACK)")
     print(f"  ServerNet, fabric X only   {lat_one:8.1f} us")
     print(f"  ServerNet, X and Y         {lat_both:8.1f} us")

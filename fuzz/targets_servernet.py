@@ -96,3 +96,110 @@ def crouter(data: bytes) -> None:
         raw = _datagram(d) if d.bool() else d.take(d.below(600))
         assert c.receive(src, raw) == py.receive(src, raw), "compiled router differs from RouterCore"
     assert c.counters() == {k: v for k, v in py.counters.items() if v}, "counters differ"
+
+
+@target("servernet.cnode", seeds=[b"", b"\x05" * 60, bytes(range(140))])
+def cnode(data: bytes) -> None:
+    """snetd's compiled path (servernet._snetnode through servernet.fastnode) against the Python
+    node on built-then-mutated datagrams, with a block maybe in flight: the same datagrams
+    answered and sent, the same counters, the same block outcome."""
+
+    from servernet.avt import Avt, Window
+    from servernet.codec import encode_datagram
+    from servernet.constants import TType
+    from servernet.endpoint import Endpoint
+    from servernet.fastnode import FastNode
+
+    d = Draw(data)
+
+    def make() -> Endpoint:
+        avt = Avt([Window("buf", 0x100, 2, "rw"), Window("ro", 0x102, 1, "r", paths=frozenset({0})),
+                   Window("them", 0x103, 1, "rw", sources=frozenset({0x0c001})),
+                   Window("bell", 0x300, 1, "w", interrupt=True), Window("mine", 0x400, 1, "w", per_source=True)],
+                  frozenset({A}), queue_limit=2)
+        return Endpoint(B, [A], avt)
+
+    py, core = make(), make()
+    fast = FastNode(core)
+    block = d.take(d.below(300)) if d.bool() else b""
+    at = 0x100000 + d.below(64)
+    ops = [ep.bte.block(A, at, block, 0x300000, 0.0) for ep in (py, core)] if block else []
+    now = 0.0
+    for _ in range(1 + d.below(6)):
+        fabric, raw = d.bits(1), _datagram(d)
+        if block and d.bool():  # a response to one of the block's WRITEs (or another TID), ACK or NAK
+            raw = encode_datagram(B, A, d.choice([TType.WRITE, TType.WRITE, TType.READ]), True, d.bits(4), fabric,
+                                  d.below(8) > 0, None, b"", 0, False)
+        py.receive(fabric, raw, now)
+        fast.engine.receive(fabric, raw, now)
+        fast.poll(now)
+        now += d.below(100) / 1000
+        py.tick(now)
+        fast.engine.tick(now)
+        fast.poll(now)
+        core.tick(now)
+        got = sorted(core.out + fast.engine.take_out())
+        want = sorted(py.out)
+        py.out.clear()
+        core.out.clear()
+        assert got == want, "the compiled node sent other datagrams"
+    c = fast.counters()
+    assert c["node"] == +py.counters and c["avt"] == +py.avt.counters and c["bte"] == +py.bte.counters, "counters"
+    assert [(o.done, o.error) for o in ops[1:]] == [(o.done, o.error) for o in ops[:1]], "block outcome"
+    assert core.bte.in_use == sum(s is not None for s in core.bte.slots) and not (core.bte.lent & ~0xFFFF)
+
+
+@target("servernet.cengine", seeds=[b"", b"\x06" * 80, bytes(range(160))])
+def cengine(data: bytes) -> None:
+    """servernet._snetnode.Engine alone (no oracle: cheap, for long runs and the sanitizers) on
+    drawn calls: datagrams built-then-mutated or raw, responses to its TIDs, path states,
+    lent TIDs, blocks, timers; everything it sends is a whole packet with a good CRC."""
+    import zlib
+
+    from servernet._snetnode import Engine
+    from servernet.codec import encode_datagram
+
+    d = Draw(data)
+    ii = d.bool() and d.bool()
+    e = Engine(B, [A, 0x0c001], ii, 0.05)
+    mem = bytearray(3 << 12)
+    e.set_windows([(0x100, 2, 3, 3, False, None, mem), (0x102, 1, 1, 1, False, [0x0c001], mem[8192:]),
+                   (0x300, 1, 2, 3, True, None, None)])
+    now = 0.0
+    for _ in range(1 + d.below(10)):
+        c = d.below(8)
+        if c == 0:
+            e.lend([d.bits(4) for _ in range(d.below(17))], now)
+        elif c == 1:
+            n = 8 * (1 + d.below(40)) if ii else 1 + d.below(300)
+            e.start_block(d.bits(16), d.choice([A, 0x0c001]), 0x100000 + (8 * d.below(8) if ii else d.below(64)),
+                          bytes(n), d.below(3) - 1, d.bits(1), now)
+        elif c == 2:
+            e.set_path(d.choice([A, 0x0c001]), d.bits(1), d.below(4))
+        elif c == 3:
+            now += d.below(100) / 1000
+            e.tick(now)
+        elif c == 4:
+            e.take(now)
+        elif c == 5:
+            f = d.bits(1)
+            e.receive(f, encode_datagram(B, d.choice([A, 0x0c001]), d.below(3), True, d.bits(4), f, d.bool(), None,
+                                         b"" if d.bool() else bytes(8), 0, ii), now)
+        elif c == 6:
+            e.receive(d.bits(1), d.take(d.below(600)), now)
+        else:  # a request or response from a drawn peer, maybe with one byte changed
+            f, rsp, tt = d.bits(1), d.bool(), d.choice([0, 1, 2, 0xE])
+            n = 8 * d.below(65) if ii else d.below(65)
+            carries = (rsp and tt == 0) or (not rsp and tt in (1, 0xE))
+            raw = bytearray(encode_datagram(d.choice([B, A]), d.choice([A, 0x0c001, d.bits(20)]), tt, rsp, d.bits(4),
+                                            f, rsp and d.bool(), None if rsp else d.choice([0x100000, 0x102000,
+                                            0x300000, 0x101ff0, d.bits(32)]), bytes(n if carries else 0),
+                                            n if (tt == 0 and not rsp) else 0, ii))
+            if d.bool():
+                raw[d.below(len(raw))] ^= 1 + d.below(255)
+            e.receive(f, bytes(raw), now)
+        for fabric, raw in e.take_out():
+            body = raw[4:-4]
+            assert fabric in (0, 1) and len(raw) <= 532 and zlib.crc32(body) == int.from_bytes(raw[-4:], "big")
+    e.take(now)
+    assert sum(e.counters()["node"].values()) >= 0 and e.status()["tids_in_use"] <= 16

@@ -14,8 +14,7 @@
  * counters() -> dict   the non-zero counters, named as RouterCore names them
  *
  * FabricSocket(fd, router): an end node's socket on one fabric (servernet.driver):
- * recv(max) by recvmmsg, keeping only its router's datagrams (the others counted),
- * send(datagrams) to the router by sendmmsg.
+ * send(datagrams) to the router by sendmmsg (servernet._snetnode receives).
  *
  * Each datagram: the sender's address picks the input port; runt, envelope, fabric and
  * size checks; the DID from the first 3 packet bytes picks the output port; the
@@ -483,8 +482,6 @@ typedef struct {
     Addr peer; /* the fabric's router: the only sender accepted, where everything goes */
     struct mmsghdr msg[NODE_BATCH];
     struct iovec iov[NODE_BATCH];
-    struct sockaddr_storage from[NODE_BATCH];
-    unsigned char buf[NODE_BATCH][BUF_BYTES];
 } FabricSocket;
 
 static int FabricSocket_init(FabricSocket *self, PyObject *args, PyObject *kw)
@@ -499,52 +496,6 @@ static int FabricSocket_init(FabricSocket *self, PyObject *args, PyObject *kw)
 static void FabricSocket_dealloc(FabricSocket *self)
 {
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* recv(max) -> (datagrams from the router, datagrams from anyone else, receive errors);
- * at most max (<= 64) datagrams, never blocking */
-static PyObject *FabricSocket_recv(FabricSocket *self, PyObject *args)
-{
-    int max;
-    if (!PyArg_ParseTuple(args, "i", &max))
-        return NULL;
-    if (max < 1 || max > NODE_BATCH) {
-        PyErr_SetString(PyExc_ValueError, "recv takes 1..64 datagrams at a time");
-        return NULL;
-    }
-    for (int i = 0; i < max; i++) {
-        self->iov[i].iov_base = self->buf[i];
-        self->iov[i].iov_len = BUF_BYTES;
-        memset(&self->msg[i].msg_hdr, 0, sizeof self->msg[i].msg_hdr);
-        self->msg[i].msg_hdr.msg_iov = &self->iov[i];
-        self->msg[i].msg_hdr.msg_iovlen = 1;
-        self->msg[i].msg_hdr.msg_name = &self->from[i];
-        self->msg[i].msg_hdr.msg_namelen = sizeof self->from[i];
-    }
-    int got, errors = 0;
-    for (;;) {
-        got = recvmmsg(self->fd, self->msg, (unsigned)max, MSG_DONTWAIT, NULL);
-        if (got >= 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EBADF || ++errors >= max)
-            break;
-    }
-    PyObject *list = PyList_New(0);
-    if (list == NULL)
-        return NULL;
-    int foreign = 0;
-    for (int i = 0; i < got; i++) {
-        if (!addr_is(&self->peer, &self->from[i])) {
-            foreign++;
-            continue;
-        }
-        PyObject *b = PyBytes_FromStringAndSize((const char *)self->buf[i], self->msg[i].msg_len);
-        if (b == NULL || PyList_Append(list, b) < 0) {
-            Py_XDECREF(b);
-            Py_DECREF(list);
-            return NULL;
-        }
-        Py_DECREF(b);
-    }
-    return Py_BuildValue("(Nii)", list, foreign, errors);
 }
 
 /* send(datagrams) -> (dropped because the socket buffer was full, other send errors) */
@@ -592,8 +543,6 @@ static PyObject *FabricSocket_send(FabricSocket *self, PyObject *arg)
 }
 
 static PyMethodDef FabricSocket_methods[] = {
-    {"recv", (PyCFunction)FabricSocket_recv, METH_VARARGS,
-     "recv(max) -> (datagrams from the router, count from other senders, receive errors); never blocks."},
     {"send", (PyCFunction)FabricSocket_send, METH_O,
      "send(datagrams) -> (dropped: socket buffer full, other errors): all to the router, by sendmmsg."},
     {NULL, NULL, 0, NULL},

@@ -110,6 +110,11 @@ class Bte:
         self.seq = 0
         self.in_use = 0
         self.high_water = 0  # most TIDs ever in use at once
+        # a compiled engine that takes whole blocks (servernet.fastnode): offload(op, now) is
+        # True when it took one; the TIDs lent to it (a bit each) are not this BTE's meanwhile
+        self.offload: Callable[[Op, float], bool] | None = None
+        self.lent = 0
+        self.reclaim: Callable[[], None] | None = None  # asks it for a TID back (requests wait here)
 
     # --- the host's requests ------------------------------------------------------------------
     def submit(self, op: Op, now: float) -> Op:
@@ -206,17 +211,25 @@ class Bte:
 
     def _free_tid(self, now: float) -> int | None:
         for tid, slot in enumerate(self.slots):
-            if slot is None and self.quarantine[tid] <= now:
+            if slot is None and self.quarantine[tid] <= now and not self.lent >> tid & 1:
                 return tid
         return None
+
+    def free_tids(self, now: float) -> list[int]:
+        return [t for t, slot in enumerate(self.slots)
+                if slot is None and self.quarantine[t] <= now and not self.lent >> t & 1]
 
     def pump(self, now: float) -> None:
         while self.ready:
             tid = self._free_tid(now)
             if tid is None:
+                if self.lent and self.reclaim is not None:
+                    self.reclaim()  # a probe or a single write does not wait for a whole block
                 return
             op = self.ready.popleft()
             if op.done:
+                continue
+            if op.kind == "block" and not op.next_off and self.offload is not None and self.offload(op, now):
                 continue
             nxt = self._next(op)
             if nxt is None:

@@ -77,8 +77,9 @@ PREF_EITHER = 2
 
 # --- daemons (project choice) ----------------------------------------------------------------------
 ROUTER_PORTS = 12  # ports per router (the ServerNet II router has 12 [GLOS])
-RX_BURST = 256  # datagrams drained per wake-up before yielding
-NODE_BATCH = 64  # datagrams per recvmmsg/sendmmsg call of an end node (NODE_BATCH in _snetfwd.c)
+NODE_BATCH = 64  # datagrams per recvmmsg/sendmmsg call of an end node (NODE_BATCH in _snetfwd.c, BATCH in _snetnode.c)
+NODE_BLOCKS = 64  # blocks an end node's compiled engine runs at once (MAX_BLOCKS in _snetnode.c; beyond: Python's BTE)
+NODE_SLOW_QUEUE = 1024  # datagrams the engine holds for the Python core (SLOW_QUEUE; beyond: drop_slow_path_full)
 FORWARD_POLL_MS = 100  # the router's forwarding thread looks at its stop flag at least this often
 DROP_LOG_S = 1.0  # how often the router logs new drops
 SOCKET_BUFFER_BYTES = 1 << 20

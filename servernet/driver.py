@@ -1,12 +1,19 @@
-"""The trio driver of an end node's sans-IO core: the X and Y fabric sockets (each
-taking datagrams only from its router), the timer task, and sending what the core
-queued.  Used by snetd and by PacketWay's ServerNet ports.  Datagrams move in batches
-(recvmmsg / sendmmsg, servernet._snetfwd.FabricSocket): a wake-up drains both fabrics,
-then everything the core queued leaves in one call per fabric."""
+"""The trio driver of an end node: the X and Y fabric sockets (each taking datagrams
+only from its router), the compiled engine's I/O thread, the timer task, and sending
+what the Python core queued.  Used by snetd and by PacketWay's ServerNet ports.
+
+The engine (servernet._snetnode via servernet.fastnode) receives on both fabrics in a
+thread of its own without the GIL, answers what it can and sends block WRITEs; it
+writes an eventfd when it has something for Python, and a trio task then applies its
+events to the core.  The core's own datagrams leave by sendmmsg
+(servernet._snetfwd.FabricSocket), one call per fabric."""
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
+import time
 from collections import Counter
 
 import structlog
@@ -15,8 +22,9 @@ import trio
 from daemons.runtime.log import CounterLog
 
 from ._snetfwd import FabricSocket
-from .constants import FABRIC_NAMES, NODE_BATCH, Fabric, RX_BURST, SOCKET_BUFFER_BYTES
+from .constants import FABRIC_NAMES, FORWARD_POLL_MS, SOCKET_BUFFER_BYTES, Fabric
 from .endpoint import Endpoint
+from .fastnode import FastNode
 
 log = structlog.get_logger("servernet")
 IDLE_TICK_S = 0.5  # the timer task looks at the core at least this often
@@ -28,6 +36,7 @@ class FabricDriver:
         self.core = core
         self.routers = {f: router for f, (_local, router) in fabrics.items()}
         self.socks: dict[Fabric, socket.socket] = {}
+        self.notify_fd = -1
         try:
             for fabric, (local, _router) in fabrics.items():
                 s = socket.socket(socket.AF_INET6 if ":" in local[0] else socket.AF_INET, socket.SOCK_DGRAM)
@@ -36,20 +45,40 @@ class FabricDriver:
                     s.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
                 s.bind(local)
                 s.setblocking(False)
+            self.notify_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         except BaseException:
-            self.close()
+            self._close_files()
             raise
-        self.wires = [(f, FabricSocket(s.fileno(), self.routers[f])) for f, s in self.socks.items()]
-        self.tx: dict[int, FabricSocket] = dict(self.wires)  # by the fabric bit of the core's output
+        self.tx: dict[int, FabricSocket] = {f: FabricSocket(s.fileno(), self.routers[f]) for f, s in self.socks.items()}
+        self.fast = FastNode(core, clock=time.monotonic)
+        fx, fy = self.socks.get(Fabric.X), self.socks.get(Fabric.Y)
+        self.fast.engine.attach(fx.fileno() if fx else -1, self.routers.get(Fabric.X), fy.fileno() if fy else -1,
+                                self.routers.get(Fabric.Y), self.notify_fd)
         self.label = label
         self.counters: Counter[str] = Counter()
         self.drops = CounterLog(log)
         self.kick = trio.Event()
         self.wake_at = float("inf")  # when the timer task wakes next
+        self.thread: threading.Thread | None = None
 
     def close(self) -> None:
+        self.fast.engine.stop()
+        if self.thread is not None and self.thread.is_alive():
+            self.thread.join()  # at most FORWARD_POLL_MS: the sockets outlive the loop using them
+        self._close_files()
+
+    def _close_files(self) -> None:
         for s in self.socks.values():
             s.close()
+        if self.notify_fd >= 0:
+            os.close(self.notify_fd)
+            self.notify_fd = -1
+
+    def all_counters(self) -> dict[str, Counter[str]]:
+        """node (the driver's added), avt and bte counters, the engine's included."""
+        c = self.fast.counters()
+        c["node"] += self.counters
+        return c
 
     def flush(self) -> None:
         """Send what the core queued; wake the timer task if a deadline moved earlier."""
@@ -60,34 +89,30 @@ class FabricDriver:
                 by_fabric.setdefault(fabric, []).append(dgram)
             out.clear()
             for fabric, dgrams in by_fabric.items():
-                full, errors = self.tx[fabric].send(dgrams)
+                wire = self.tx.get(fabric)
+                if wire is None:
+                    self.counters[f"tx_error_{FABRIC_NAMES[fabric]}"] += len(dgrams)  # no socket on that fabric
+                    continue
+                full, errors = wire.send(dgrams)
                 if full:
                     self.counters[f"drop_tx_full_{FABRIC_NAMES[fabric]}"] += full
                 if errors:  # e.g. ICMP unreachable while the router is gone
                     self.counters[f"tx_error_{FABRIC_NAMES[fabric]}"] += errors
+        self.fast.sync_paths()
         if self.core.timer_moved(self.wake_at):
             self.kick.set()
 
-    def drain(self, now: float) -> None:
-        """Hand the core every datagram waiting on either fabric (up to RX_BURST each)."""
-        core, counters = self.core, self.counters
-        for fabric, wire in self.wires:
-            for _ in range(RX_BURST // NODE_BATCH):
-                dgrams, foreign, errors = wire.recv(NODE_BATCH)
-                if foreign:
-                    counters["drop_foreign_sender"] += foreign
-                if errors:
-                    counters[f"rx_error_{FABRIC_NAMES[fabric]}"] += errors
-                for data in dgrams:
-                    core.receive(fabric, data, now)
-                if len(dgrams) + foreign + errors < NODE_BATCH:
-                    break
+    def _serve(self) -> None:
+        self.fast.engine.serve(FORWARD_POLL_MS)  # until close() stops it
 
-    async def _rx(self, fabric: Fabric) -> None:
-        sock = self.socks[fabric]
+    async def _events(self) -> None:
         while True:
-            await trio.lowlevel.wait_readable(sock)
-            self.drain(trio.current_time())
+            await trio.lowlevel.wait_readable(self.notify_fd)
+            try:
+                os.eventfd_read(self.notify_fd)
+            except BlockingIOError:
+                pass
+            self.fast.poll(trio.current_time())
             self.flush()
 
     async def _timers(self) -> None:
@@ -99,9 +124,13 @@ class FabricDriver:
                 await self.kick.wait()
             self.core.tick(trio.current_time())
             self.flush()
-            self.drops.update(self.label, self.counters | self.core.counters, trio.current_time())
+            c = self.all_counters()
+            self.drops.update(self.label, c["node"] + c["bte"], trio.current_time())
+            if self.thread is not None and not self.thread.is_alive():  # it never ends on its own
+                raise RuntimeError(f"{self.label}: the fabric thread ended")
 
     def start(self, nursery: trio.Nursery) -> None:
-        for fabric in self.socks:
-            nursery.start_soon(self._rx, fabric)
+        self.thread = threading.Thread(target=self._serve, name="snet-node", daemon=True)
+        self.thread.start()
+        nursery.start_soon(self._events)
         nursery.start_soon(self._timers)

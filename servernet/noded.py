@@ -150,13 +150,15 @@ class Snetd:
                 "packets": dict(op.packets)}
 
     def _status(self, now: float) -> dict:
-        core = self.core
+        core, fast = self.core, self.driver.fast.engine.status()
         return {"ok": True, "id": f"{self.cfg.id:#07x}", "name": self.cfg.name, "servernet_ii": self.cfg.ii,
                 "fabrics": {Fabric(f).name: {"local": f"{lo[0]}:{lo[1]}", "router": f"{r[0]}:{r[1]}"}
                             for f, (lo, r) in self.cfg.fabrics.items()},
                 "peers": {f"{p.id:#07x}": p.name for p in self.cfg.peers},
                 "paths": core.paths_status(now),
-                "tids_in_use": core.bte.in_use, "tids_high_water": core.bte.high_water,
+                "tids_in_use": core.bte.in_use + fast["tids_in_use"],
+                "tids_high_water": max(core.bte.high_water, fast["tids_high_water"]),
+                "tids_lent": fast["tids_lent"], "blocks_compiled": fast["blocks"],
                 "pending_ops": len(core.bte.ready),
                 "interrupts_queued": len(core.avt.queue),
                 "windows": [{"name": w.name, "address": f"{w.base:#010x}", "bytes": w.size, "access": w.access,
@@ -164,20 +166,22 @@ class Snetd:
                              "paths": sorted(Fabric(f).name for f in w.paths),
                              "sources": None if w.sources is None else sorted(f"{s:#07x}" for s in w.sources)}
                             for w in core.avt.windows],
-                "counters": {"node": dict(self.driver.counters | core.counters), "avt": dict(core.avt.counters),
-                             "bte": dict(core.bte.counters)},
+                "counters": {k: dict(v) for k, v in self.driver.all_counters().items()},
                 "control": dict(self.control_counters)}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(os.path.dirname(self.cfg.control) or ".", exist_ok=True)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
-                                        counters=self.control_counters))
-            self.driver.start(nursery)
-            log.info("snetd.started", id=f"{self.cfg.id:#07x}", name=self.cfg.name, peers=len(self.cfg.peers),
-                     windows=len(self.cfg.windows))
-            sd_notify("READY=1")
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(partial(serve_control, self.cfg.control, self._control, CONTROL_SCHEMA,
+                                            counters=self.control_counters))
+                self.driver.start(nursery)
+                log.info("snetd.started", id=f"{self.cfg.id:#07x}", name=self.cfg.name, peers=len(self.cfg.peers),
+                         windows=len(self.cfg.windows))
+                sd_notify("READY=1")
+                task_status.started()
+        finally:
+            self.driver.close()
 
 
 @click.command(context_settings=CTX)

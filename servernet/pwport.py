@@ -38,8 +38,8 @@ class AsyncSnetPort:
 
     @property
     def counters(self) -> Counter:
-        return Counter({f"snet_{k}": v for k, v in (self.link.counters | self.core.counters
-                                                     | self.core.bte.counters | self.driver.counters).items()})
+        c = self.driver.all_counters()
+        return Counter({f"snet_{k}": v for k, v in (self.link.counters | c["node"] | c["bte"]).items()})
 
     def paths(self) -> dict:
         return self.core.paths_status(trio.current_time())
@@ -118,9 +118,9 @@ class BlockingSnetPort:
             raise TimeoutError("no packet") from None
 
     async def _drain(self) -> None:
-        bte = self.port.core.bte
+        bte, fast = self.port.core.bte, self.port.driver.fast
         with trio.move_on_after(CLOSE_DRAIN_S):
-            while bte.in_use or bte.ready:
+            while bte.in_use or bte.ready or fast.blocks:  # fast.blocks: those the compiled engine runs
                 await trio.sleep(0.005)
 
     def close(self) -> None:

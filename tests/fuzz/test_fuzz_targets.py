@@ -27,7 +27,8 @@ def test_every_decoder_and_handler_has_a_target():
         "pktwayd.eep", "pktwayd.rrp", "pktwayd.messages", "harpd.kernel", "link", "gsnd.core", "switch.core", "switch.fabric",
         "harpd.core", "stpd.core", "pktwayd.engine", "pktway-san.switch", "ulp.server", "control", "stpd.api",
         "fastpath", "wire.cableauth", "ib.packet", "ib.sm", "ib.port", "ib.switch",
-        "servernet.codec", "servernet.router", "servernet.crouter", "servernet.node", "gsnd.dataplane", "switchfwd",
+        "servernet.codec", "servernet.router", "servernet.crouter", "servernet.node", "servernet.cnode",
+        "servernet.cengine", "gsnd.dataplane", "switchfwd",
         "ib.fastpath", "switchloop"}
 
 

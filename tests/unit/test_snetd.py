@@ -92,7 +92,7 @@ async def test_garbage_on_a_fabric_socket_is_counted(tmp_path):
         await other.sendto(b"SN\x01\x00", ca.fabrics[Fabric.X][0])
         with trio.fail_after(5):
             while sum(v for k, v in a.core.counters.items() if k.startswith("drop")) < 4 or \
-                    not a.driver.counters["drop_foreign_sender"]:
+                    not a.driver.all_counters()["node"]["drop_foreign_sender"]:
                 await trio.sleep(0.01)
         st = await ask(a, cmd="status")
         assert st["counters"]["node"]["drop_foreign_sender"] == 1

@@ -172,31 +172,15 @@ def test_forwarding_loop_on_sockets():
             s.close()
 
 
-def test_fabric_socket_batches_and_counts_foreign_senders():
-    """An end node's FabricSocket: send() many by sendmmsg to its router, recv() keeps only
-    the router's datagrams and counts the others, never blocks."""
-    node, router, stranger = udp(), udp(), udp()
+def test_fabric_socket_sends_in_batches():
+    """An end node's FabricSocket: send() many by sendmmsg to its router, in order."""
+    node, router = udp(), udp()
     node.setblocking(False)
     wire = _snetfwd.FabricSocket(node.fileno(), router.getsockname())
-    assert wire.recv(64) == ([], 0, 0)
     sent = [bytes([i]) * (1 + i % 84) for i in range(100)]
     assert wire.send(sent) == (0, 0)
     assert [router.recv(2048) for _ in sent] == sent
-    for d in sent[:70]:
-        router.sendto(d, node.getsockname())
-    stranger.sendto(b"x", node.getsockname())
-    router.sendto(bytes(600), node.getsockname())  # longer than any datagram: cut at 533, the core drops it
-    got, foreign = [], 0
-    deadline = time.monotonic() + 5
-    while (len(got) < 71 or not foreign) and time.monotonic() < deadline:
-        g, f, errors = wire.recv(64)
-        got += g
-        foreign += f
-        assert errors == 0 and len(g) + f <= 64
-    assert got == sent[:70] + [bytes(533)] and foreign == 1
-    with pytest.raises(ValueError):
-        wire.recv(65)
     with pytest.raises(TypeError):
         wire.send(["not bytes"])
-    for s in (node, router, stranger):
+    for s in (node, router):
         s.close()
