@@ -819,14 +819,13 @@ static int receive_raw(Core *s, const uint8_t *p, Py_ssize_t len, PyObject *dgra
     int sequenced = p[3] & FLAG_SEQ;
     uint16_t kept[MAX_DGRAM_MPS];
     Py_ssize_t nkept = 0, bad = 0, prefix = -1;
-    uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : NULL; /* kept for the ECRC check (the data plane's VC) */
+    uint16_t bs[MAX_DGRAM_MPS];
+    uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : bs; /* kept for the ECRC check (the data plane's VC) */
+    block_crcs(mps, MP_BYTES, n, b0);
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *m = mps + i * MP_BYTES;
         uint64_t ctrl = load_be64(m + MP_DATA);
-        uint16_t b = block_crc0(m);
-        if (b0)
-            b0[i] = b;
-        if ((uint16_t)(adv6(K32 ^ b) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl) {
+        if ((uint16_t)(adv6(K32 ^ b0[i]) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl) {
             kept[nkept++] = (uint16_t)i;
         } else {
             bad++;

@@ -615,7 +615,7 @@ static PyObject *mod_crc_impl(PyObject *self, PyObject *args)
 
 #define PUMP_MODULE_METHODS                                                                                  \
     {"crc_impl", mod_crc_impl, METH_VARARGS,                                                                 \
-     "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},   \
+     "crc_impl(name=None) -> the block CRC in use: 'vpclmul', 'clmul' (when the CPU has them) or 'tables'"},  \
     {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
      "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
     {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},
