@@ -29,6 +29,7 @@ static uint16_t K32;                      /* M32(0xFFFF) */
  * the CPU has them, unless GSN_CRC=tables or GSN_CRC=clmul; crc_use() switches (tests). */
 static int crc_clmul, crc_vec;
 static uint64_t KX208, KX144, KX80, MU80; /* x^n mod P; floor(x^80 / P) without its x^64 */
+static uint64_t KX256, KX192, KX128, KX64, KL38; /* x^n mod P (lcrc_scan); 0xFFFF x^304 mod P */
 
 static uint16_t advance_slow(uint16_t x, int nbytes)
 {
@@ -70,6 +71,8 @@ static void init_tables(void)
         }
     K32 = advance_slow(CRC_INIT, 32);
     KX208 = advance_slow(1, 26), KX144 = advance_slow(1, 18), KX80 = advance_slow(1, 10);
+    KX256 = advance_slow(1, 32), KX192 = advance_slow(1, 24), KX128 = advance_slow(1, 16), KX64 = advance_slow(1, 8);
+    KL38 = advance_slow(CRC_INIT, 38);
     unsigned __int128 num = (unsigned __int128)1 << 80, p = (1u << 16) | CRC_POLY, q = 0;
     for (int d = 80; d >= 16; d--) /* polynomial long division x^80 / P */
         if ((num >> d) & 1)
@@ -153,8 +156,6 @@ static inline uint16_t block_crc0(const uint8_t *p)
     return block_crc0_tables(p);
 }
 
-#include "_crcvec.h"
-
 /* Zero-init CRC of the first 6 bytes of a control word (bits 63..16). */
 static inline uint16_t ctrl6_crc0(uint64_t ctrl)
 {
@@ -206,6 +207,8 @@ static inline void restamp_ctrl(uint8_t *mp, uint64_t neu)
     store_be64(mp + MP_DATA, (neu & ~0xFFFFull) | lcrc);
 }
 
+
+#include "_crcvec.h"
 
 #define ENC_CHUNK 64 /* micropackets encoded per block_crcs call (2.5 KiB: stays in L1) */
 

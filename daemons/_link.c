@@ -817,22 +817,18 @@ static int receive_raw(Core *s, const uint8_t *p, Py_ssize_t len, PyObject *dgra
     }
     const uint8_t *mps = p + SHIM_BYTES;
     int sequenced = p[3] & FLAG_SEQ;
-    uint16_t kept[MAX_DGRAM_MPS];
-    Py_ssize_t nkept = 0, bad = 0, prefix = -1;
-    uint16_t bs[MAX_DGRAM_MPS];
+    uint16_t kept[MAX_DGRAM_MPS], bs[MAX_DGRAM_MPS];
+    uint8_t ok[MAX_DGRAM_MPS];
+    Py_ssize_t nkept = 0, prefix = -1;
     uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : bs; /* kept for the ECRC check (the data plane's VC) */
-    block_crcs(mps, MP_BYTES, n, b0);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *m = mps + i * MP_BYTES;
-        uint64_t ctrl = load_be64(m + MP_DATA);
-        if ((uint16_t)(adv6(K32 ^ b0[i]) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl) {
-            kept[nkept++] = (uint16_t)i;
-        } else {
-            bad++;
-            if (prefix < 0)
+    Py_ssize_t bad = lcrc_scan(mps, n, b0, ok);       /* every micropacket's LCRC on its own */
+    if (bad || !sequenced)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (ok[i])
+                kept[nkept++] = (uint16_t)i;
+            else if (prefix < 0)
                 prefix = i;
         }
-    }
     if (bad) {
         s->counters[C_LCRC_ERROR] += bad;
         Py_ssize_t keep = sequenced ? prefix : nkept;
