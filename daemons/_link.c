@@ -77,6 +77,7 @@ typedef struct {
     PyObject *obj; /* a reference to what was enqueued, or NULL: view.buf is ours (PyMem) */
     Py_buffer view;
     Py_ssize_t n; /* micropackets */
+    int pooled;   /* view.buf came from tx_alloc's pool (_txfast.h) */
 } Chunk;
 
 typedef struct {
@@ -180,6 +181,8 @@ static int add_event(Core *s, PyObject *ev)
     return r;
 }
 
+#include "_txfast.h"
+
 /* --- VC queues ---------------------------------------------------------------- */
 
 static void chunk_release(Chunk *ch)
@@ -188,7 +191,7 @@ static void chunk_release(Chunk *ch)
         PyBuffer_Release(&ch->view);
         Py_DECREF(ch->obj);
     } else {
-        PyMem_Free(ch->view.buf);
+        tx_free(ch->view.buf, ch->pooled);
     }
 }
 
@@ -205,6 +208,7 @@ static int q_push(VcQueue *q, PyObject *obj)
 {
     Chunk ch;
     PyObject *owned = NULL;
+    ch.pooled = 0;
     if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0) {
         /* e.g. a strided numpy view: take a contiguous copy, as Link's concatenate would */
         if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError))
@@ -478,26 +482,22 @@ static PyObject *build_batch(Core *s, double now, int force_credit)
     if (!b)
         return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(b), *mp = p + SHIM_BYTES;
+    uint64_t seq = s->next_seq;
+    const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
+    int64_t at = 0;
     for (int t = 0; t < ntakes; t++) {
         q_take(&s->q[take_vc[t]], take_k[t], mp);
         s->tx[take_vc[t]] -= take_k[t];
-        mp += (Py_ssize_t)take_k[t] * MP_BYTES;
+        tx_stamp(mp, at, take_k[t], r, seq, grants, ng); /* while the run is in the cache */
+        mp += (Py_ssize_t)take_k[t] * MP_BYTES, at += take_k[t];
     }
-    for (int64_t i = taken; i < n; i++, mp += MP_BYTES)
+    for (int64_t i = taken; i < n; i++, mp += MP_BYTES) {
         memcpy(mp, s->credit_mp, MP_BYTES);
+        tx_stamp(mp, i, 1, r, seq, grants, ng);
+    }
     for (int64_t i = 0; i < ng; i++) {
         s->pending[grants[2 * i]] -= grants[2 * i + 1];
         s->rxo[grants[2 * i]] += grants[2 * i + 1];
-    }
-    uint64_t seq = s->next_seq;
-    const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
-    mp = p + SHIM_BYTES;
-    for (int64_t i = 0; i < n; i++, mp += MP_BYTES) {
-        uint64_t old = load_be64(mp + MP_DATA);
-        uint64_t neu = (old & ~LINK_BITS) | r | ((uint64_t)((seq + i) & 0xFF) << 32);
-        if (i < ng)
-            neu |= ((uint64_t)grants[2 * i] << 54) | ((uint64_t)grants[2 * i + 1] << 48);
-        restamp_ctrl(mp, neu);
     }
     write_shim(s, p, FLAG_SEQ, s->peer_nonce, seq, s->expected);
     s->next_seq += n;

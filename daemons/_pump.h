@@ -282,17 +282,19 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
         memcpy(head + RA_MAC, ra_llc_snap, 6);
         head[22] = (uint8_t)(ethertype >> 8), head[23] = (uint8_t)ethertype;
         Py_ssize_t n = (Py_ssize_t)((RA_MAC + m_len + MP_DATA - 1) / MP_DATA);
-        uint8_t *mps = PyMem_Malloc(n * MP_BYTES);
+        int pooled;
+        uint8_t *mps = tx_alloc(n, &pooled);
         if (!mps || q_room(q) < 0) {
-            PyMem_Free(mps);
-            if (!mps)
+            if (mps)
+                tx_free(mps, pooled);
+            else
                 PyErr_NoMemory();
             return -1;
         }
         encode_mps(head, RA_PREFIX, pl, plen, mps, n, DP_VC, T_HEADER);
         Chunk *ch = &q->c[q->end++];
         memset(ch, 0, sizeof *ch);
-        ch->obj = NULL, ch->view.buf = mps, ch->view.len = n * MP_BYTES, ch->n = n;
+        ch->obj = NULL, ch->view.buf = mps, ch->view.len = n * MP_BYTES, ch->n = n, ch->pooled = pooled;
         q->count += n;
         dp->counters[DP_EP_TX_MESSAGES]++;
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
