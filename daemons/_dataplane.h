@@ -58,7 +58,7 @@ typedef struct {
     PyObject *auth;           /* a keyed cable: its CableAuthCore (_cableauth.h), else NULL */
     uint64_t counters[DP_N];
     uint64_t errnos[DPE_N][DP_ERRNOS];
-    uint8_t frame[DP_FRAME_BYTES];
+    uint8_t *rbuf;            /* the buffer the next TAP frame is read into (_txfast.h) */
     uint8_t rx[DP_RECV_BYTES];
     uint8_t gather[MAX_DGRAM_MPS * MP_BYTES];
     uint16_t b0[MAX_DGRAM_MPS];        /* per micropacket of the datagram: its data's zero-init CRC */
@@ -70,6 +70,7 @@ static void dp_free(DataPlane *dp)
     if (!dp)
         return;
     ra_free(&dp->ra);
+    PyMem_Free(dp->rbuf);
     Py_CLEAR(dp->auth);
     PyMem_Free(dp);
 }

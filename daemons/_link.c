@@ -77,7 +77,8 @@ typedef struct {
     PyObject *obj; /* a reference to what was enqueued, or NULL: view.buf is ours (PyMem) */
     Py_buffer view;
     Py_ssize_t n; /* micropackets */
-    int pooled;   /* view.buf came from tx_alloc's pool (_txfast.h) */
+    int raw;      /* view.buf[0:view.len] is a Message's stream from tx_buf_get(), encoded when taken (_txfast.h) */
+    uint16_t ecrc; /* raw: the running ECRC of the micropackets taken so far */
 } Chunk;
 
 typedef struct {
@@ -86,6 +87,8 @@ typedef struct {
     Py_ssize_t head;            /* micropackets of c[start] already taken */
     Py_ssize_t count;
 } VcQueue;
+
+#include "_txfast.h"
 
 typedef struct {
     uint64_t seq;
@@ -181,8 +184,6 @@ static int add_event(Core *s, PyObject *ev)
     return r;
 }
 
-#include "_txfast.h"
-
 /* --- VC queues ---------------------------------------------------------------- */
 
 static void chunk_release(Chunk *ch)
@@ -190,8 +191,10 @@ static void chunk_release(Chunk *ch)
     if (ch->obj) {
         PyBuffer_Release(&ch->view);
         Py_DECREF(ch->obj);
+    } else if (ch->raw) {
+        tx_buf_put(ch->view.buf);
     } else {
-        tx_free(ch->view.buf, ch->pooled);
+        PyMem_Free(ch->view.buf);
     }
 }
 
@@ -208,7 +211,7 @@ static int q_push(VcQueue *q, PyObject *obj)
 {
     Chunk ch;
     PyObject *owned = NULL;
-    ch.pooled = 0;
+    ch.raw = 0;
     if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0) {
         /* e.g. a strided numpy view: take a contiguous copy, as Link's concatenate would */
         if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError))
@@ -267,29 +270,6 @@ static int q_room(VcQueue *q)
         }
     }
     return 0;
-}
-
-/* Copy the next k (<= count) micropackets to dst. */
-static void q_take(VcQueue *q, Py_ssize_t k, uint8_t *dst)
-{
-    q->count -= k;
-    while (k > 0) {
-        Chunk *ch = &q->c[q->start];
-        Py_ssize_t m = ch->n - q->head;
-        if (m > k)
-            m = k;
-        memcpy(dst, (const uint8_t *)ch->view.buf + q->head * MP_BYTES, m * MP_BYTES);
-        dst += m * MP_BYTES;
-        k -= m;
-        q->head += m;
-        if (q->head == ch->n) {
-            chunk_release(ch);
-            q->start++;
-            q->head = 0;
-        }
-    }
-    if (q->start == q->end)
-        q->start = q->end = 0;
 }
 
 /* --- go-back-N ring -------------------------------------------------------- */
@@ -486,9 +466,8 @@ static PyObject *build_batch(Core *s, double now, int force_credit)
     const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
     int64_t at = 0;
     for (int t = 0; t < ntakes; t++) {
-        q_take(&s->q[take_vc[t]], take_k[t], mp);
+        tx_take(&s->q[take_vc[t]], take_vc[t], take_k[t], mp, at, r, seq, grants, ng);
         s->tx[take_vc[t]] -= take_k[t];
-        tx_stamp(mp, at, take_k[t], r, seq, grants, ng); /* while the run is in the cache */
         mp += (Py_ssize_t)take_k[t] * MP_BYTES, at += take_k[t];
     }
     for (int64_t i = taken; i < n; i++, mp += MP_BYTES) {

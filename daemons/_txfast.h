@@ -1,55 +1,126 @@
 /* The link's transmit side, the parts that cost per micropacket or per frame (README
- * "Data plane").  Included by _link.c before the VC queues.
+ * "Data plane").  Included by _link.c after the VC queue types.
  *
- *  tx_stamp:  the link fields (RSEQ, TSEQ, and VCR/CR on the first ng micropackets) of a
- *             run just copied into a datagram, stamped while it is still in the cache,
- *             LCRC fixed by linearity from the three bytes that change (a corrupt
- *             micropacket stays detectably corrupt).
- *  tx_pool:   the blocks a TAP frame's micropackets are encoded into, kept for the next
- *             frames instead of going back to malloc (a 64 KiB frame's 82 KB block was
- *             mapped and unmapped per frame: page faults and zeroing in the kernel).
+ *  A large TAP frame is queued as it was read ("raw" chunk: the Message's stream, MAC
+ *  header first, built in place in front of the IP packet), not as micropackets: the
+ *  datagram that takes its micropackets has them encoded straight into it (copy, block
+ *  CRCs, ECRC, link fields and LCRC in one pass per 64), so a frame's payload is copied
+ *  once in user space instead of twice (encode, then the take into the datagram).
+ *  Other chunks (micropackets from Python, small frames, ULP Messages) are copied and
+ *  their link fields stamped while the run is in the cache (tx_stamp: LCRC fixed by
+ *  linearity from the three bytes that change, so a corrupt micropacket stays corrupt).
+ *  The raw chunks' buffers come from a pool, not from malloc per frame (an 82 KB block
+ *  per 64 KiB frame was mapped and unmapped: page faults and zeroing in the kernel).
  */
 #ifndef GSN_TXFAST_H
 #define GSN_TXFAST_H
 
-#define TX_POOL_MPS ((RA_PREFIX + DP_FRAME_BYTES + MP_DATA - 1) / MP_DATA) /* the largest TAP frame */
-#define TX_POOL_MIN 64 /* smaller frames: PyMem's small-object allocator is fast already */
-#define TX_POOL_MAX 32 /* blocks kept (2.6 MB) */
+#define TX_HEADROOM 10 /* the TAP frame is read here: its Ethernet header ends where the stream's head does */
+#define TX_BUF_BYTES (TX_HEADROOM + DP_FRAME_BYTES + MP_DATA)
+#define TX_RAW_MIN 64  /* micropackets: smaller frames are encoded at once (no pool buffer held) */
+#define TX_POOL_MAX 32 /* buffers kept (2.1 MB) */
 
 static uint8_t *tx_pool[TX_POOL_MAX];
 static int tx_pool_len;
 
-/* A block for n (<= TX_POOL_MPS) micropackets; *pooled says which kind (for tx_free). */
-static uint8_t *tx_alloc(Py_ssize_t n, int *pooled)
+static uint8_t *tx_buf_get(void)
 {
-    *pooled = n >= TX_POOL_MIN;
-    if (!*pooled)
-        return PyMem_Malloc(n * MP_BYTES);
-    return tx_pool_len ? tx_pool[--tx_pool_len] : PyMem_Malloc(TX_POOL_MPS * MP_BYTES);
+    return tx_pool_len ? tx_pool[--tx_pool_len] : PyMem_Malloc(TX_BUF_BYTES);
 }
 
-static void tx_free(uint8_t *b, int pooled)
+static void tx_buf_put(uint8_t *b)
 {
-    if (pooled && tx_pool_len < TX_POOL_MAX)
+    if (b && tx_pool_len < TX_POOL_MAX)
         tx_pool[tx_pool_len++] = b;
     else
         PyMem_Free(b);
 }
 
-/* Micropackets mp[0:k], the datagram's i0.. (TSEQ seq + i), RSEQ bits r; the first ng
- * of the datagram carry grants[2i] (VCR), grants[2i+1] (CR). */
-static inline void tx_stamp(uint8_t *mp, int64_t i0, int64_t k, uint64_t r, uint64_t seq, const uint8_t *grants,
+/* The link fields of the datagram's micropacket i: TSEQ seq + i, RSEQ bits r; the first
+ * ng carry grants[2i] (VCR), grants[2i+1] (CR). */
+static inline uint64_t tx_link(int64_t i, uint64_t r, uint64_t seq, const uint8_t *grants, int64_t ng)
+{
+    uint64_t l = r | ((uint64_t)((seq + (uint64_t)i) & 0xFF) << 32);
+    if (i < ng)
+        l |= ((uint64_t)grants[2 * i] << 54) | ((uint64_t)grants[2 * i + 1] << 48);
+    return l;
+}
+
+/* Micropackets mp[0:k], the datagram's at..: their link fields, LCRC by linearity. */
+static inline void tx_stamp(uint8_t *mp, int64_t at, int64_t k, uint64_t r, uint64_t seq, const uint8_t *grants,
                             int64_t ng)
 {
-    for (int64_t i = i0; i < i0 + k; i++, mp += MP_BYTES) {
-        const uint64_t old = load_be64(mp + MP_DATA);
-        uint64_t neu = (old & ~LINK_BITS) | r | ((uint64_t)((seq + (uint64_t)i) & 0xFF) << 32);
-        if (i < ng)
-            neu |= ((uint64_t)grants[2 * i] << 54) | ((uint64_t)grants[2 * i + 1] << 48);
+    for (int64_t i = at; i < at + k; i++, mp += MP_BYTES) {
+        const uint64_t old = load_be64(mp + MP_DATA), neu = (old & ~LINK_BITS) | tx_link(i, r, seq, grants, ng);
         const uint64_t d = old ^ neu; /* only VCR/CR, RSEQ, TSEQ: control bytes 1, 2, 3 */
         const uint16_t lcrc = (uint16_t)old ^ T[4][(d >> 48) & 0xFF] ^ T[3][(d >> 40) & 0xFF] ^ T[2][(d >> 32) & 0xFF];
         store_be64(mp + MP_DATA, (neu & ~0xFFFFull) | lcrc);
     }
+}
+
+/* Micropackets i0..i0+k-1 of a raw chunk's Message (vc, HEADER first) encoded at dst as
+ * the datagram's at..; the running ECRC is kept in the chunk between takes. */
+static void tx_encode(Chunk *ch, int vc, Py_ssize_t i0, Py_ssize_t k, uint8_t *dst, int64_t at, uint64_t r,
+                      uint64_t seq, const uint8_t *grants, int64_t ng)
+{
+    const uint8_t *stream = ch->view.buf;
+    const Py_ssize_t slen = ch->view.len, n = ch->n;
+    uint16_t bs[ENC_CHUNK], es[ENC_CHUNK];
+    for (Py_ssize_t c0 = 0; c0 < k; c0 += ENC_CHUNK) {
+        const Py_ssize_t cn = k - c0 < ENC_CHUNK ? k - c0 : ENC_CHUNK;
+        uint8_t *m = dst + c0 * MP_BYTES;
+        for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES) {
+            const Py_ssize_t off = (i0 + c0 + j) * MP_DATA;
+            if (off + MP_DATA <= slen) {
+                memcpy(m, stream + off, MP_DATA);
+            } else { /* the last: zero-filled */
+                memset(m, 0, MP_DATA);
+                memcpy(m, stream + off, (size_t)(slen - off));
+            }
+        }
+        m = dst + c0 * MP_BYTES;
+        block_crcs(m, MP_BYTES, cn, bs);
+        ch->ecrc = ecrc_run(ch->ecrc, bs, cn, es);
+        for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES) {
+            const Py_ssize_t i = i0 + c0 + j;
+            uint64_t ctrl = ((uint64_t)vc << 62) | ((uint64_t)(i ? T_DATA : T_HEADER) << 58) |
+                            tx_link(at + c0 + j, r, seq, grants, ng) | ((uint64_t)es[j] << 16);
+            if (i == n - 1)
+                ctrl |= 1ull << 57;
+            store_be64(m + MP_DATA, ctrl | (uint16_t)(adv6(K32 ^ bs[j]) ^ ctrl6_crc0(ctrl)));
+        }
+    }
+}
+
+static void chunk_release(Chunk *ch);
+
+/* The next k (<= count) micropackets of VC vc's queue into a datagram at dst (its
+ * micropackets at..), stamped. */
+static void tx_take(VcQueue *q, int vc, Py_ssize_t k, uint8_t *dst, int64_t at, uint64_t r, uint64_t seq,
+                    const uint8_t *grants, int64_t ng)
+{
+    q->count -= k;
+    while (k > 0) {
+        Chunk *ch = &q->c[q->start];
+        Py_ssize_t m = ch->n - q->head;
+        if (m > k)
+            m = k;
+        if (ch->raw) {
+            tx_encode(ch, vc, q->head, m, dst, at, r, seq, grants, ng);
+        } else {
+            memcpy(dst, (const uint8_t *)ch->view.buf + q->head * MP_BYTES, m * MP_BYTES);
+            tx_stamp(dst, at, m, r, seq, grants, ng); /* while the run is in the cache */
+        }
+        dst += m * MP_BYTES, at += m, k -= m;
+        q->head += m;
+        if (q->head == ch->n) {
+            chunk_release(ch);
+            q->start++;
+            q->head = 0;
+        }
+    }
+    if (q->start == q->end)
+        q->start = q->end = 0;
 }
 
 #endif
