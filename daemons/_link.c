@@ -505,22 +505,14 @@ static inline int nonces_ok(Core *s, const uint8_t *shim)
     return 1;
 }
 
-/* rseq_mps: the accepted micropackets whose RSEQ must match, or NULL. */
-static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, double now)
+/* The peer's cumulative ack (the sequenced datagram's RSEQs are checked by the caller). */
+static int process_ack(Core *s, uint64_t ack, double now)
 {
     if (ack == NO_ACK)
         ack = 0;
     if (ack > s->next_seq) {
         s->counters[C_BAD_ACK]++;
         return 0;
-    }
-    if (mps) {
-        uint64_t want = (ack - 1) & 0xFF;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (((load_be64(mps + i * MP_BYTES + MP_DATA) >> 40) & 0xFF) != want) {
-                s->counters[C_RSEQ_MISMATCH]++;
-                return 0;
-            }
     }
     if (ack < s->base) { /* overtaken by a later ack: old news, the datagram is still good */
         s->counters[C_STALE_ACK]++;
@@ -564,19 +556,26 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     if (!nonces_ok(s, shim))
         return 0;
     uint64_t seq = load_be64(shim + 16), ack = load_be64(shim + 24);
+    /* TYPE, TSEQ and RSEQ of every micropacket in one pass; the reasons in this order,
+       RSEQ's after process_ack's own check of the ack */
+    const uint64_t ack0 = ack == NO_ACK ? 0 : ack, rseq = (ack0 - 1) & 0xFF;
+    int bad_type = 0, bad_tseq = 0, bad_rseq = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned t = (unsigned)(load_be64(mps + i * MP_BYTES + MP_DATA) >> 58) & 0xF;
-        if (t < T_DATA || t > T_CREDIT) {
-            s->counters[C_UNSEQ_IN_SEQ]++;
-            return 0;
-        }
+        const uint64_t c = load_be64(mps + i * MP_BYTES + MP_DATA);
+        const unsigned t = (unsigned)(c >> 58) & 0xF;
+        bad_type |= t < T_DATA || t > T_CREDIT;
+        bad_tseq |= ((c >> 32) & 0xFF) != ((seq + (uint64_t)i) & 0xFF);
+        bad_rseq |= ((c >> 40) & 0xFF) != rseq;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (((load_be64(mps + i * MP_BYTES + MP_DATA) >> 32) & 0xFF) != ((seq + (uint64_t)i) & 0xFF)) {
-            s->counters[C_TSEQ_MISMATCH]++;
-            return 0;
-        }
-    if (!process_ack(s, ack, mps, n, now))
+    if (bad_type || bad_tseq) {
+        s->counters[bad_type ? C_UNSEQ_IN_SEQ : C_TSEQ_MISMATCH]++;
+        return 0;
+    }
+    if (bad_rseq && ack0 <= s->next_seq) {
+        s->counters[C_RSEQ_MISMATCH]++;
+        return 0;
+    }
+    if (!process_ack(s, ack, now))
         return 0;
     s->last_heard = now;
     if (seq > s->expected)
@@ -755,7 +754,7 @@ static int receive_control(Core *s, const uint8_t *shim, const uint8_t *mps, con
                 s->counters[C_STALE_RESET_ACK]++;
             }
         } else if (kind == T_NULL) {
-            if (nonces_ok(s, shim) && process_ack(s, ack, NULL, 0, now)) {
+            if (nonces_ok(s, shim) && process_ack(s, ack, now)) {
                 s->last_heard = now;
                 sack_process(s, ack == NO_ACK ? 0 : ack, mps + kept[i] * MP_BYTES);
             }
