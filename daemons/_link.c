@@ -458,7 +458,7 @@ static PyObject *build_batch(Core *s, double now, int force_credit)
     if (!taken && !ng)
         Py_RETURN_NONE;
     int64_t n = taken > ng ? taken : ng;
-    PyObject *b = PyBytes_FromStringAndSize(NULL, SHIM_BYTES + n * MP_BYTES);
+    PyObject *b = tx_dgram_new(SHIM_BYTES + n * MP_BYTES);
     if (!b)
         return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(b), *mp = p + SHIM_BYTES;
@@ -527,7 +527,8 @@ static int process_ack(Core *s, uint64_t ack, double now)
                 break;
             if (e->sent >= 0)
                 sample = now - e->sent;
-            Py_CLEAR(e->dgram);
+            tx_dgram_done(e->dgram);
+            e->dgram = NULL;
             s->ring_head = (s->ring_head + 1) % s->ring_cap;
             s->ring_len--;
         }
