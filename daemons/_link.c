@@ -527,7 +527,7 @@ static int process_ack(Core *s, uint64_t ack, double now)
                 break;
             if (e->sent >= 0)
                 sample = now - e->sent;
-            tx_dgram_done(e->dgram);
+            tx_dgram_done(e->dgram, SHIM_BYTES + (Py_ssize_t)s->max_mps * MP_BYTES);
             e->dgram = NULL;
             s->ring_head = (s->ring_head + 1) % s->ring_cap;
             s->ring_len--;

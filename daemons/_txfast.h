@@ -36,12 +36,15 @@ static void tx_buf_put(uint8_t *b)
         PyMem_Free(b);
 }
 
-/* Datagrams the peer has acknowledged, kept for the next ones of the same size instead
- * of going back to malloc (with a 1500-byte underlay a 64 KiB frame is 57 datagrams, and
- * malloc/free of each was 5-6% of the sender).  Only a datagram nothing else holds
- * (the ring's was the last reference) is kept, its cached hash reset. */
-#define TX_SPARE_MAX 64
-#define TX_SPARE_BYTES 9100 /* datagrams up to a 9000-byte underlay's; 64 KB ones are few per frame */
+/* Datagrams the peer has acknowledged, kept for the next ones instead of going back to
+ * malloc (with a 1500-byte underlay a 64 KiB frame is 57 datagrams, and malloc/free of
+ * each was 5-6% of the sender).  Only full datagrams (max_mps micropackets, the most
+ * of them) up to a 9000-byte underlay's are kept, at most TX_SPARE_BUDGET bytes of them,
+ * and only one nothing else holds (the ring's was the last reference), its cached hash
+ * reset when it is used again. */
+#define TX_SPARE_MAX 1536
+#define TX_SPARE_BYTES 9100
+#define TX_SPARE_BUDGET (2 << 20)
 
 static PyObject *tx_spare[TX_SPARE_MAX];
 static int tx_nspare;
@@ -59,9 +62,17 @@ static PyObject *tx_dgram_new(Py_ssize_t len)
     return PyBytes_FromStringAndSize(NULL, len);
 }
 
-static void tx_dgram_done(PyObject *b)
+/* b leaves the ring; full: the size of a datagram of max_mps micropackets now. */
+static void tx_dgram_done(PyObject *b, Py_ssize_t full)
 {
-    if (Py_REFCNT(b) == 1 && PyBytes_CheckExact(b) && PyBytes_GET_SIZE(b) <= TX_SPARE_BYTES && tx_nspare < TX_SPARE_MAX)
+    if (Py_REFCNT(b) != 1 || !PyBytes_CheckExact(b) || PyBytes_GET_SIZE(b) != full || full > TX_SPARE_BYTES) {
+        Py_DECREF(b);
+        return;
+    }
+    if (tx_nspare && PyBytes_GET_SIZE(tx_spare[0]) != full) /* max_mps changed: the old size is no use */
+        while (tx_nspare)
+            Py_DECREF(tx_spare[--tx_nspare]);
+    if (tx_nspare < TX_SPARE_MAX && (tx_nspare + 1) * full <= TX_SPARE_BUDGET)
         tx_spare[tx_nspare++] = b;
     else
         Py_DECREF(b);
