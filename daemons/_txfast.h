@@ -108,6 +108,10 @@ static void tx_encode(Chunk *ch, int vc, Py_ssize_t i0, Py_ssize_t k, uint8_t *d
     const uint8_t *stream = ch->view.buf;
     const Py_ssize_t slen = ch->view.len, n = ch->n;
     uint16_t bs[ENC_CHUNK], es[ENC_CHUNK];
+    /* a DATA micropacket without grants: the control word's CRC is its fixed bytes' (VC,
+       TYPE, RSEQ: once) plus TSEQ's and ECRC's, by linearity; the others in full */
+    const uint64_t data_ctrl = ((uint64_t)vc << 62) | ((uint64_t)T_DATA << 58) | r;
+    const uint16_t data_cc = ctrl6_crc0(data_ctrl);
     for (Py_ssize_t c0 = 0; c0 < k; c0 += ENC_CHUNK) {
         const Py_ssize_t cn = k - c0 < ENC_CHUNK ? k - c0 : ENC_CHUNK;
         uint8_t *m = dst + c0 * MP_BYTES;
@@ -125,11 +129,21 @@ static void tx_encode(Chunk *ch, int vc, Py_ssize_t i0, Py_ssize_t k, uint8_t *d
         ch->ecrc = ecrc_run(ch->ecrc, bs, cn, es);
         for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES) {
             const Py_ssize_t i = i0 + c0 + j;
-            uint64_t ctrl = ((uint64_t)vc << 62) | ((uint64_t)(i ? T_DATA : T_HEADER) << 58) |
-                            tx_link(at + c0 + j, r, seq, grants, ng) | ((uint64_t)es[j] << 16);
-            if (i == n - 1)
-                ctrl |= 1ull << 57;
-            store_be64(m + MP_DATA, ctrl | (uint16_t)(adv6(K32 ^ bs[j]) ^ ctrl6_crc0(ctrl)));
+            const int64_t a = at + c0 + j;
+            const unsigned tseq = (unsigned)((seq + (uint64_t)a) & 0xFF);
+            uint64_t ctrl;
+            uint16_t cc;
+            if (i && i < n - 1 && a >= ng) {
+                ctrl = data_ctrl | ((uint64_t)tseq << 32) | ((uint64_t)es[j] << 16);
+                cc = data_cc ^ T[2][tseq] ^ T[1][es[j] >> 8] ^ T[0][es[j] & 0xFF];
+            } else {
+                ctrl = ((uint64_t)vc << 62) | ((uint64_t)(i ? T_DATA : T_HEADER) << 58) |
+                       tx_link(a, r, seq, grants, ng) | ((uint64_t)es[j] << 16);
+                if (i == n - 1)
+                    ctrl |= 1ull << 57;
+                cc = ctrl6_crc0(ctrl);
+            }
+            store_be64(m + MP_DATA, ctrl | (uint16_t)(adv6(K32 ^ bs[j]) ^ cc));
         }
     }
 }
