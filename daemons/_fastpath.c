@@ -111,14 +111,12 @@ static PyObject *fp_lcrc_check(PyObject *self, PyObject *args, PyObject *kw)
     const uint8_t *p = m.buf;
     PyThreadState *ts = n >= GIL_MIN_MPS ? PyEval_SaveThread() : NULL;
     uint16_t bs[ENC_CHUNK];
-    for (Py_ssize_t i = 0; i < n; i++, p += MP_BYTES) {
-        if (i % ENC_CHUNK == 0)
-            block_crcs(p, MP_BYTES, n - i < ENC_CHUNK ? n - i : ENC_CHUNK, bs);
-        uint64_t ctrl = load_be64(p + MP_DATA);
-        int good = (uint16_t)(adv6(K32 ^ bs[i % ENC_CHUNK]) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl;
-        bad += !good;
+    uint8_t good[ENC_CHUNK];
+    for (Py_ssize_t i = 0; i < n; i += ENC_CHUNK, p += ENC_CHUNK * MP_BYTES) {
+        const Py_ssize_t k = n - i < ENC_CHUNK ? n - i : ENC_CHUNK;
+        bad += lcrc_scan(p, k, bs, good); /* the link's receive check (_crcvec.h) */
         if (okp)
-            okp[i] = (uint8_t)good;
+            memcpy(okp + i, good, (size_t)k);
     }
     if (ts)
         PyEval_RestoreThread(ts);
