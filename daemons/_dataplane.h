@@ -63,7 +63,7 @@ typedef struct {
     uint64_t rx_vc[2][RA_VCS]; /* per VC: Messages and payload bytes delivered from C (TAP, ULP clients) */
     uint64_t tx_vc[2][RA_VCS]; /* per VC: Messages and payload bytes queued from C (TAP, ULP clients) */
     uint64_t errnos[DPE_N][DP_ERRNOS];
-    uint8_t frame[DP_FRAME_BYTES];
+    uint8_t *rbuf;            /* the buffer the next TAP frame is read into (_txfast.h) */
     uint8_t rx[DP_RECV_BYTES];
     uint8_t gather[MAX_DGRAM_MPS * MP_BYTES];
     uint16_t b0[MAX_DGRAM_MPS];        /* per micropacket of the datagram: its data's zero-init CRC */
@@ -76,6 +76,7 @@ static void dp_free(DataPlane *dp)
         return;
     ra_free(&dp->ra);
     PyMem_Free(dp->ulp.buf);
+    PyMem_Free(dp->rbuf);
     Py_CLEAR(dp->auth);
     PyMem_Free(dp);
 }

@@ -22,11 +22,14 @@
 
 static uint16_t T[16][256];
 static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
+static uint16_t M32K[3][2][256];          /* M32 applied 2, 3, 4 times (ecrc_run) */
 static uint16_t K32;                      /* M32(0xFFFF) */
-/* block_crc0 by carry-less multiply (PCLMULQDQ) instead of the tables: chosen by
- * init_tables() when the CPU has it, unless GSN_CRC=tables; crc_use() switches (tests). */
-static int crc_clmul;
+/* block_crc0 by carry-less multiply (PCLMULQDQ) instead of the tables, and block_crcs
+ * (_crcvec.h) four blocks at a time by AVX-512 VPCLMULQDQ: chosen by init_tables() when
+ * the CPU has them, unless GSN_CRC=tables or GSN_CRC=clmul; crc_use() switches (tests). */
+static int crc_clmul, crc_vec;
 static uint64_t KX208, KX144, KX80, MU80; /* x^n mod P; floor(x^80 / P) without its x^64 */
+static uint64_t KX256, KX192, KX128, KX64, KL38; /* x^n mod P (lcrc_scan); 0xFFFF x^304 mod P */
 
 static uint16_t advance_slow(uint16_t x, int nbytes)
 {
@@ -36,6 +39,15 @@ static uint16_t advance_slow(uint16_t x, int nbytes)
     }
     return x;
 }
+
+#ifdef GSN_CLMUL
+static int crc_vec_cpu(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("vpclmulqdq");
+}
+#endif
 
 static void init_tables(void)
 {
@@ -52,8 +64,15 @@ static void init_tables(void)
         M6[0][v] = advance_slow((uint16_t)(v << 8), 6);
         M6[1][v] = advance_slow((uint16_t)v, 6);
     }
+    for (int k = 0; k < 3; k++)
+        for (int v = 0; v < 256; v++) {
+            M32K[k][0][v] = advance_slow((uint16_t)(v << 8), 32 * (k + 2));
+            M32K[k][1][v] = advance_slow((uint16_t)v, 32 * (k + 2));
+        }
     K32 = advance_slow(CRC_INIT, 32);
     KX208 = advance_slow(1, 26), KX144 = advance_slow(1, 18), KX80 = advance_slow(1, 10);
+    KX256 = advance_slow(1, 32), KX192 = advance_slow(1, 24), KX128 = advance_slow(1, 16), KX64 = advance_slow(1, 8);
+    KL38 = advance_slow(CRC_INIT, 38);
     unsigned __int128 num = (unsigned __int128)1 << 80, p = (1u << 16) | CRC_POLY, q = 0;
     for (int d = 80; d >= 16; d--) /* polynomial long division x^80 / P */
         if ((num >> d) & 1)
@@ -64,21 +83,24 @@ static void init_tables(void)
     __builtin_cpu_init();
     crc_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") &&
                 !(want && !strcmp(want, "tables"));
+    crc_vec = crc_clmul && crc_vec_cpu() && !(want && !strcmp(want, "clmul"));
 #else
     (void)want;
 #endif
 }
 
-/* Select "tables" or "clmul" (if the CPU has it); the one in use. */
+/* Select "tables", "clmul" or "vpclmul" (if the CPU has it); the one in use. */
 static const char *crc_use(const char *name)
 {
 #ifdef GSN_CLMUL
-    if (name && !strcmp(name, "clmul"))
+    if (name && (!strcmp(name, "clmul") || !strcmp(name, "vpclmul"))) {
         crc_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        crc_vec = crc_clmul && !strcmp(name, "vpclmul") && crc_vec_cpu();
+    }
 #endif
     if (name && !strcmp(name, "tables"))
-        crc_clmul = 0;
-    return crc_clmul ? "clmul" : "tables";
+        crc_clmul = crc_vec = 0;
+    return crc_vec ? "vpclmul" : crc_clmul ? "clmul" : "tables";
 }
 
 static inline uint16_t adv32(uint16_t x) { return M32[0][x >> 8] ^ M32[1][x & 0xFF]; }
@@ -186,37 +208,52 @@ static inline void restamp_ctrl(uint8_t *mp, uint64_t neu)
 }
 
 
+#include "_crcvec.h"
+
+#define ENC_CHUNK 64 /* micropackets encoded per block_crcs call (2.5 KiB: stays in L1) */
+
 /* Split the stream head[0:hl] + payload[0:pln], zero-filled, into n micropackets at q:
  * TYPE first_type then DATA, TAIL on the last, ECRC running from 0xFFFF, LCRC set, link
- * fields zero.  One CRC pass per 32-byte block (the copy is fused with it). */
+ * fields zero.  One CRC pass per 32-byte block: ENC_CHUNK blocks are copied, their block
+ * CRCs taken together (block_crcs), then both CRCs of each derived. */
 static void encode_mps(const uint8_t *hp, Py_ssize_t hl, const uint8_t *pp, Py_ssize_t pln, uint8_t *q,
                        Py_ssize_t n, int vc, int first_type)
 {
-    uint16_t ecrc = CRC_INIT;
+    uint16_t ecrc = CRC_INIT, bs[ENC_CHUNK], es[ENC_CHUNK];
     const uint64_t base = ((uint64_t)vc << 62) | (1ull << 58); /* DATA */
     const uint16_t base_cc = ctrl6_crc0(base);
-    for (Py_ssize_t i = 0; i < n; i++, q += MP_BYTES) {
-        Py_ssize_t off = i * MP_DATA;
-        if (off + MP_DATA <= hl) {
-            memcpy(q, hp + off, MP_DATA);
-        } else if (off >= hl && off - hl + MP_DATA <= pln) {
-            memcpy(q, pp + (off - hl), MP_DATA);
-        } else { /* straddles head/payload, or the zero fill */
-            for (int j = 0; j < MP_DATA; j++) {
-                Py_ssize_t s = off + j;
-                q[j] = s < hl ? hp[s] : (s - hl < pln ? pp[s - hl] : 0);
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += ENC_CHUNK) {
+        const Py_ssize_t cn = n - c0 < ENC_CHUNK ? n - c0 : ENC_CHUNK;
+        uint8_t *m = q + c0 * MP_BYTES;
+        for (Py_ssize_t i = c0; i < c0 + cn; i++, m += MP_BYTES) {
+            Py_ssize_t off = i * MP_DATA;
+            if (off + MP_DATA <= hl) {
+                memcpy(m, hp + off, MP_DATA);
+            } else if (off >= hl && off - hl + MP_DATA <= pln) {
+                memcpy(m, pp + (off - hl), MP_DATA);
+            } else { /* straddles head/payload, or the zero fill */
+                for (int j = 0; j < MP_DATA; j++) {
+                    Py_ssize_t s = off + j;
+                    m[j] = s < hl ? hp[s] : (s - hl < pln ? pp[s - hl] : 0);
+                }
             }
         }
-        uint16_t b = block_crc0(q);
-        ecrc = adv32(ecrc) ^ b;
-        uint64_t ctrl = i ? base : (((uint64_t)vc << 62) | ((uint64_t)first_type << 58));
-        if (i == n - 1)
-            ctrl |= 1ull << 57;
-        /* the control word's CRC is linear in it: the fixed part's, once, plus ECRC's bytes */
-        uint16_t cc = ctrl == base ? base_cc : ctrl6_crc0(ctrl);
-        ctrl |= (uint64_t)ecrc << 16;
-        ctrl |= adv6(K32 ^ b) ^ cc ^ T[1][ecrc >> 8] ^ T[0][ecrc & 0xFF];
-        store_be64(q + MP_DATA, ctrl);
+        m = q + c0 * MP_BYTES;
+        block_crcs(m, MP_BYTES, cn, bs);
+        ecrc_run(ecrc, bs, cn, es);
+        for (Py_ssize_t k = 0; k < cn; k++, m += MP_BYTES) {
+            const Py_ssize_t i = c0 + k;
+            const uint16_t b = bs[k];
+            ecrc = es[k];
+            uint64_t ctrl = i ? base : (((uint64_t)vc << 62) | ((uint64_t)first_type << 58));
+            if (i == n - 1)
+                ctrl |= 1ull << 57;
+            /* the control word's CRC is linear in it: the fixed part's, once, plus ECRC's bytes */
+            uint16_t cc = ctrl == base ? base_cc : ctrl6_crc0(ctrl);
+            ctrl |= (uint64_t)ecrc << 16;
+            ctrl |= adv6(K32 ^ b) ^ cc ^ T[1][ecrc >> 8] ^ T[0][ecrc & 0xFF];
+            store_be64(m + MP_DATA, ctrl);
+        }
     }
 }
 

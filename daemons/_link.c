@@ -77,6 +77,8 @@ typedef struct {
     PyObject *obj; /* a reference to what was enqueued, or NULL: view.buf is ours (PyMem) */
     Py_buffer view;
     Py_ssize_t n; /* micropackets */
+    int raw;      /* view.buf[0:view.len] is a Message's stream from tx_buf_get(), encoded when taken (_txfast.h) */
+    uint16_t ecrc; /* raw: the running ECRC of the micropackets taken so far */
 } Chunk;
 
 typedef struct {
@@ -85,6 +87,8 @@ typedef struct {
     Py_ssize_t head;            /* micropackets of c[start] already taken */
     Py_ssize_t count;
 } VcQueue;
+
+#include "_txfast.h"
 
 typedef struct {
     uint64_t seq;
@@ -187,6 +191,8 @@ static void chunk_release(Chunk *ch)
     if (ch->obj) {
         PyBuffer_Release(&ch->view);
         Py_DECREF(ch->obj);
+    } else if (ch->raw) {
+        tx_buf_put(ch->view.buf);
     } else {
         PyMem_Free(ch->view.buf);
     }
@@ -205,6 +211,7 @@ static int q_push(VcQueue *q, PyObject *obj)
 {
     Chunk ch;
     PyObject *owned = NULL;
+    ch.raw = 0;
     if (PyObject_GetBuffer(obj, &ch.view, PyBUF_C_CONTIGUOUS) < 0) {
         /* e.g. a strided numpy view: take a contiguous copy, as Link's concatenate would */
         if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError))
@@ -263,29 +270,6 @@ static int q_room(VcQueue *q)
         }
     }
     return 0;
-}
-
-/* Copy the next k (<= count) micropackets to dst. */
-static void q_take(VcQueue *q, Py_ssize_t k, uint8_t *dst)
-{
-    q->count -= k;
-    while (k > 0) {
-        Chunk *ch = &q->c[q->start];
-        Py_ssize_t m = ch->n - q->head;
-        if (m > k)
-            m = k;
-        memcpy(dst, (const uint8_t *)ch->view.buf + q->head * MP_BYTES, m * MP_BYTES);
-        dst += m * MP_BYTES;
-        k -= m;
-        q->head += m;
-        if (q->head == ch->n) {
-            chunk_release(ch);
-            q->start++;
-            q->head = 0;
-        }
-    }
-    if (q->start == q->end)
-        q->start = q->end = 0;
 }
 
 /* --- go-back-N ring -------------------------------------------------------- */
@@ -481,30 +465,25 @@ static PyObject *build_batch(Core *s, double now, int force_credit)
     if (!taken && !ng)
         Py_RETURN_NONE;
     int64_t n = taken > ng ? taken : ng;
-    PyObject *b = PyBytes_FromStringAndSize(NULL, SHIM_BYTES + n * MP_BYTES);
+    PyObject *b = tx_dgram_new(SHIM_BYTES + n * MP_BYTES);
     if (!b)
         return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(b), *mp = p + SHIM_BYTES;
+    uint64_t seq = s->next_seq;
+    const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
+    int64_t at = 0;
     for (int t = 0; t < ntakes; t++) {
-        q_take(&s->q[take_vc[t]], take_k[t], mp);
+        tx_take(&s->q[take_vc[t]], take_vc[t], take_k[t], mp, at, r, seq, grants, ng);
         s->tx[take_vc[t]] -= take_k[t];
-        mp += (Py_ssize_t)take_k[t] * MP_BYTES;
+        mp += (Py_ssize_t)take_k[t] * MP_BYTES, at += take_k[t];
     }
-    for (int64_t i = taken; i < n; i++, mp += MP_BYTES)
+    for (int64_t i = taken; i < n; i++, mp += MP_BYTES) {
         memcpy(mp, s->credit_mp, MP_BYTES);
+        tx_stamp(mp, i, 1, r, seq, grants, ng);
+    }
     for (int64_t i = 0; i < ng; i++) {
         s->pending[grants[2 * i]] -= grants[2 * i + 1];
         s->rxo[grants[2 * i]] += grants[2 * i + 1];
-    }
-    uint64_t seq = s->next_seq;
-    const uint64_t r = (uint64_t)((s->expected - 1) & 0xFF) << 40;
-    mp = p + SHIM_BYTES;
-    for (int64_t i = 0; i < n; i++, mp += MP_BYTES) {
-        uint64_t old = load_be64(mp + MP_DATA);
-        uint64_t neu = (old & ~LINK_BITS) | r | ((uint64_t)((seq + i) & 0xFF) << 32);
-        if (i < ng)
-            neu |= ((uint64_t)grants[2 * i] << 54) | ((uint64_t)grants[2 * i + 1] << 48);
-        restamp_ctrl(mp, neu);
     }
     write_shim(s, p, FLAG_SEQ, s->peer_nonce, seq, s->expected);
     s->next_seq += n;
@@ -533,22 +512,14 @@ static inline int nonces_ok(Core *s, const uint8_t *shim)
     return 1;
 }
 
-/* rseq_mps: the accepted micropackets whose RSEQ must match, or NULL. */
-static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, double now)
+/* The peer's cumulative ack (the sequenced datagram's RSEQs are checked by the caller). */
+static int process_ack(Core *s, uint64_t ack, double now)
 {
     if (ack == NO_ACK)
         ack = 0;
     if (ack > s->next_seq) {
         s->counters[C_BAD_ACK]++;
         return 0;
-    }
-    if (mps) {
-        uint64_t want = (ack - 1) & 0xFF;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (((load_be64(mps + i * MP_BYTES + MP_DATA) >> 40) & 0xFF) != want) {
-                s->counters[C_RSEQ_MISMATCH]++;
-                return 0;
-            }
     }
     if (ack < s->base) { /* overtaken by a later ack: old news, the datagram is still good */
         s->counters[C_STALE_ACK]++;
@@ -563,7 +534,8 @@ static int process_ack(Core *s, uint64_t ack, const uint8_t *mps, Py_ssize_t n, 
                 break;
             if (e->sent >= 0)
                 sample = now - e->sent;
-            Py_CLEAR(e->dgram);
+            tx_dgram_done(e->dgram, SHIM_BYTES + (Py_ssize_t)s->max_mps * MP_BYTES);
+            e->dgram = NULL;
             s->ring_head = (s->ring_head + 1) % s->ring_cap;
             s->ring_len--;
         }
@@ -592,19 +564,26 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     if (!nonces_ok(s, shim))
         return 0;
     uint64_t seq = load_be64(shim + 16), ack = load_be64(shim + 24);
+    /* TYPE, TSEQ and RSEQ of every micropacket in one pass; the reasons in this order,
+       RSEQ's after process_ack's own check of the ack */
+    const uint64_t ack0 = ack == NO_ACK ? 0 : ack, rseq = (ack0 - 1) & 0xFF;
+    int bad_type = 0, bad_tseq = 0, bad_rseq = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned t = (unsigned)(load_be64(mps + i * MP_BYTES + MP_DATA) >> 58) & 0xF;
-        if (t < T_DATA || t > T_CREDIT) {
-            s->counters[C_UNSEQ_IN_SEQ]++;
-            return 0;
-        }
+        const uint64_t c = load_be64(mps + i * MP_BYTES + MP_DATA);
+        const unsigned t = (unsigned)(c >> 58) & 0xF;
+        bad_type |= t < T_DATA || t > T_CREDIT;
+        bad_tseq |= ((c >> 32) & 0xFF) != ((seq + (uint64_t)i) & 0xFF);
+        bad_rseq |= ((c >> 40) & 0xFF) != rseq;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (((load_be64(mps + i * MP_BYTES + MP_DATA) >> 32) & 0xFF) != ((seq + (uint64_t)i) & 0xFF)) {
-            s->counters[C_TSEQ_MISMATCH]++;
-            return 0;
-        }
-    if (!process_ack(s, ack, mps, n, now))
+    if (bad_type || bad_tseq) {
+        s->counters[bad_type ? C_UNSEQ_IN_SEQ : C_TSEQ_MISMATCH]++;
+        return 0;
+    }
+    if (bad_rseq && ack0 <= s->next_seq) {
+        s->counters[C_RSEQ_MISMATCH]++;
+        return 0;
+    }
+    if (!process_ack(s, ack, now))
         return 0;
     s->last_heard = now;
     if (seq > s->expected)
@@ -783,7 +762,7 @@ static int receive_control(Core *s, const uint8_t *shim, const uint8_t *mps, con
                 s->counters[C_STALE_RESET_ACK]++;
             }
         } else if (kind == T_NULL) {
-            if (nonces_ok(s, shim) && process_ack(s, ack, NULL, 0, now)) {
+            if (nonces_ok(s, shim) && process_ack(s, ack, now)) {
                 s->last_heard = now;
                 sack_process(s, ack == NO_ACK ? 0 : ack, mps + kept[i] * MP_BYTES);
             }
@@ -824,23 +803,18 @@ static int receive_raw(Core *s, const uint8_t *p, Py_ssize_t len, PyObject *dgra
     }
     const uint8_t *mps = p + SHIM_BYTES;
     int sequenced = p[3] & FLAG_SEQ;
-    uint16_t kept[MAX_DGRAM_MPS];
-    Py_ssize_t nkept = 0, bad = 0, prefix = -1;
-    uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : NULL; /* kept for the ECRC check (the data plane's VC) */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *m = mps + i * MP_BYTES;
-        uint64_t ctrl = load_be64(m + MP_DATA);
-        uint16_t b = block_crc0(m);
-        if (b0)
-            b0[i] = b;
-        if ((uint16_t)(adv6(K32 ^ b) ^ ctrl6_crc0(ctrl)) == (uint16_t)ctrl) {
-            kept[nkept++] = (uint16_t)i;
-        } else {
-            bad++;
-            if (prefix < 0)
+    uint16_t kept[MAX_DGRAM_MPS], bs[MAX_DGRAM_MPS];
+    uint8_t ok[MAX_DGRAM_MPS];
+    Py_ssize_t nkept = 0, prefix = -1;
+    uint16_t *b0 = s->dp && !dgram ? s->dp->b0 : bs; /* kept for the ECRC check (the data plane's VC) */
+    Py_ssize_t bad = lcrc_scan(mps, n, b0, ok);       /* every micropacket's LCRC on its own */
+    if (bad || !sequenced)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (ok[i])
+                kept[nkept++] = (uint16_t)i;
+            else if (prefix < 0)
                 prefix = i;
         }
-    }
     if (bad) {
         s->counters[C_LCRC_ERROR] += bad;
         Py_ssize_t keep = sequenced ? prefix : nkept;

@@ -230,14 +230,20 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
     VcQueue *q = &s->q[DP_VC];
     Py_ssize_t frames = 0;
     while (frames < limit && q->count <= high) {
-        ssize_t len = read(dp->tap_fd, dp->frame, DP_FRAME_BYTES);
+        if (!dp->rbuf && !(dp->rbuf = tx_buf_get())) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        /* the frame at TX_HEADROOM: the Message's head is built in place over its
+           Ethernet header, so the stream (head + IP packet) is contiguous (_txfast.h) */
+        uint8_t *head = dp->rbuf, *f = head + TX_HEADROOM;
+        ssize_t len = read(dp->tap_fd, f, DP_FRAME_BYTES);
         if (len < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 dp_errno(dp, DPE_TAP_READ, errno); /* EIO while the interface is down */
             break;
         }
         frames++;
-        const uint8_t *f = dp->frame;
         if (len < 14) {
             dp->counters[DP_IP_RUNT]++;
             continue;
@@ -258,14 +264,10 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
             dp->counters[DP_IP_OVER_MTU]++;
             continue;
         }
-        uint8_t head[RA_PREFIX];
-        if (f[0] & 1)
-            memcpy(head, ULA_BCAST, 6); /* broadcast and multicast: the authoritative address */
-        else if (!(f[0] | f[1] | f[2] | f[3] | f[4] | f[5])) {
+        if (!(f[0] & 1) && !(f[0] | f[1] | f[2] | f[3] | f[4] | f[5])) {
             dp->counters[DP_IP_UNKNOWN_ULA]++;
             continue;
-        } else
-            memcpy(head, f, 6);
+        }
         if (ethertype == ETH_ARP && !dp->arp_on) {
             dp->counters[DP_IP_ARP_OFF]++;
             continue;
@@ -275,23 +277,32 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
             dp->counters[DP_IP_TX_LINK]++;
             continue;
         }
+        if (q_room(q) < 0)
+            return -1;
+        /* broadcast and multicast: the authoritative address; f[0..5] ends before head[6] is written */
+        memcpy(head, f[0] & 1 ? ULA_BCAST : f, 6);
         uint64_t m_len = RA_LLC + (uint64_t)plen;
         memcpy(head + 6, dp->ula, 6);
         put_be32(head + 12, (uint32_t)m_len);
         memcpy(head + RA_MAC, ra_llc_snap, 6);
-        head[22] = (uint8_t)(ethertype >> 8), head[23] = (uint8_t)ethertype;
+        head[22] = (uint8_t)(ethertype >> 8), head[23] = (uint8_t)ethertype; /* where it was */
         Py_ssize_t n = (Py_ssize_t)((RA_MAC + m_len + MP_DATA - 1) / MP_DATA);
-        uint8_t *mps = PyMem_Malloc(n * MP_BYTES);
-        if (!mps || q_room(q) < 0) {
-            PyMem_Free(mps);
-            if (!mps)
-                PyErr_NoMemory();
-            return -1;
-        }
-        encode_mps(head, RA_PREFIX, pl, plen, mps, n, DP_VC, T_HEADER);
-        Chunk *ch = &q->c[q->end++];
+        Chunk *ch = &q->c[q->end];
         memset(ch, 0, sizeof *ch);
-        ch->obj = NULL, ch->view.buf = mps, ch->view.len = n * MP_BYTES, ch->n = n;
+        if (n >= TX_RAW_MIN) { /* encoded into the datagram that takes it */
+            ch->view.buf = head, ch->view.len = RA_PREFIX + plen, ch->raw = 1, ch->ecrc = CRC_INIT;
+            dp->rbuf = NULL;
+        } else {
+            uint8_t *mps = PyMem_Malloc(n * MP_BYTES);
+            if (!mps) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            encode_mps(head, RA_PREFIX, pl, plen, mps, n, DP_VC, T_HEADER);
+            ch->view.buf = mps, ch->view.len = n * MP_BYTES;
+        }
+        ch->obj = NULL, ch->n = n;
+        q->end++;
         q->count += n;
         dp->counters[DP_EP_TX_MESSAGES]++;
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
@@ -576,7 +587,7 @@ static PyObject *mod_crc_impl(PyObject *self, PyObject *args)
 
 #define PUMP_MODULE_METHODS                                                                                  \
     {"crc_impl", mod_crc_impl, METH_VARARGS,                                                                 \
-     "crc_impl(name=None) -> the block CRC in use: 'clmul' (PCLMULQDQ, when the CPU has it) or 'tables'"},   \
+     "crc_impl(name=None) -> the block CRC in use: 'vpclmul', 'clmul' (when the CPU has them) or 'tables'"},  \
     {"reassemble", mod_reassemble, METH_VARARGS,                                                             \
      "reassemble(max_payload, batches) -> (outputs, counters): the C reassembly alone (max_payload -1: none)"}, \
     {"setup_dp", mod_setup_dp, METH_VARARGS, "setup_dp(delivered(vc, stream, mps), admin(vc, data))"},      \

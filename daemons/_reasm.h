@@ -121,20 +121,6 @@ static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k, const u
         st->bad = RA_D_LONGER;
         return 0;
     }
-    for (Py_ssize_t i = 0; i < k; i++)
-        if ((load_be64(mps + i * MP_BYTES + MP_DATA) >> 56) & 1) {
-            st->bad = RA_D_ERROR;
-            return 0;
-        }
-    uint16_t e = st->last_ecrc;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        e = adv32(e) ^ (b0 ? b0[i] : block_crc0(mps + i * MP_BYTES));
-        if (e != (uint16_t)(load_be64(mps + i * MP_BYTES + MP_DATA) >> 16)) {
-            st->bad = RA_D_ECRC;
-            return 0;
-        }
-    }
-    st->last_ecrc = e;
     uint64_t need = st->count * MP_DATA;
     if (need > st->cap) { /* doubling, up to what M_len announced (need <= expect * 32) */
         uint64_t cap = st->cap ? st->cap : 4096, most = st->expect * MP_DATA;
@@ -149,9 +135,32 @@ static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k, const u
         }
         st->buf = b, st->cap = cap;
     }
+    /* one pass: ERROR bits, ECRC (the running value, ecrc_run), the copy into the stream;
+       an ERROR bit anywhere in the run is the reason before a wrong ECRC (the oracle's order) */
     uint8_t *q = st->buf + at * MP_DATA;
-    for (Py_ssize_t i = 0; i < k; i++, q += MP_DATA)
-        memcpy(q, mps + i * MP_BYTES, MP_DATA);
+    uint16_t e = st->last_ecrc, bs[ENC_CHUNK], es[ENC_CHUNK];
+    int ecrc_bad = 0;
+    for (Py_ssize_t c0 = 0; c0 < k; c0 += ENC_CHUNK) {
+        const Py_ssize_t cn = k - c0 < ENC_CHUNK ? k - c0 : ENC_CHUNK;
+        const uint8_t *m = mps + c0 * MP_BYTES;
+        if (!b0)
+            block_crcs(m, MP_BYTES, cn, bs);
+        e = ecrc_run(e, b0 ? b0 + c0 : bs, cn, es);
+        for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES, q += MP_DATA) {
+            const uint64_t c = load_be64(m + MP_DATA);
+            if ((c >> 56) & 1) {
+                st->bad = RA_D_ERROR;
+                return 0;
+            }
+            ecrc_bad |= es[j] != (uint16_t)(c >> 16);
+            memcpy(q, m, MP_DATA);
+        }
+    }
+    if (ecrc_bad) {
+        st->bad = RA_D_ECRC;
+        return 0;
+    }
+    st->last_ecrc = e;
     return 0;
 }
 

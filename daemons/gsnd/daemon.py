@@ -233,6 +233,8 @@ class Gsnd:
                                         "withheld_mps": list(self.ep.withheld)}},
                       ip={"tap": self.cfg.tap, "mtu": self.cfg.mtu, "arp": self.cfg.arp,
                           "dataplane": self.dp is not None,
+                          # why the compiled loop went back to Python, by reason (daemons/_loop.h)
+                          "dataplane_returns": dict(self.dp.reasons) if self.dp is not None else {},
                           "counters": {**self._counters("ip", self.ip_counters),
                                        **self._counters("tap", self.tap.counters if self.tap else {})}},
                       control=dict(self.control_counters))

@@ -20,9 +20,11 @@ from daemons.wire.micropacket import MP_DTYPE, lcrc_exact, lcrc_fold_ok
 from tests.unit.fastpath_oracle import oracle_ecrc_first_bad, oracle_stamp
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-# the block CRC by carry-less multiply (when this CPU has it) and by the tables: both
-# implementations go through every test below
-IMPLS = ["tables"] + (["clmul"] if F.crc_impl(F.crc_impl()) == "clmul" else [])
+# the block CRC by the tables, by carry-less multiply and four blocks at a time by AVX-512
+# VPCLMULQDQ (when this CPU has them): every implementation goes through every test below
+_DEFAULT = F.crc_impl()
+IMPLS = ["tables"] + [i for i in ("clmul", "vpclmul") if F.crc_impl(i) == i]
+F.crc_impl(_DEFAULT)
 
 
 @pytest.fixture(scope="module", autouse=True, params=IMPLS)
