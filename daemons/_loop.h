@@ -30,7 +30,7 @@
 
 #define LOOP_DATAGRAMS 64 /* datagrams per receive batch (dataplane.PUMP_DATAGRAMS) */
 #define LOOP_FRAMES 64    /* frames per TAP batch (dataplane.PUMP_FRAMES) */
-#define LOOP_TAP_RETRY_S 0.002 /* a TAP that was ready but gave no frame is polled again after (DP_SLICE_S) */
+#define LOOP_TAP_RETRY_S 0.002 /* a TAP that was ready but gave no frame is polled again after (project choice) */
 
 enum { LOOP_IDLE, LOOP_DEADLINE, LOOP_EVENTS, LOOP_CONTROL, LOOP_TIMER, LOOP_SEND };
 

@@ -411,6 +411,9 @@ class _FakeSock:
 
         return struct.pack("3i", 4242, self.uid, self.uid)
 
+    def fileno(self) -> int:
+        return 1000 + id(self) % 1000  # a number the server finds its client by (frame_in), never opened
+
     def send(self, data, flags=0):
         self.sent.append(bytes(data))
         return len(data)
@@ -428,9 +431,10 @@ def _run_sync(coro) -> None:
 
 @target("ulp.server", seeds=[b"", b"\x01\x00\x08\x00", b"\x03" * 40])
 def ulp_server(data: bytes) -> None:
-    """UlpServer frame handling (decode, SEND/BIND/UNBIND/others, caps, reserved protocol), sans socket."""
+    """UlpServer frame handling (decode, SEND/BIND/UNBIND/others, caps, reserved protocol), sans socket:
+    every frame as the data plane hands it up (``frame_in``: the raw bytes, maybe truncated or
+    oversized), which is also what the server's own reader does with a frame it read."""
     from daemons.io.ulp import UlpServer, _Client
-    from daemons.wire.errors import DecodeError
     from daemons.wire.ulp import Frame, Op
 
     d = Draw(data)
@@ -449,11 +453,7 @@ def ulp_server(data: bytes) -> None:
         payload = d.choice([b"\x02\x47\x53\x00\x01", b""]) + d.blob(32)
         raw = Frame(d.choice(list(Op)), d.below(4), et, d.take(6).ljust(6, b"\0"), payload).encode()
         raw = mutate_bytes(d, raw, offsets=[0, 1, 2, 3])
-        try:
-            frame = Frame.decode(memoryview(raw))
-        except DecodeError:
-            continue  # the reader counts rx_bad_frame_<field> and replies ERROR
-        _run_sync(srv._handle(client, frame))
+        srv.frame_in(client.sock.fileno(), raw, d.choice([len(raw), len(raw), 0, 1 << 20]))
     for sent in client.sock.sent:
         Frame.decode(sent)
 

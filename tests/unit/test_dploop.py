@@ -126,8 +126,8 @@ def test_a_full_vc1_leaves_the_tap_unread(rig):
 def test_a_tap_that_is_ready_but_gives_no_frame_is_polled_again_within_the_slice(rig):
     """The TAP's descriptor readable but read() failing (EIO while the interface is down;
     here a listening socket with a pending connection: ENOTCONN): the loop stops polling
-    it, but only for DP_SLICE_S, not for the rest of a long idle call."""
-    from daemons.constants import DP_SLICE_S
+    it, but only for LOOP_TAP_RETRY_S, not for the rest of a long idle call."""
+    from daemons._link import LOOP_TAP_RETRY_S
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -137,7 +137,7 @@ def test_a_tap_that_is_ready_but_gives_no_frame_is_polled_again_within_the_slice
         ran, elapsed = run(rig, 0, 0.1)
         tries = rig.dps[0].counters("tap", {}).get("read_ENOTCONN", 0)
         assert ran.frames == 0 and elapsed >= 0.09
-        assert 0.3 * 0.1 / DP_SLICE_S <= tries <= 1.5 * 0.1 / DP_SLICE_S + 2, tries
+        assert 0.3 * 0.1 / LOOP_TAP_RETRY_S <= tries <= 1.5 * 0.1 / LOOP_TAP_RETRY_S + 2, tries
     finally:
         client.close(), listener.close()
 
