@@ -250,11 +250,11 @@ def test_clients_that_leave_mid_stream_free_everything_and_their_fd_is_reused_cl
         for k in range(30):
             leaver = UlpClient(fabric.ulp_path(2))
             leaver.bind(ET)
-            for j in range(40):  # RECVs arriving while it goes: some read, the rest left unread
+            for _ in range(40):  # RECVs arriving while it goes: some read, the rest left unread
                 tx.send(dst, bytes(16384), ethertype=ET)
-            for j in range(k % 5):
+            for _ in range(k % 5):
                 leaver.recv(timeout=10)
-            for j in range(k % 7):  # SENDs it leaves in its socket as it closes
+            for _ in range(k % 7):  # SENDs it leaves in its socket as it closes
                 leaver.send(src, b"leaving%d." % k, ethertype=ET2)
             leaver.close()
         wait_for(lambda: ulp(fabric, 2)["clients"] == 0, what="the leavers gone")
