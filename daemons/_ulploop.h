@@ -182,6 +182,10 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
         ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_TRUNC);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
+        if (n < 0 && errno == ECONNRESET) { /* it closed with RECVs unread: the kernel reports that */
+            got++;                          /* once, then the frames it sent before (and its end) */
+            continue;
+        }
         if (n < 0 || (n == 0 && !mh.msg_controllen)) { /* its end: no record, so no credentials */
             c->closed = 1;
             return add_event(s, PyObject_CallFunction(ev_ulp_closed, "i", c->fd)) < 0 ? -1 : got;

@@ -224,6 +224,8 @@ class UlpServer:
                 burst = 0
                 await trio.lowlevel.wait_readable(sock)
                 continue
+            except ConnectionResetError:  # it closed with RECVs unread: reported once, then
+                continue  # the frames it sent before closing, then its end
             except OSError:
                 return
             if n == 0 and not anc:
