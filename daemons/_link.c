@@ -1384,6 +1384,7 @@ PyMODINIT_FUNC PyInit__link(void)
         PyModule_AddIntConstant(m, "OOO_MAX_DATAGRAMS", OOO_MAX_DATAGRAMS) < 0 ||
         PyModule_AddIntConstant(m, "SACK_RANGES", SACK_RANGES) < 0 ||
         PyModule_AddIntConstant(m, "SACK_DUPTHRESH", SACK_DUPTHRESH) < 0 ||
+        PyModule_AddIntConstant(m, "UL_CLIENTS", UL_CLIENTS) < 0 ||
         PyModule_AddObject(m, "LOOP_TAP_RETRY_S", PyFloat_FromDouble(LOOP_TAP_RETRY_S)) < 0) {
         Py_DECREF(m);
         return NULL;

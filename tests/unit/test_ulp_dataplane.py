@@ -301,3 +301,11 @@ def test_any_frames_from_a_client_are_queued_or_answered_as_python_would(frames)
         for p in pairs:
             p.close()
         r.close()
+
+
+def test_the_c_registry_holds_as_many_clients_as_the_server_serves():
+    """_ulpreg.h's fixed table and the ULP server's cap are one number: were the cap raised
+    alone, registering a client past the table would fail in the accept path."""
+    from daemons import _link
+    from daemons.constants import ULP_MAX_CLIENTS
+    assert _link.UL_CLIENTS == ULP_MAX_CLIENTS
