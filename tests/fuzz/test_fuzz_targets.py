@@ -28,7 +28,7 @@ def test_every_decoder_and_handler_has_a_target():
         "harpd.core", "stpd.core", "pktwayd.engine", "pktway-san.switch", "ulp.server", "control", "stpd.api",
         "fastpath", "wire.cableauth", "ib.packet", "ib.sm", "ib.port", "ib.switch",
         "servernet.codec", "servernet.router", "servernet.crouter", "servernet.node", "gsnd.dataplane", "switchfwd",
-        "ib.fastpath", "switchloop"}
+        "ib.fastpath", "switchloop", "switchloop.rx"}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
