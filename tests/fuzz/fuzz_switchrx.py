@@ -15,6 +15,8 @@ def main() -> None:
     import atheris
 
     with atheris.instrument_imports(include=["tests.fuzz.switchrx_target", "fuzz", "daemons.wire", "daemons.link"]):
+        import fuzz.frames  # noqa: F401  (imported here so that they are instrumented)
+        import fuzz.targets_cores  # noqa: F401
         from tests.fuzz.switchrx_target import one_input
 
     atheris.Setup(sys.argv, one_input)
