@@ -109,7 +109,7 @@ PINGS = 200  # ping -c 200 -i 0.01: the RTT is their average
 
 
 def up_gsn0(run, i: int, addr: str) -> None:
-    poll(lambda: run(i, "ip", "link", "show", "gsn0").returncode == 0, 10, what="gsn0")
+    poll(lambda: run(i, "ip", "link", "show", "gsn0").returncode == 0, 30, what="gsn0")  # a loaded host starts slowly
     run(i, "ip", "addr", "add", addr, "dev", "gsn0")
     run(i, "ip", "link", "set", "gsn0", "up")
 

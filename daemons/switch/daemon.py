@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import select
 from collections import Counter
 from functools import partial
 
 import structlog
 import trio
 
+from ..gsnd.dataplane import CONTROL, IDLE, trio_epoll_fd
 from ..io.runner import LinkRunner, cable_window
 from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
@@ -57,10 +59,9 @@ class SwitchDaemon:
             for n in self.transports
         }
         if self.core.plane is not None:
-            # per wake-up one C call receives every cable's ready datagrams, forwards and pumps
+            # one C loop (SwitchPlane.run) receives every cable, forwards, pumps and sends: _run_plane
             for n, t in self.transports.items():
                 self.core.plane.cable(n, t)
-                self.runners[n].use_pump(lambda now, n=n: self._rx(now).get(n, 0), t.send_many)
         self.agent_timer = AgentTimer(self.core, self._flush)
         self._generation = 0
         self.drops = CounterLog(log)
@@ -68,11 +69,47 @@ class SwitchDaemon:
         self.status_line = StatusLine()
         self.ports_cfg = {p.number: p for p in cfg.ports}
 
-    def _rx(self, now: float) -> dict[int, int]:
-        got = self.core.plane.rx(now, C.SWITCH_PLANE_DATAGRAMS)
-        for n in got:
-            self.runners[n].last_heard = now
-        return got
+    async def _run_plane(self) -> None:
+        """The compiled data path: SwitchPlane.run (daemons/_switchrun.h) receives every
+        cable, forwards, pumps and sends in C, waiting with the GIL released, until Python
+        has work (a link's events or timer, a control socket, a refused send, the slice or
+        the fabric agent's deadline); then one pass here.  While nothing arrives it waits in
+        trio on every cable (no wake-ups while idle)."""
+        plane = self.core.plane
+        trio_fd = trio_epoll_fd()
+        ready = select.epoll()  # readable when a cable is: the idle wait
+        for t in self.transports.values():
+            ready.register(t.sock.fileno(), select.EPOLLIN)
+        links = [p.link for p in self.core.ports.values()]
+        try:
+            while True:
+                now = trio.current_time()
+                reason, got, refused = plane.run(now, min(now + C.DP_SLICE_S, self.core.agent.timer()), trio_fd)
+                now = trio.current_time()
+                for n, dgrams in refused.items():
+                    self.transports[n].send_many(dgrams)  # the Python path re-cuts, learns, counts
+                for n in got:
+                    self.runners[n].last_heard = now
+                self._plane_pass(now)
+                if reason == IDLE:
+                    with trio.move_on_at(min(link.timer() for link in links)):
+                        await trio.lowlevel.wait_readable(ready.fileno())
+                else:
+                    await trio.lowlevel.checkpoint()
+                    if reason == CONTROL:  # the woken task runs before run() blocks again (io/runner.py)
+                        await trio.lowlevel.checkpoint()
+        finally:
+            ready.close()
+
+    def _plane_pass(self, now: float) -> None:
+        """After SwitchPlane.run: retransmissions and dead links (handle_timer), each port's
+        events, then what they queued."""
+        for n, r in self.runners.items():
+            rtx = r.link.handle_timer(now)
+            if rtx:
+                self.transports[n].send_many(rtx)
+            self._input(n, now)
+        self._flush(trio.current_time())
 
     def _notify_status(self) -> None:
         up = sum(p.link.up for p in self.core.ports.values())
@@ -151,8 +188,11 @@ class SwitchDaemon:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(serve_control, self.cfg.control_path, self._control, CONTROL_SCHEMA,
                                         counters=self.control_counters))
-            for r in self.runners.values():
-                nursery.start_soon(r.run)
+            if self.core.plane is not None:
+                nursery.start_soon(self._run_plane)
+            else:
+                for r in self.runners.values():
+                    nursery.start_soon(r.run)
             nursery.start_soon(self._stats)
             nursery.start_soon(self.agent_timer.run)
             log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast,
