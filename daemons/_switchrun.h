@@ -22,6 +22,16 @@
 #ifndef GSN_SWITCHRUN_H
 #define GSN_SWITCHRUN_H
 
+#include <malloc.h>
+
+/* PROJECT CHOICE: the switch's heap is kept, not given back after every burst.  Each
+ * datagram built (64 KB) and each forwarded segment is a malloc'd block; with glibc's
+ * defaults the top of the heap was trimmed and grown again many times a second, and
+ * the kernel's page faults and page clearing were ~10% of the switch's CPU (perf during
+ * bench/ip_over_gsn.py (b)).  Set once, by the first run(): only gsn-switch calls it. */
+#define SW_HEAP_TRIM_BYTES (64 << 20) /* free memory kept at the top of the heap */
+#define SW_HEAP_MMAP_BYTES (4 << 20)  /* blocks below this come from the heap, not mmap */
+
 /* Every cabled port's datagrams due now, sent; refusals into *refused (a dict, made on
  * the first).  Returns -1 on error. */
 static int swrun_flush(SwitchPlane *pl, PyObject *nowo, PyObject **refused)
@@ -57,6 +67,12 @@ static PyObject *Plane_run(SwitchPlane *pl, PyObject *args)
     PLANE_READY(pl);
     if (!PyArg_ParseTuple(args, "ddi:run", &now0, &deadline, &trio_fd))
         return NULL;
+    static int heap_kept;
+    if (!heap_kept) {
+        heap_kept = 1;
+        mallopt(M_TRIM_THRESHOLD, SW_HEAP_TRIM_BYTES);
+        mallopt(M_MMAP_THRESHOLD, SW_HEAP_MMAP_BYTES);
+    }
     struct pollfd fds[SW_MAX_PORTS + 1];
     int port_of[SW_MAX_PORTS + 1], nf = 0;
     for (int k = 0; k < pl->n; k++)
