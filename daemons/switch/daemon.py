@@ -10,7 +10,7 @@ from functools import partial
 import structlog
 import trio
 
-from ..gsnd.dataplane import CONTROL, IDLE, trio_epoll_fd
+from ..gsnd.dataplane import CONTROL, IDLE, REASONS, trio_epoll_fd
 from ..io.runner import LinkRunner, cable_window
 from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
@@ -66,6 +66,7 @@ class SwitchDaemon:
         self._generation = 0
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
+        self.loop_returns: Counter[str] = Counter()  # why SwitchPlane.run returned (gsnctl status: "loop")
         self.status_line = StatusLine()
         self.ports_cfg = {p.number: p for p in cfg.ports}
 
@@ -86,6 +87,7 @@ class SwitchDaemon:
                 now = trio.current_time()
                 reason, got, refused = plane.run(now, min(now + C.DP_SLICE_S, self.core.agent.timer()), trio_fd)
                 now = trio.current_time()
+                self.loop_returns[REASONS[reason]] += 1
                 for n, dgrams in refused.items():
                     self.transports[n].send_many(dgrams)  # the Python path re-cuts, learns, counts
                 for n in got:
@@ -155,6 +157,8 @@ class SwitchDaemon:
                                             "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
         st["data_path"] = "compiled" if self.core.plane is not None else "python"
+        if self.core.plane is not None:
+            st["loop"] = dict(self.loop_returns)
         return {"ok": True, "status": st}
 
     def metrics(self) -> list[Family]:
