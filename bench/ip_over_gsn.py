@@ -9,10 +9,13 @@ Cases, each between two network namespaces joined by a veth underlay (MTU
   (b) gsnd -> gsn-switch -> gsnd (the switch's compiled data path; (b-py) its Python one)
   (c) OpenVPN 2.6 p2p TAP, --cipher none --auth none, TAP MTU 65280, 4 MiB socket buffers
   (d) plain veth
-  with --impair, (a) again through tests/netns/impair.py on the cable:
+  with --impair, (a) again through tests/netns/impair.py (compiled impair.c) on the cable:
   (a0) no loss (the impairer's own ceiling), (a1) 1% loss,
   (a5) 5% loss + 1% duplication + 25% reordering; (a1) and (a5) are shown against (a)
-  and against (a0)
+  and against (a0).  The impairer delays nothing in (a0) and (a1); in (a5), as netem's
+  `delay 1ms reorder 25%`, it sends 25% of the datagrams at once and delays the rest by
+  1 ms so that they are overtaken (reordering needs a delay), so (a5) also pays a 1 ms
+  longer path
 For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 200, 10 ms apart); for (a)
 and (c) the daemons' CPU seconds (utime + stime, /proc/PID/stat) per GB moved in the
 single-stream run (for (b) the switch's alone), and gsnd's resident memory before any traffic.
@@ -106,7 +109,7 @@ PINGS = 200  # ping -c 200 -i 0.01: the RTT is their average
 
 
 def up_gsn0(run, i: int, addr: str) -> None:
-    poll(lambda: run(i, "ip", "link", "show", "gsn0").returncode == 0, 10, what="gsn0")
+    poll(lambda: run(i, "ip", "link", "show", "gsn0").returncode == 0, 30, what="gsn0")  # a loaded host starts slowly
     run(i, "ip", "addr", "add", addr, "dev", "gsn0")
     run(i, "ip", "link", "set", "gsn0", "up")
 
@@ -187,8 +190,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--underlay-mtu", type=int, default=65280, metavar="MTU",
                     help="the veth underlay's MTU for (a), (c), (d) (1500, 9000, ...; default 65280)")
-    ap.add_argument("--impair", action="store_true", help="also (a) with 1%% loss, and with 5%% loss + 1%% dup "
-                                                           "+ 25%% reordering on the cable")
+    ap.add_argument("--impair", action="store_true",
+                    help="also (a) through the impairer (tests/netns/impair.c): with no loss, 1%% loss "
+                         "(neither delayed), and 5%% loss + 1%% dup + 25%% reordering (netem's "
+                         "delay 1ms reorder 25%%: 75%% of datagrams 1 ms late)")
     ap.add_argument("--cases", default="abcd", metavar="LETTERS",
                     help="which of (a) (b) (c) (d) to run, e.g. ac for a quick ratio against OpenVPN "
                          "(default abcd; --impair adds (a1) and (a5))")

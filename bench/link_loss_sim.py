@@ -23,6 +23,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from daemons.io.runner import cable_window  # noqa: E402
 from daemons.link.clink import CLink  # noqa: E402
 from daemons.link.link import Link, Received  # noqa: E402
 from daemons.link.reassembly import Delivered, Reassembler  # noqa: E402
@@ -36,8 +37,8 @@ CASES = {"lossless": (0.0, 0.0, 0.0), "1% loss": (0.01, 0.0, 0.0),
 def goodput(impl, seconds: float, rate_bps: float, delay: float, impair, seed: int, max_mps: int) -> dict:
     loss, dup, reorder = impair
     rng = random.Random(seed)
-    links = [impl(1, 0.0, rng=random.Random(seed + 1), max_mps=max_mps, window=min(38400, 128 * max_mps)),
-             impl(1, 0.0, rng=random.Random(seed + 2), max_mps=max_mps, window=min(38400, 128 * max_mps))]
+    links = [impl(1, 0.0, rng=random.Random(seed + 1), max_mps=max_mps, window=cable_window(max_mps)),
+             impl(1, 0.0, rng=random.Random(seed + 2), max_mps=max_mps, window=cable_window(max_mps))]
     reasm = Reassembler()
     wire: list = []  # (arrival, n, to, datagram)
     free = [0.0, 0.0]  # when each direction's serialiser is free

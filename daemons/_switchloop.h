@@ -65,6 +65,7 @@ struct SwitchPlane {
     PyObject *ccounters[SW_MAX_PORTS];      /* the cable transport's counters */
     PyObject *cables[SW_MAX_PORTS];         /* the cable transports (io/udp.py UdpTransport) */
     uint8_t *rx;                            /* DP_RECV_BYTES */
+    int64_t py_calls;                       /* calls into the Switch (events, ADMIN): run() returns */
 };
 
 /* --- helpers --------------------------------------------------------------------- */
@@ -248,6 +249,7 @@ static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssiz
             goto done;
         if (pos < n) { /* an ADMIN micropacket: the Switch handles it (it may change the table) */
             link_release(link, vc, 1);
+            pl->py_calls++;
             PyObject *r = PyObject_CallFunction(pl->on_admin, "Oy#Od", pl->numbers[idx],
                                                 (const char *)buf + pos * MP_BYTES, (Py_ssize_t)MP_BYTES,
                                                 pl->current[idx][vc], now);
@@ -785,6 +787,7 @@ static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limi
             if (receive_raw(link, pl->rx + off, n, NULL, now) < 0)
                 return -1;
             if (PyList_GET_SIZE(link->events)) {
+                pl->py_calls++;
                 PyObject *r = PyObject_CallFunction(pl->on_events, "Od", pl->numbers[k], now);
                 if (!r)
                     return -1;
@@ -904,6 +907,8 @@ fail:
     return NULL;
 }
 
+#include "_switchrun.h"
+
 static PyMethodDef Plane_methods[] = {
     {"flush", (PyCFunction)Plane_flush, METH_O, "flush(now) -> {port: datagrams refused}: send what is due"},
     {"ingress", (PyCFunction)Plane_ingress, METH_VARARGS, "ingress(port, vc, recs, now): a Received batch"},
@@ -913,6 +918,7 @@ static PyMethodDef Plane_methods[] = {
     {"state", (PyCFunction)Plane_state, METH_NOARGS, "{port: {inq: [(segments, mps)], current, owner}}"},
     {"cable", (PyCFunction)Plane_cable, METH_VARARGS, "cable(port, transport): rx() and flush() use its socket"},
     {"rx", (PyCFunction)Plane_rx, METH_VARARGS, "rx(now, limit) -> {port: datagrams received}"},
+    SWITCHRUN_METHODS
     {NULL},
 };
 

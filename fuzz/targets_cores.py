@@ -173,6 +173,14 @@ def switchloop(data: bytes) -> None:
     hostile_input(data)
 
 
+@target("switchloop.rx", seeds=[b"", bytes(range(64)) * 4, b"\x06\x01" * 100])
+def switchloop_rx(data: bytes) -> None:
+    """gsn-switch's compiled receive (SwitchPlane.rx/flush from a UDP socket) on hostile datagrams, no oracle: fast."""
+    from tests.fuzz.switchrx_target import one_input
+
+    one_input(data)
+
+
 @target("switch.fabric", seeds=[b"", b"\x01\x00\x01", b"\x01\x01" * 30])
 def switch_fabric(data: bytes) -> None:
     """The switch with a hostile neighbouring *switch* on port 1 (an inter-switch port, so

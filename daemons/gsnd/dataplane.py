@@ -21,6 +21,9 @@ C too (daemons/_cableauth.h, shared with the transport's Python path).
 
 from __future__ import annotations
 
+__all__ = ["CONTROL", "DEADLINE", "EVENTS", "IDLE", "PUMP_DATAGRAMS", "PUMP_FRAMES", "REASONS", "SEND", "TIMER",
+           "DataPlane", "Ran", "usable"]  # the loop's reasons are the compiled link's (daemons/link/clink.py)
+
 import select
 from collections import Counter
 from typing import NamedTuple
@@ -28,7 +31,7 @@ from typing import NamedTuple
 import trio
 
 from .. import _link
-from ..link.clink import UlpClosed, UlpFrameIn
+from ..link.clink import CONTROL, DEADLINE, EVENTS, IDLE, REASONS, SEND, TIMER, UlpClosed, UlpFrameIn
 from ..io.trioprivate import trio_epoll_fd
 from ..constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULP_MAX_PAYLOAD
 
@@ -40,9 +43,6 @@ _WANTS = ((ETHERTYPE_IPV4, 1), (ETHERTYPE_IPV6, 2), (ETHERTYPE_ARP, 4))
 _link.setup_ulp(UlpFrameIn, UlpClosed)  # the event types the loop builds for them
 
 
-# dp_run's reasons for returning (daemons/_loop.h LOOP_*)
-IDLE, DEADLINE, EVENTS, CONTROL, TIMER, SEND = range(6)
-REASONS = ("idle", "deadline", "events", "control", "timer", "send")
 
 
 class Ran(NamedTuple):

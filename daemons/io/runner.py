@@ -52,13 +52,6 @@ class LinkRunner:
         self._high_water = 0
         self._own_timer: Callable[[], float] = lambda: float("inf")
         self._waiting: Callable[[], bool] = lambda: False
-        # gsn-switch's compiled plane replaces the receive: pump(now) takes every ready
-        # datagram of this cable in C and returns how many (daemons/switch/daemon.py)
-        self.pump: Callable[[float], int] | None = None
-
-    def use_pump(self, pump: Callable[[float], int], send_many: Callable[[list], None]) -> None:
-        """Receive through ``pump`` and send the link's datagrams through ``send_many``."""
-        self.pump, self._send_many = pump, send_many
 
     def use(self, dataplane, high_water: int, own_timer: Callable[[], float],
             waiting: Callable[[], bool] = lambda: False) -> None:
@@ -108,15 +101,11 @@ class LinkRunner:
                 await self.transport.wait_readable()
             self._scope = None
             now = trio.current_time()
-            if self.pump is not None:
-                if self.pump(now):
-                    self.last_heard = now
-            else:
-                dgrams = self.transport.drain()
-                if dgrams:
-                    self.last_heard = now
-                for dgram in dgrams:
-                    receive(dgram, now)
+            dgrams = self.transport.drain()
+            if dgrams:
+                self.last_heard = now
+            for dgram in dgrams:
+                receive(dgram, now)
             self._handled(now)
             await trio.lowlevel.checkpoint()
 

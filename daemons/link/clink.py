@@ -42,6 +42,12 @@ _link.setup_dp(_delivered, AdminIn)
 
 _LEDGER_FIELDS = ("tx", "used", "pending", "rx_outstanding")
 
+# why the compiled loops return to Python: gsnd's dp_run (daemons/_loop.h LOOP_*) and
+# gsn-switch's SwitchPlane.run (daemons/_switchrun.h)
+IDLE, DEADLINE, EVENTS, CONTROL, TIMER, SEND = range(6)
+REASONS = ("idle", "deadline", "events", "control", "timer", "send")
+
+
 @dataclass(frozen=True)
 class UlpFrameIn:
     """A frame gsnd's data plane (daemons/_ulploop.h) read from ULP client ``fd`` and hands to Python (not a SEND

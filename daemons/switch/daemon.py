@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 from collections import Counter
 from functools import partial
 from typing import cast
@@ -11,6 +12,7 @@ import structlog
 import trio
 
 from ..io.runner import LinkRunner, cable_window
+from ..io.trioprivate import trio_epoll_fd
 from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
 from ..runtime.schema import Schema
@@ -18,6 +20,8 @@ from ..runtime.log import CounterLog
 from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import StatusLine, sd_notify
 from .. import constants as C
+from ..link.clink import CONTROL, IDLE, REASONS
+from ..wire.errors import LocalProtocolError
 from .config import SwitchConfig
 from .core import Switch
 from .driver import AgentTimer
@@ -60,25 +64,62 @@ class SwitchDaemon:
                           on_input=partial(self._input, n), after=self._flush)
             for n in self.transports
         }
-        plane = self.core.plane
-        if plane is not None:
-            # per wake-up one C call receives every cable's ready datagrams, forwards and pumps
+        if self.core.plane is not None:
+            # one C loop (SwitchPlane.run) receives every cable, forwards, pumps and sends: _run_plane
             for n, t in self.transports.items():
-                plane.cable(n, t)
-                self.runners[n].use_pump(partial(self._rx, plane, n), t.send_many)
+                self.core.plane.cable(n, t)
         self.agent_timer = AgentTimer(self.core, self._flush)
         self._generation = 0
         self.drops = CounterLog(log)
         self.control_counters: Counter[str] = Counter()
+        self.loop_returns: Counter[str] = Counter()  # why SwitchPlane.run returned (gsnctl status: "loop")
         self.status_line = StatusLine()
         self.ports_cfg = {p.number: p for p in cfg.ports}
 
-    def _rx(self, plane, port: int, now: float) -> int:
-        """The plane's receive for every cable; what it took from ``port``'s."""
-        got = plane.rx(now, C.SWITCH_PLANE_DATAGRAMS)
-        for n in got:
-            self.runners[n].last_heard = now
-        return got.get(port, 0)
+    async def _run_plane(self) -> None:
+        """The compiled data path: SwitchPlane.run (daemons/_switchrun.h) receives every
+        cable, forwards, pumps and sends in C, waiting with the GIL released, until Python
+        has work (a link's events or timer, a control socket, a refused send, the slice or
+        the fabric agent's deadline); then one pass here.  While nothing arrives it waits in
+        trio on every cable (no wake-ups while idle)."""
+        plane = self.core.plane
+        if plane is None:
+            raise LocalProtocolError("gsn-switch", "python data path", "the compiled plane's loop started without it")
+        trio_fd = trio_epoll_fd()
+        ready = select.epoll()  # readable when a cable is: the idle wait
+        for t in self.transports.values():
+            ready.register(t.sock.fileno(), select.EPOLLIN)
+        links = [p.link for p in self.core.ports.values()]
+        try:
+            while True:
+                now = trio.current_time()
+                reason, got, refused = plane.run(now, min(now + C.DP_SLICE_S, self.core.agent.timer()), trio_fd)
+                now = trio.current_time()
+                self.loop_returns[REASONS[reason]] += 1
+                for n, dgrams in refused.items():
+                    self.transports[n].send_many(dgrams)  # the Python path re-cuts, learns, counts
+                for n in got:
+                    self.runners[n].last_heard = now
+                self._plane_pass(now)
+                if reason == IDLE:
+                    with trio.move_on_at(min(link.timer() for link in links)):
+                        await trio.lowlevel.wait_readable(ready.fileno())
+                else:
+                    await trio.lowlevel.checkpoint()
+                    if reason == CONTROL:  # the woken task runs before run() blocks again (io/runner.py)
+                        await trio.lowlevel.checkpoint()
+        finally:
+            ready.close()
+
+    def _plane_pass(self, now: float) -> None:
+        """After SwitchPlane.run: retransmissions and dead links (handle_timer), each port's
+        events, then what they queued."""
+        for n, r in self.runners.items():
+            rtx = r.link.handle_timer(now)
+            if rtx:
+                self.transports[n].send_many(rtx)
+            self._input(n, now)
+        self._flush(trio.current_time())
 
     def _notify_status(self) -> None:
         up = sum(p.link.up for p in self.core.ports.values())
@@ -127,6 +168,8 @@ class SwitchDaemon:
                                             "local": list(self.ports_cfg[n].local), "peer": list(self.ports_cfg[n].peer)}
         st["control"] = dict(self.control_counters)
         st["data_path"] = "compiled" if self.core.plane is not None else "python"
+        if self.core.plane is not None:
+            st["loop"] = dict(self.loop_returns)
         return {"ok": True, "status": st}
 
     def metrics(self) -> list[Family]:
@@ -160,8 +203,11 @@ class SwitchDaemon:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(serve_control, self.cfg.control_path, self._control, CONTROL_SCHEMA,
                                         counters=self.control_counters))
-            for r in self.runners.values():
-                nursery.start_soon(r.run)
+            if self.core.plane is not None:
+                nursery.start_soon(self._run_plane)
+            else:
+                for r in self.runners.values():
+                    nursery.start_soon(r.run)
             nursery.start_soon(self._stats)
             nursery.start_soon(self.agent_timer.run)
             log.info("switch.started", id=self.cfg.switch_id, ports=len(self.runners), broadcast=self.cfg.broadcast,

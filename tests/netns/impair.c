@@ -1,4 +1,4 @@
-/* A userspace stand-in for `tc netem delay 1ms loss L duplicate D reorder R` on one UDP
+/* A userspace stand-in for `tc netem loss L duplicate D [delay 1ms reorder R]` on one UDP
  * cable (this kernel has no sch_netem); see impair.py, which builds and runs it.
  *
  *   impair LISTEN_HOST:PORT INNER_PEER_HOST:PORT OUTER_BIND_HOST:PORT OUTER_PEER_HOST:PORT
@@ -6,10 +6,13 @@
  *
  * Datagrams from the inner peer arriving on LISTEN go out of OUTER_BIND to OUTER_PEER, and
  * the other way round; datagrams from any other source are ignored.  Each datagram is lost
- * with probability LOSS, sent twice with DUP, and, as netem does, sent at once with
- * probability REORDER or else delayed by 1 ms, so the prompt ones overtake.  With
- * FRAG_MTU, LOSS is per IP packet on an underlay of that MTU (a datagram that travels as
- * k fragments is lost with probability 1 - (1 - LOSS)^k).
+ * with probability LOSS and sent twice with DUP.  With REORDER > 0, as netem's
+ * `delay 1ms reorder R` does, each copy is sent at once with probability REORDER or else
+ * delayed by 1 ms, so the prompt ones overtake.  With REORDER 0 nothing is delayed: a
+ * loss-only or duplication-only run adds no latency, so it is measured against the same
+ * path without the impairer (the delay exists only to make reordering).  With FRAG_MTU,
+ * LOSS is per IP packet on an underlay of that MTU (a datagram that travels as k
+ * fragments is lost with probability 1 - (1 - LOSS)^k).
  *
  * Written in C so that the impairer is not what limits a multi-Gbit/s link under test:
  * recvmmsg/sendmmsg in batches, delayed datagrams in a FIFO (the delay is constant). */
@@ -72,6 +75,36 @@ static unsigned long long dropped_full;
 
 static void send_one(int fd, const struct sockaddr_in *dest, const void *data, size_t len) {
     (void)!sendto(fd, data, len, 0, (const struct sockaddr *)dest, sizeof *dest);
+}
+
+/* prompt datagrams of one received batch (a duplicate twice), sent together by sendmmsg */
+static struct mmsghdr out_msgs[2 * BATCH];
+static struct iovec out_iovs[2 * BATCH];
+static int out_n;
+
+static void out_add(const struct sockaddr_in *dest, void *data, size_t len) {
+    out_iovs[out_n].iov_base = data;
+    out_iovs[out_n].iov_len = len;
+    memset(&out_msgs[out_n].msg_hdr, 0, sizeof out_msgs[out_n].msg_hdr);
+    out_msgs[out_n].msg_hdr.msg_iov = &out_iovs[out_n];
+    out_msgs[out_n].msg_hdr.msg_iovlen = 1;
+    out_msgs[out_n].msg_hdr.msg_name = (void *)dest;
+    out_msgs[out_n].msg_hdr.msg_namelen = sizeof *dest;
+    out_n++;
+}
+
+static void out_flush(int fd) {
+    int done = 0;
+    while (done < out_n) {
+        int k = sendmmsg(fd, out_msgs + done, (unsigned)(out_n - done), 0);
+        if (k <= 0) { /* a full socket buffer or a refusal: this datagram is lost, as on a wire */
+            if (k < 0 && errno == EINTR) continue;
+            done++;
+            continue;
+        }
+        done += k;
+    }
+    out_n = 0;
 }
 
 int main(int argc, char **argv) {
@@ -142,8 +175,8 @@ int main(int argc, char **argv) {
                     if (rnd() < p_loss) continue;
                     int copies = rnd() < dup ? 2 : 1;
                     for (int c = 0; c < copies; c++) {
-                        if (rnd() < reorder) {
-                            send_one(outs[s], dests[s], bufs[i], len);
+                        if (reorder <= 0.0 || rnd() < reorder) {
+                            out_add(dests[s], bufs[i], len);
                         } else if (qlen == QCAP) {
                             dropped_full++;
                         } else {
@@ -159,6 +192,7 @@ int main(int argc, char **argv) {
                         }
                     }
                 }
+                out_flush(outs[s]);
                 if (n < BATCH) break;
             }
         }

@@ -1,4 +1,4 @@
-"""A userspace stand-in for `tc netem delay 1ms loss L duplicate D reorder R` on one
+"""A userspace stand-in for `tc netem loss L duplicate D [delay 1ms reorder R]` on one
 UDP cable (this kernel has no sch_netem).  Run inside a namespace:
 
     python impair.py LISTEN_HOST:PORT  INNER_PEER_HOST:PORT  OUTER_BIND_HOST:PORT  OUTER_PEER_HOST:PORT
@@ -6,8 +6,10 @@ UDP cable (this kernel has no sch_netem).  Run inside a namespace:
 
 Datagrams from the inner peer (gsnd) arriving on LISTEN go out of OUTER_BIND to
 OUTER_PEER (the switch port), and the other way round.  Each datagram is lost with
-probability LOSS, sent twice with DUP, and, as netem does, sent at once with
-probability REORDER or else delayed by 1 ms, so the prompt ones overtake.
+probability LOSS and sent twice with DUP.  With REORDER > 0, as netem's
+`delay 1ms reorder R` does, each copy is sent at once with probability REORDER or else
+delayed by 1 ms, so the prompt ones overtake.  With REORDER 0 nothing is delayed, so a
+loss-only or duplication-only run adds no latency to the path it impairs.
 With FRAG_MTU, LOSS is per IP packet on an underlay of that MTU: a datagram that
 would travel as k fragments is lost with probability 1 - (1 - LOSS)**k, as one
 lost fragment loses the whole datagram.

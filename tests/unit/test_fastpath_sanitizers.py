@@ -1,7 +1,8 @@
 """Build daemons._fastpath, daemons._link and daemons._switchfwd with ASan+UBSan into a temp dir and
 run the differential tests, the link tests (Link and CLink), the CLink differential test,
 gsnd's data plane (C reassembly, pumps on real descriptors, the ULP clients it serves),
-the switch's forwarding walk and the fuzz harnesses against them in a subprocess.
+the switch's forwarding walk and its C loop (SwitchPlane.run), and the fuzz harnesses
+against them in a subprocess.
 
 Fails on any sanitizer report.  Skipped when gcc or libasan is missing.
 """
@@ -20,7 +21,7 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "tests/fuzz/test_fuzz_dataplane.py", "tests/unit/test_switchfwd_differential.py",
          "tests/fuzz/test_fuzz_switchfwd.py", "tests/sim/test_switch_sim.py",
          "tests/unit/test_switchloop_differential.py", "tests/fuzz/test_fuzz_switchloop.py",
-         "tests/unit/test_dploop.py",
+         "tests/unit/test_dploop.py", "tests/unit/test_switchrun.py", "tests/fuzz/test_fuzz_switchrx.py",
          # its bounds are wall-clock latencies, which the instrumented build stretches
          "--deselect", "tests/unit/test_dploop.py::test_control_socket_and_trio_timers_are_served_under_full_load",
          "tests/unit/test_ulp_send.py", "tests/unit/test_ulp_dataplane.py", "tests/unit/test_txfast.py",
@@ -31,6 +32,7 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "--deselect", "tests/fuzz/test_fuzz_dataplane.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_switchfwd.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_switchloop.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_switchrx.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_cableauth.py::test_atheris_short_run"]
 
 
