@@ -31,7 +31,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "_udpio.h" /* daemons/: the same-peer check the data planes share */
+#include "_snetcommon.h" /* the packet CRC, a (host, port) address (shared with _snetnode.c) */
 
 /* servernet/constants.py (tests/unit/test_snetfwd_differential.py checks the exported ones) */
 #define ENVELOPE_BYTES 4
@@ -67,32 +67,6 @@ static const char *counter_names[N_NAMED] = {COUNTERS(AS_NAME)};
 #define C_TX(p) (N_NAMED + 2 * (p) + 1)
 #define N_COUNTERS (N_NAMED + 2 * MAX_PORTS)
 
-static uint32_t crc_table[256];
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-/* CRC-32/IEEE 802.3, as zlib.crc32 */
-static uint32_t crc32_ieee(const unsigned char *p, size_t n)
-{
-    uint32_t c = 0xFFFFFFFFu;
-    while (n--)
-        c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-typedef struct {
-    struct sockaddr_storage sa;
-    socklen_t len;
-} Addr;
-
 typedef struct {
     PyObject_HEAD
     int fd;
@@ -111,49 +85,6 @@ typedef struct {
     struct sockaddr_storage from[BATCH];
     unsigned char buf[BATCH][BUF_BYTES];
 } Router;
-
-/* (host, port) -> sockaddr; 0, or -1 with a Python error */
-static int parse_addr(PyObject *tuple, Addr *out)
-{
-    const char *host;
-    int port;
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 2) {
-        PyErr_SetString(PyExc_ValueError, "an address is a (host, port) tuple");
-        return -1;
-    }
-    host = PyUnicode_AsUTF8(PyTuple_GET_ITEM(tuple, 0));
-    if (host == NULL)
-        return -1;
-    port = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 1));
-    if (port == -1 && PyErr_Occurred())
-        return -1;
-    if (port < 0 || port > 65535) {
-        PyErr_SetString(PyExc_ValueError, "a UDP port is 0..65535");
-        return -1;
-    }
-    memset(out, 0, sizeof *out);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&out->sa;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&out->sa;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        out->len = sizeof *v4;
-    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        out->len = sizeof *v6;
-    } else {
-        PyErr_Format(PyExc_ValueError, "%s is not an IPv4 or IPv6 address", host);
-        return -1;
-    }
-    return 0;
-}
-
-/* the sender's address is this one (address and port; IPv6 flow and scope ignored) */
-static int addr_is(const Addr *want, const struct sockaddr_storage *sa)
-{
-    return udpio_same_peer(sa, sizeof *sa, &want->sa);
-}
 
 /* the slot whose address sent this, or -1 */
 static int slot_from(const Router *r, const struct sockaddr_storage *sa)

@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_snetcommon.h" /* the packet CRC, a (host, port) address (shared with _snetfwd.c) */
+
 #define ENVELOPE_BYTES 4
 #define MIN_PACKET 12
 #define MAGIC_HI 0x53
@@ -84,26 +86,6 @@ enum { COUNTERS(AS_ENUM) N_COUNTERS };
 static const char *counter_group[N_COUNTERS] = {COUNTERS(AS_GROUP)};
 static const char *counter_name[N_COUNTERS] = {COUNTERS(AS_NAME)};
 
-static uint32_t crc_table[256];
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-static uint32_t crc_more(uint32_t crc, const unsigned char *p, size_t n)
-{
-    uint32_t c = crc ^ 0xFFFFFFFFu;
-    while (n--)
-        c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
 static uint32_t get32(const unsigned char *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 static void put32(unsigned char *p, uint32_t v) { p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v; }
 
@@ -114,10 +96,6 @@ static double mono(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-typedef struct {
-    struct sockaddr_storage sa;
-    socklen_t len;
-} Addr;
 
 typedef struct {
     uint32_t page, pages;
@@ -242,7 +220,7 @@ static void emit(Engine *e, uint32_t did, int ttype, int rsp, int tid, int fabri
     if (dlen)
         memcpy(h + off, data, dlen);
     off += dlen;
-    put32(h + off, crc_more(0, h, off));
+    put32(h + off, crc32_ieee(h, off));
 }
 
 static void notify(Engine *e)
@@ -419,7 +397,7 @@ static void receive(Engine *e, int fabric, const unsigned char *buf, size_t n, d
     size_t pn = n - ENVELOPE_BYTES;
     if (n > e->max_datagram || n < ENVELOPE_BYTES + MIN_PACKET || buf[0] != MAGIC_HI || buf[1] != MAGIC_LO ||
         buf[2] != VERSION || buf[3] != (fabric | (e->ii ? FLAG_II : 0)) ||
-        crc_more(0, pk, pn - 4) != get32(pk + pn - 4))
+        crc32_ieee(pk, pn - 4) != get32(pk + pn - 4))
         goto slow;
     uint64_t w = (uint64_t)get32(pk) << 32 | get32(pk + 4);
     uint32_t did = (uint32_t)(w >> 44), sid = (uint32_t)(w >> 24) & 0xFFFFF;
@@ -552,22 +530,6 @@ static void flush(Engine *e)
         if (e->out[i].fabric < 0 || e->out[i].fabric > 1 || e->fd[e->out[i].fabric] < 0)
             e->counters[e->out[i].fabric ? N_TXERR_Y : N_TXERR_X]++; /* no socket on that fabric */
     e->out_n = 0;
-}
-
-static int addr_is(const Addr *want, const struct sockaddr_storage *sa)
-{
-    const struct sockaddr_storage *p = &want->sa;
-    if (p->ss_family != sa->ss_family)
-        return 0;
-    if (sa->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const void *)sa, *b = (const void *)p;
-        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-    }
-    if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)p;
-        return a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
-    }
-    return 0;
 }
 
 static void drain(Engine *e, int f, double now)
@@ -1086,37 +1048,6 @@ static PyObject *Engine_status(Engine *e, PyObject *Py_UNUSED(x))
                                 e->high_water, "blocks", blocks);
     UNLOCK(e);
     return r;
-}
-
-static int parse_addr(PyObject *tuple, Addr *out)
-{
-    const char *host;
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 2) {
-        PyErr_SetString(PyExc_ValueError, "an address is a (host, port) tuple");
-        return -1;
-    }
-    host = PyUnicode_AsUTF8(PyTuple_GET_ITEM(tuple, 0));
-    if (host == NULL)
-        return -1;
-    long port = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 1));
-    if (port == -1 && PyErr_Occurred())
-        return -1;
-    if (port < 0 || port > 65535) {
-        PyErr_SetString(PyExc_ValueError, "a UDP port is 0..65535");
-        return -1;
-    }
-    memset(out, 0, sizeof *out);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&out->sa;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&out->sa;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET, v4->sin_port = htons((uint16_t)port), out->len = sizeof *v4;
-    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6, v6->sin6_port = htons((uint16_t)port), out->len = sizeof *v6;
-    } else {
-        PyErr_Format(PyExc_ValueError, "%s is not an IPv4 or IPv6 address", host);
-        return -1;
-    }
-    return 0;
 }
 
 /* attach(fd_x, router_x, fd_y, router_y, notify_fd): fd -1 for a fabric not configured */
