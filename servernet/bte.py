@@ -314,6 +314,9 @@ class Bte:
         return min(times, default=float("inf"))
 
     def tick(self, now: float) -> None:
+        for tid, until in enumerate(self.quarantine):
+            if until and until <= now:
+                self.quarantine[tid] = 0.0  # rested: next_deadline must not name a time already past
         for txn in list(self.slots):
             if txn is not None and txn.deadline <= now:
                 self._expire(txn, now)
