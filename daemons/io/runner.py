@@ -125,6 +125,7 @@ class LinkRunner:
             until = now + C.DP_SLICE_S
             if alone:
                 until = now + min(trio.lowlevel.current_statistics().seconds_to_next_deadline, C.DP_IDLE_MAX_S)
+            self.fit()  # the C link cuts datagrams at the cable's MTU (configured or the path's), as flush() does
             ran = dp.run(now, min(until, self._own_timer()), self._high_water, trio_fd)
             now = trio.current_time()
             if ran.datagrams:
