@@ -316,8 +316,9 @@ METRICS_MAX_REQUEST = 8192  # bytes of request head
 # gsnd's data-plane loop (daemons/_loop.h, io/runner.py): the longest it stays in C
 # before the other trio tasks run, when no control descriptor is ready (project choice:
 # trio's timers run at most this late under full load; control and ULP sockets wake the
-# loop at once).  2 ms cost ~8% more CPU per GB than 10 ms on (a) (README "Data plane").
-DP_SLICE_S = 0.010
+# loop at once).  10 ms cost ~8% less CPU per GB on (a) but let a control socket's round
+# trip under full load reach ~20 ms with two loops in one run (README "Data plane").
+DP_SLICE_S = 0.002
 # ... and the longest it waits in C while no other task can run (project choice: trio's
 # next deadline bounds it first; this only caps a run with no timer at all).
 DP_IDLE_MAX_S = 1.0

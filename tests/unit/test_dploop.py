@@ -248,12 +248,9 @@ def test_control_socket_and_trio_timers_are_served_under_full_load():
             a.close(), b.close()
             rig.close()
         rtts.sort(), lates.sort()
-        # the machine is shared: bound the median tightly and the worst loosely.  A control
-        # socket wakes the loop at once; a trio timer waits for the slice of each runner in C
-        # (two here, one per real gsnd)
-        from daemons.constants import DP_SLICE_S
+        # the machine is shared: bound the median tightly and the worst loosely
         assert rtts[25] < 0.02 and rtts[-1] < 0.5, rtts
-        assert lates[25] < 2 * len(runners) * DP_SLICE_S and lates[-1] < 0.5, lates
+        assert lates[25] < 0.02 and lates[-1] < 0.5, lates
         assert runners[0].dataplane.reasons["control"] > 0
     trio.run(main)
 
