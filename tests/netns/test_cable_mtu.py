@@ -21,6 +21,7 @@ RELAY = str(Path(__file__).with_name("impair.py"))
 def transfer(fab, total, size=65536, vc=3, timeout=60):
     """``total`` bytes host 1 -> host 2 over the ULP socket, in order and intact."""
     n = total // size
+    fab.wait_ula(1, timeout=20)  # the sender's gsnd is up, so its ULP socket exists
     dst = parse_ula(fab.wait_ula(2, timeout=20))
     with UlpClient(fab.ulp_path(2)) as rx, UlpClient(fab.ulp_path(1)) as tx:
         rx.bind(ET)
