@@ -296,7 +296,7 @@ class Fabric:
             self.ns_exec(i, "ip", "addr", "add", v6.format(i=i), "dev", "gsn0", "nodad")
         self.ns_exec(i, "ip", "link", "set", "gsn0", "up")
 
-    def wait_ula(self, i: int, timeout: float = 10.0) -> str:
+    def wait_ula(self, i: int, timeout: float = 30.0) -> str:
         return poll(lambda: (st := self.gsnd_status(i)) and st["link"]["state"] == "up" and st["ula"],
                     timeout, what=f"gsnd{i} link up with a ULA")
 
