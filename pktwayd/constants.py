@@ -82,6 +82,7 @@ IP_MTU_RECHECK_S = 60.0  # pw0 asks its peers' route MTUs again this often and f
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
 IP_REDIRECT_TTL_S = 10.0  # pw0 obeys an RDRC this long, then goes through its router again (PC)
+IP_WRU_QUIET_S = 3.0  # a redirected-to node that did not answer my WRU is not asked again for this long (PC)
 IP_REDIRECTS_MAX = 256  # redirected destinations, and native routes of redirected-to nodes, kept (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
 # IP multicast -> PacketWay logical address: the group's low 19 bits under a base per IP

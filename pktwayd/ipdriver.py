@@ -84,6 +84,8 @@ class PwIp:
 
     def on_status(self, ula) -> None:
         up = ula is not None
+        if up:
+            self.core.own_route = bytes(ula)  # my native route: a redirected-to node answers me there
         if up and not self.up:  # link (back) up: announce myself, ask the routes' MTUs
             self._now()
             self.act(self.core.start())

@@ -51,7 +51,7 @@ from . import constants as K
 from . import ippacket
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, LOGICAL_BASE, LOGICAL_MASK, PT, ErrTE, RrpTE
-from .eep import Packet, decode
+from .eep import L2RH, Packet, decode
 from .drops import BadPacket
 from .ippacket import IP
 from .rrp import Addr, Name, Record, Srqr
@@ -116,6 +116,8 @@ class IpNode:
                  now: float = 0.0) -> None:
         self.addr = addr
         self.router = router  # my half-router's native route: only its redirects count (None: none do)
+        self.own_route: bytes | None = None  # my port's native route (the driver's, once the port is up)
+        self.wru_direct: dict[int, float] = {}  # asker answered straight to its native route -> not again until
         self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
         self.native: dict[int, bytes] = {}  # node or HR of my SAN -> its native route (its INFO said)
         self.wru_asked: dict[int, float] = {}  # redirected-to node I asked "who are you" -> until
@@ -225,8 +227,8 @@ class IpNode:
             self.counters["redirect_expired"] += 1
         for h in [h for h, until in self.wru_asked.items() if until <= now]:
             del self.wru_asked[h]
-            if len(self.wru_quiet) < K.IP_REDIRECTS_MAX:  # e.g. a pw0 node: it answers through its router
-                self.wru_quiet[h] = now + K.IP_REDIRECT_TTL_S
+            if len(self.wru_quiet) < K.IP_REDIRECTS_MAX:  # down, or a node that answers the way it was asked
+                self.wru_quiet[h] = now + K.IP_WRU_QUIET_S
             self.counters["redirect_wru_unanswered"] += 1
         for h in [h for h, until in self.wru_quiet.items() if until <= now]:
             del self.wru_quiet[h]
@@ -397,7 +399,34 @@ class IpNode:
             return []
         self.wru_asked[h] = self.now + K.IP_RESOLVE_RETRY_S
         c["redirect_wru_sent"] += 1
-        return [("pw", M.rrp(RrpTE.WRU, h, self.addr, []), None)]  # L3 through my router: H answers natively
+        mine = self.own_route
+        where = [Srqr(0, (L2RH(mine),))] if mine is not None and 1 <= len(mine) <= 63 else []
+        return [("pw", M.rrp(RrpTE.WRU, h, self.addr, where), None)]  # L3 through my router: H answers natively
+
+    def _wru_back(self, pkt: Packet, route: bytes) -> bytes:
+        """Where a WRU to me is answered: the way it came, unless it came through my router
+        with the asker's native route (an SRQR of one L2RH, see :meth:`_redirect`): then
+        straight there, so that the asker learns mine; once per asker per retry period."""
+        if self.router is None or route != self.router or pkt.dt != self.addr or not pkt.data:
+            return route
+        recs = self._records(pkt)
+        if not recs or len(recs) != 1 or not isinstance(recs[0], Srqr) or len(recs[0].route) != 1:
+            return route
+        hop = recs[0].route[0]
+        if not isinstance(hop, L2RH) or hop.route in (self.router, self.own_route):
+            return route
+        c = self.counters
+        if self.wru_direct.get(pkt.sa, 0.0) > self.now:
+            c["wru_direct_held"] += 1
+            return route
+        if pkt.sa not in self.wru_direct and len(self.wru_direct) >= K.IP_REDIRECTS_MAX:
+            self.wru_direct = {a: t for a, t in self.wru_direct.items() if t > self.now}
+            if len(self.wru_direct) >= K.IP_REDIRECTS_MAX:
+                c["wru_direct_refused_full"] += 1
+                return route
+        self.wru_direct[pkt.sa] = self.now + K.IP_RESOLVE_RETRY_S
+        c["wru_answered_direct"] += 1
+        return hop.route
 
     def _native_from(self, recs: list[Record], sa: int, route: bytes) -> None:
         """An INFO straight from a node I asked (WRU): its native route on my SAN."""
@@ -473,7 +502,7 @@ class IpNode:
             if not 1 <= pkt.sa < ADDR_HEY_YOU:
                 c["wru_bad_source"] += 1
                 return []
-            return [("pw", self._announce(pkt.sa), route)]
+            return [("pw", self._announce(pkt.sa), self._wru_back(pkt, route))]
         recs = self._records(pkt)
         if recs is None:
             return []

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from pktwayd import constants as K
 from pktwayd import messages as M
 from pktwayd.constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
-from pktwayd.eep import Packet, decode
+from pktwayd.eep import L2RH, Packet, decode
 from pktwayd.ippacket import checksum, parse, too_big
 from pktwayd.ipnode import IpNode, plateau_below
 from pktwayd.rrp import Addr, Ladr, Mtur, Name, Srqr
@@ -400,9 +400,54 @@ def test_redirects_are_bounded_and_unanswered_wrus_expire():
     n.handle_timer(K.IP_RESOLVE_RETRY_S)
     assert not n.wru_asked and n.counters["redirect_wru_unanswered"] == K.IP_REDIRECTS_MAX
     assert redirected(n, d=0x1000, h=0x2000, now=K.IP_RESOLVE_RETRY_S) == []  # unanswered: quiet for a while ...
-    later = K.IP_RESOLVE_RETRY_S + K.IP_REDIRECT_TTL_S
+    later = K.IP_RESOLVE_RETRY_S + K.IP_WRU_QUIET_S
     n.handle_timer(later)
     assert not n.wru_quiet and pw(redirected(n, d=0x1000, h=0x2000, now=later))[0].te == RrpTE.WRU  # ... then asked again
+
+
+def test_two_pw0_nodes_of_one_san_learn_each_other_through_a_redirect():
+    """A's router redirects A to B (RDRC(B, B): "B is on your SAN"); A's WRU goes through the
+    router carrying A's native route, B answers there straight, A learns B's own route."""
+    a, b = node(router=b"ra"), IpNode(PEER, peers={A4: ME}, name=B4.encode(), router=b"rb")
+    a.own_route, b.own_route = b"A-ula", b"B-ula"
+    ((_, wru, via),) = redirected(a, d=PEER, h=PEER, route=b"ra")
+    assert via is None and wru.dt == PEER and M.records(wru) == [Srqr(0, (L2RH(b"A-ula"),))]
+    ((_, info, back),) = b.from_pw(wru, b"rb")  # the router hairpinned it: its own route
+    assert back == b"A-ula" and info.dt == ME and b.counters["wru_answered_direct"] == 1
+    a.from_pw(info, b"B-ula")
+    assert a.native == {PEER: b"B-ula"} and a.from_tun(v4(), 0.1)[0][2] == b"B-ula"
+    # asked again within the retry period: answered through the router (no reflector)
+    assert b.from_pw(wru, b"rb")[0][2] == b"rb" and b.counters["wru_direct_held"] == 1
+    b.now = K.IP_RESOLVE_RETRY_S
+    assert b.from_pw(wru, b"rb")[0][2] == b"A-ula"
+
+
+def test_wru_answered_the_way_it_came_unless_through_my_router_with_a_route():
+    b = IpNode(PEER, name=B4.encode(), router=b"rb")
+    b.own_route = b"B-ula"
+    said = [Srqr(0, (L2RH(b"A-ula"),))]
+    cases = [(M.rrp(RrpTE.WRU, PEER, ME, said), b"other"),  # not through my router
+             (M.rrp(RrpTE.WRU, PEER, ME, []), b"rb"),  # no route said
+             (M.rrp(RrpTE.WRU, ADDR_HEY_YOU, ME, said), b"rb"),  # not to me by address
+             (M.rrp(RrpTE.WRU, PEER, ME, [Srqr(0, (L2RH(b"rb"),))]), b"rb"),  # my router's own route
+             (M.rrp(RrpTE.WRU, PEER, ME, [Srqr(0, (L2RH(b"B-ula"),))]), b"rb"),  # mine
+             (M.rrp(RrpTE.WRU, PEER, ME, said + said), b"rb"),
+             (Packet(dt=PEER, sa=ME, pt=PT.RRP, te=RrpTE.WRU, data=b"\xff" * 8), b"rb")]  # not records
+    for wru, route in cases:
+        ((_, info, back),) = b.from_pw(wru, route)
+        assert back == route and info.te == RrpTE.INFO
+    assert not b.counters["wru_answered_direct"]
+
+
+def test_direct_wru_answers_are_bounded():
+    b = IpNode(PEER, name=B4.encode(), router=b"rb")
+    said = [Srqr(0, (L2RH(b"A-ula"),))]
+    for i in range(K.IP_REDIRECTS_MAX + 3):
+        b.from_pw(M.rrp(RrpTE.WRU, PEER, 0x1000 + i, said), b"rb")
+    assert b.counters["wru_answered_direct"] == K.IP_REDIRECTS_MAX and b.counters["wru_direct_refused_full"] == 3
+    b.now = K.IP_RESOLVE_RETRY_S  # the old ones expired: room again
+    assert b.from_pw(M.rrp(RrpTE.WRU, PEER, 0x7000, said), b"rb")[0][2] == b"A-ula"
+    assert len(b.wru_direct) == 1
 
 
 @settings(max_examples=200, deadline=None)
