@@ -39,8 +39,13 @@ def tun(actions):
     return [a[1] for a in actions if a[0] == "tun"]
 
 
+def alive(n: IpNode, t: float, route=b"r") -> None:
+    """My router says something (its INFO) at ``t``."""
+    n.from_pw_bytes(M.info(ME, 0x50, 0x50, None, ()).encode(), "pw0", route, t)
+
+
 def node(**kw) -> IpNode:
-    return IpNode(ME, peers={B4: PEER, B6: PEER}, name=A4.encode(), **kw)
+    return IpNode(ME, peers={B4: PEER, B6: PEER}, name=A4.encode(), **{"router": b"r"} | kw)
 
 
 # --- ippacket ---------------------------------------------------------------------------------
@@ -120,19 +125,22 @@ def test_mtu_follows_the_route_at_bring_up_then_icmp_per_destination():
 
 
 def test_pw0_mtu_follows_the_routes_every_recheck():
-    n = IpNode(ME, peers={B4: PEER, C4: OTHER}, mtu_recheck=30.0)
+    n = IpNode(ME, peers={B4: PEER, C4: OTHER}, mtu_recheck=30.0, router=b"r")
     assert pw(n.handle_timer(500.0)) == [] and not n.mtu_queries  # nothing asked before start (no port yet)
     n.now = 0.0
     n.start()
     assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 8192)]), b"r") == []  # waits for every peer
     assert n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 1024)]), b"r") == [("mtu", 8192 - 24)]
-    assert n.timer() == 30.0 and n.handle_timer(29.0) == []
+    assert n.timer() == K.IP_ROUTER_PROBE_S  # my router's probe comes first
+    alive(n, 29.0)
+    assert n.handle_timer(29.0) == []
     asks = pw(n.handle_timer(30.0))
     assert sorted(M.records(p)[0].addr for p in asks if p.te == RrpTE.GVL2) == [PEER, OTHER]
     n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 2048)]), b"r")  # grew
     assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 4096)]), b"r") == [("mtu", 2048 * 8 - 24)]
     sent = n.counters["gvl2_sent"]
     for t in (60.0, 61.5, 62.5, 63.5):  # nobody answers: asked 3 times, then pw0 keeps what it had
+        alive(n, t)
         n.handle_timer(t)
     assert n.counters["gvl2_sent"] - sent == 2 * K.IP_RESOLVE_TRIES and n.counters["mtu_query_unanswered"] == 2
     assert n.mtu == 2048 * 8 - 24 and n.counters["mtu_changed"] == 2
@@ -143,7 +151,8 @@ def test_no_recheck_when_fixed_or_disabled():
         n = node(**kw)
         assert [p.te for p in pw(n.start())] == [RrpTE.INFO, RrpTE.GVL2]  # per-destination limits all the same
         n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 1024)]), b"r")
-        assert n.timer() == n.now + 1.0 and not [p for p in pw(n.handle_timer(1000.0)) if p.te == RrpTE.GVL2]
+        assert n.timer() == K.IP_ROUTER_PROBE_S  # my router's probe only
+        assert not [p for p in pw(n.handle_timer(1000.0)) if p.te == RrpTE.GVL2]
 
 
 def test_unanswered_mtu_query_falls_back_to_a_plateau():
@@ -203,7 +212,7 @@ def test_multicast_and_broadcast_go_to_logical_addresses():
 
 
 def test_groups_announced_and_received():
-    n = IpNode(ME, name=A4.encode(), groups=["239.1.2.3"])
+    n = IpNode(ME, name=A4.encode(), groups=["239.1.2.3"], router=b"r")
     ladr = M.records(pw(n.start())[0])[-1]
     assert set(ladr.addrs) == {0xE00001, 0xE80001, 0xE10203}
     for dst, logical in (("239.1.2.3", 0xE10203), ("224.0.0.1", 0xE00001), ("255.255.255.255", 0x7FFFFF)):
@@ -379,7 +388,7 @@ def test_only_my_routers_redirects_and_only_asked_infos_count():
     n = node(router=b"r")
     assert redirected(n, route=b"evil") == [] and not n.redirects  # not my router's frame
     assert n.counters["rdrc_not_from_my_router"] == 1
-    assert redirected(node(), route=b"r") == []  # no router known: no redirect obeyed
+    assert redirected(node(router=None), route=b"r") == []  # no router known: no redirect obeyed
     n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"evil")  # an INFO I did not ask for
     assert not n.native
     redirected(n)
