@@ -459,6 +459,71 @@ def test_direct_wru_answers_are_bounded():
     assert len(b.wru_direct) == 1
 
 
+# --- level C: which router? (HRTO) ---------------------------------------------------------------------
+def hrtos(actions):
+    return [(a[1].te, a[2]) for a in actions if a[0] == "pw" and a[1].te in (RrpTE.HRTO, RrpTE.INFO)]
+
+
+def test_without_a_router_ask_the_known_ones_which_to_use():
+    n = node(router=None, routers=[b"r1", b"r2"])
+    out = n.start()
+    # announce myself to each (they answer HRTO for nodes of their SAN only), then HRTO(my first peer)
+    assert hrtos(out) == [(RrpTE.INFO, b"r1"), (RrpTE.HRTO, b"r1"), (RrpTE.INFO, b"r2"), (RrpTE.HRTO, b"r2")]
+    assert M.records(pw(out)[1]) == [Addr(PEER)] and pw(out)[1].dt == ADDR_HEY_YOU
+    assert n.from_tun(v4(), 0)[0][2] is None  # no router: the driver counts the drop
+    assert n.timer() == K.IP_HRTO_RETRY_S and hrtos(n.handle_timer(0.5)) == []
+    assert len(hrtos(n.handle_timer(K.IP_HRTO_RETRY_S))) == 4  # nobody answered: asked again
+    # r2 answers RDRC(PEER, r2): "use me" - r2 is my router; the redirect from r1 later does not move it
+    out = n.from_pw(M.rdrc(ME, 0x52, PEER, 0x52), b"r2")
+    assert n.router == b"r2" and n.hrs[b"r2"] == 0x52 and n.counters["router_chosen"] == 1
+    assert [p.te for p in pw(out)][:2] == [RrpTE.INFO, RrpTE.GVL2]  # announced, the route's MTU asked of it
+    n.from_pw(M.rdrc(ME, 0x50, PEER, 0x50), b"r1")
+    assert n.router == b"r2" and n.counters["rdrc_not_from_my_router"] == 1
+    assert n.timer() == K.IP_HRTO_RETRY_S + K.IP_ROUTER_PROBE_S  # now the probe of my router
+
+
+def test_a_silent_router_is_probed_then_replaced():
+    n = node(routers=[b"r2"], mtu=1400)
+    n.start()
+    assert pw(n.handle_timer(K.IP_ROUTER_PROBE_S - 1)) == []
+    alive(n, 4.0)  # heard: no probe due at 5
+    assert [p for p in pw(n.handle_timer(K.IP_ROUTER_PROBE_S)) if p.te == RrpTE.WRU] == []
+    t = 4.0 + K.IP_ROUTER_PROBE_S
+    while n.timer() < 4.0 + K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S:  # quiet: probed every period
+        t = n.timer()
+        out = n.handle_timer(t)
+        assert [(p.te, p.dt) for p in pw(out)] == [(RrpTE.WRU, ADDR_HEY_YOU)] and out[0][2] is None
+    assert n.counters["router_probed"] == K.IP_ROUTER_MISSES - 1 and n.router == b"r"
+    out = n.handle_timer(4.0 + K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S)
+    assert n.router is None and n.counters["router_silent"] == 1
+    assert [r for te, r in hrtos(out) if te == RrpTE.HRTO] == [b"r", b"r2"]  # the silent one may come back
+    n.from_pw(M.rdrc(ME, 0x52, PEER, 0x52), b"r2")
+    assert n.router == b"r2"
+
+
+def test_a_routers_power_up_wru_makes_it_known_and_answers_choose_it():
+    n = node(router=None)
+    assert n.start() == [] and n.counters["hrto_no_router_known"] == 1
+    out = n.from_pw(M.rrp(RrpTE.WRU, ADDR_HEY_YOU, 0x50, [Addr(ADDR_HEY_YOU)]), b"r1")
+    assert out[0][2] == b"r1" and n.hrs == {b"r1": 0x50} and n.counters["hr_heard"] == 1  # answered, kept
+    assert hrtos(n.handle_timer(K.IP_HRTO_RETRY_S))[1] == (RrpTE.HRTO, b"r1")
+    # "PEER is on your SAN": r1 becomes my router and the redirect is obeyed (WRU to PEER through it)
+    out = n.from_pw(M.rdrc(ME, 0x50, PEER, PEER), b"r1")
+    assert n.router == b"r1" and n.redirects[PEER][0] == PEER
+    assert [p.dt for p in pw(out) if p.te == RrpTE.WRU] == [PEER]
+
+
+def test_known_routers_are_bounded_and_unasked_answers_choose_nothing():
+    n = node(router=None)
+    n.start()
+    for i in range(K.IP_HRS_MAX + 4):
+        n.from_pw(M.rrp(RrpTE.WRU, ADDR_HEY_YOU, 0x100 + i, []), bytes([i]))
+    assert len(n.hrs) == K.IP_HRS_MAX
+    n.from_pw(M.rdrc(ME, 0x50, PEER, 0x50), b"\x01")  # known, but not asked yet this round
+    assert n.router is None
+    assert len(hrtos(n.handle_timer(K.IP_HRTO_RETRY_S))) == 2 * K.IP_HRS_MAX
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, (1 << 24) - 1), st.integers(0, (1 << 24) - 1), st.binary(max_size=8))
 def test_any_redirect_never_raises(d, h, route):
