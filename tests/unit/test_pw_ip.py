@@ -608,3 +608,14 @@ def test_configured_peers_take_the_short_path_with_the_same_checks():
     assert fast.counters == n.counters
     bad = Packet(dt=ME, sa=PEER, pt=0x86DD, data=v4(src=B4, dst=A4))  # PT and IP version disagree
     assert fast.from_pw(bad, b"r") == [] and fast.counters["rx_drop_bad_ip"] == 1
+
+
+def test_ip_cli_router_errors_are_one_line():
+    from click.testing import CliRunner
+
+    from pktwayd.cli import pktway_main
+
+    for args, needle in ((["--ib", "0x1,127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"], "need at least one --router"),
+                         (["--ulp", "/nonexistent", "--router", "zz"], "--router")):
+        r = CliRunner().invoke(pktway_main, ["ip", "--addr", "0x40", *args])
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
