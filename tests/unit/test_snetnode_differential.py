@@ -94,7 +94,7 @@ def summary(net: Net, ops):
     return ([(o.done, o.error, o.result, dict(o.packets)) for o in ops],
             {me: net.counters(me) for me in (A, B)},
             {me: {k: p.state for k, p in c.bte.paths.items()} for me, c in net.cores.items()},
-            [bytes(w.memory) for w in net.cores[B].avt.windows if not w.per_source],
+            [bytes(w.memory_of(A)) for w in net.cores[B].avt.windows],  # a per-source window: A's own
             sorted(net.sent), list(net.cores[B].blocks))
 
 
