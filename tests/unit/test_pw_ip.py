@@ -319,11 +319,16 @@ def test_hostile_san_bytes_never_raise(data):
 @settings(max_examples=300, deadline=None)  # CPU time varies with the shared machine's load
 @given(st.sampled_from([PT.RRP, PT.ERR, 0x0800, 0x86DD]), st.integers(0, 12), st.binary(max_size=300))
 def test_hostile_packets_of_every_type_never_raise(pt, te, data):
-    n = node()
-    n.from_tun(v4(dst=C4), 0)
-    n.from_pw(Packet(dt=ME, sa=OTHER, pt=pt, te=te, data=data), b"r")
-    n.from_pw(Packet(dt=ME, sa=OTHER, pt=PT.ERR, te=ErrTE.GENERAL,
-                     data=Packet(dt=PEER, sa=ME, pt=0x0800, data=data).encode()), b"r")
+    asking = node(router=None, routers=[b"r"])  # no router yet: asking b"r" which to use (HRTO)
+    asking.start()
+    for n in (node(), asking):
+        n.own_route = b"me"
+        n.from_tun(v4(dst=C4), 0)
+        for dt in (ME, ADDR_HEY_YOU):
+            n.from_pw(Packet(dt=dt, sa=OTHER, pt=pt, te=te, data=data), b"r")
+        n.from_pw(Packet(dt=ME, sa=OTHER, pt=PT.ERR, te=ErrTE.GENERAL,
+                         data=Packet(dt=PEER, sa=ME, pt=0x0800, data=data).encode()), b"r")
+        n.handle_timer(K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S)
 
 
 @given(st.binary(max_size=300))
