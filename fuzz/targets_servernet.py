@@ -163,8 +163,9 @@ def cengine(data: bytes) -> None:
     ii = d.bool() and d.bool()
     e = Engine(B, [A, 0x0c001], ii, 0.05)
     mem = bytearray(3 << 12)
+    own = [bytearray(2 << 12), bytearray(2 << 12)]  # a per-source window: each peer's own memory
     e.set_windows([(0x100, 2, 3, 3, False, None, mem), (0x102, 1, 1, 1, False, [0x0c001], mem[8192:]),
-                   (0x300, 1, 2, 3, True, None, None)])
+                   (0x300, 1, 2, 3, True, None, None), (0x400, 2, 3, 3, False, None, own)])
     now = 0.0
     for _ in range(1 + d.below(10)):
         c = d.below(8)
@@ -193,7 +194,7 @@ def cengine(data: bytes) -> None:
             carries = (rsp and tt == 0) or (not rsp and tt in (1, 0xE))
             raw = bytearray(encode_datagram(d.choice([B, A]), d.choice([A, 0x0c001, d.bits(20)]), tt, rsp, d.bits(4),
                                             f, rsp and d.bool(), None if rsp else d.choice([0x100000, 0x102000,
-                                            0x300000, 0x101ff0, d.bits(32)]), bytes(n if carries else 0),
+                                            0x300000, 0x101ff0, 0x400000, 0x401fc0, d.bits(32)]), bytes(n if carries else 0),
                                             n if (tt == 0 and not rsp) else 0, ii))
             if d.bool():
                 raw[d.below(len(raw))] ^= 1 + d.below(255)

@@ -416,8 +416,20 @@ def _peer(text: str):
                                  param_hint="--peer") from None
 
 
+def ip_node_options(f):
+    """The node options, --router repeatable and optional (pw0 asks the others which to use, HRTO)."""
+    router = click.option("--router", "routers", multiple=True,
+                          help="A half-router on this SAN (repeatable; the first is used until it falls silent, then "
+                               "the others are asked which to use, HRTO): its ULA (GSN), port number (--san), LID[:QPN] "
+                               "(--ib) or ServerNet ID (--servernet).  None on a GSN fabric or the datagram SAN: "
+                               "wait for a router's power-up WRU, then ask it.")
+    for opt in reversed([*NODE_OPTS[:5], router, *NODE_OPTS[6:]]):
+        f = opt(f)
+    return f
+
+
 @pktway_main.command("ip")
-@node_options
+@ip_node_options
 @click.option("--dev", default="pw0", show_default=True, help="The TUN interface to create (gone when this stops).")
 @click.option("--peer", "peers", multiple=True, metavar="IP=ADDR",
               help="An IP host's PacketWay address (repeatable); others are asked of the router (TELL by name).")
@@ -432,7 +444,8 @@ def _peer(text: str):
               help="Also receive this IP multicast group (repeatable; 224.0.0.1 and ff02::1 always): its "
                    "PacketWay logical address is announced to the router.")
 @click.option("--control", help="A control socket answering {\"cmd\": \"status\"} (counters, resolution, MTUs).")
-def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, mtu_recheck, joins, control) -> None:
+def ip(ulp, san, ib, servernet, addr, routers, dialect, dev, peers, name, mtu, mtu_recheck, joins,
+       control) -> None:
     """IP over PacketWay: a pw0 TUN interface on this node.
 
     Every IPv4/IPv6 packet routed to pw0 travels as one L3 PacketWay packet (PT = its
@@ -465,40 +478,49 @@ def ip(ulp, san, ib, servernet, addr, router, dialect, dev, peers, name, mtu, mt
         raise click.UsageError("give one of --ulp (a GSN fabric), --san (a datagram SAN), --ib (an InfiniBand-style "
                                "fabric) or --servernet (a ServerNet SAN)")
     table = dict(_peer(p) for p in peers)
+    if not routers and (ib or servernet):
+        raise click.UsageError("--ib and --servernet need at least one --router")
+    try:  # the routers' native routes first: nothing is opened before the options are checked
+        if ulp is not None:
+            hrs = [parse_ula(r) for r in routers]
+        elif ib is not None:
+            hrs = [_ib_args(ib, r)[1] for r in routers]
+        elif servernet is not None:
+            hrs = [_snet_config(servernet, r)[1] for r in routers]
+        else:
+            parts = san.split(",")
+            if len(parts) != 3:
+                raise ValueError("expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT")
+            hrs = [native(_int(r)) for r in routers]
+            own = native(_int(parts[2]))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--san/--router") from None
     try:
         core = IpNode(_int(addr), peers=table, name=name.encode() if name else None, mtu=mtu, groups=joins,
-                      mtu_recheck=mtu_recheck)
+                      mtu_recheck=mtu_recheck, router=hrs[0] if hrs else None, routers=hrs[1:])
     except ValueError as exc:
         raise click.BadParameter(f"{', '.join(joins)}: {exc}", param_hint="--join") from None
     where = ulp or san or ib or servernet
     try:
         if ulp is not None:
-            driver = PwIp(core, dev=dev, router_route=parse_ula(router), dialect=dialect, ulp=ulp, control=control)
+            driver_kw = {"ulp": ulp}
         elif ib is not None:  # up once the subnet manager gave the port its LID
             from ib.udport import AsyncIbPort
 
-            args, hr = _ib_args(ib, router)
-            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=AsyncIbPort(*args),
-                          port_reports_status=True, control=control)
+            driver_kw = {"san_port": AsyncIbPort(*_ib_args(ib, routers[0])[0]), "port_reports_status": True}
         elif servernet is not None:
             from servernet.pwport import AsyncSnetPort
 
-            cfg, hr = _snet_config(servernet, router)
-            snet = AsyncSnetPort(cfg)
-            driver = PwIp(core, dev=dev, router_route=hr, dialect=dialect, san_port=snet, own_route=snet.own_route,
-                          control=control)
+            snet = AsyncSnetPort(_snet_config(servernet, routers[0])[0])
+            driver_kw = {"san_port": snet, "own_route": snet.own_route}
         else:
-            parts = san.split(",")
-            if len(parts) != 3:
-                raise ValueError("expected SWITCH_HOST:PORT,LOCAL_HOST:PORT,MY_PORT")
-            port = AsyncSanPort(resolve(parts[0]), resolve(parts[1]))
-            driver = PwIp(core, dev=dev, router_route=native(_int(router)), dialect=dialect, san_port=port,
-                          own_route=native(_int(parts[2])), control=control)
+            driver_kw = {"san_port": AsyncSanPort(resolve(parts[0]), resolve(parts[1])), "own_route": own}
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--san/--router") from None
     except OSError as exc:
         click.echo(f"pktway: {where}: {exc.strerror or exc}", err=True)
         sys.exit(71)
+    driver = PwIp(core, dev=dev, dialect=dialect, control=control, **driver_kw)
     try:
         trio.run(driver.run)
     except KeyboardInterrupt:

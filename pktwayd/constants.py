@@ -82,6 +82,11 @@ IP_MTU_RECHECK_S = 60.0  # pw0 asks its peers' route MTUs again this often and f
 IP_MTU_QUERIES_MAX = 16  # destinations whose route MTU is being asked (GVL2) at once (PC)
 IP_TOO_BIG_HELD = 4  # returned packet copies kept per destination until its MTU is known (PC)
 IP_REDIRECT_TTL_S = 10.0  # pw0 obeys an RDRC this long, then goes through its router again (PC)
+IP_ROUTER_PROBE_S = 5.0  # pw0 asks its router who it is (WRU) when it heard nothing from it this long ... (PC)
+IP_ROUTER_MISSES = 3  # ... and after this many such periods of silence asks the others which to use (HRTO) (PC)
+IP_HRTO_RETRY_S = 1.0  # without a router, pw0 asks the half-routers it knows (HRTO) this often (PC)
+IP_HRS_MAX = 16  # half-routers of its SAN a pw0 node keeps (configured, and heard at their power-up) (PC)
+IP_WRU_QUIET_S = 3.0  # a redirected-to node that did not answer my WRU is not asked again for this long (PC)
 IP_REDIRECTS_MAX = 256  # redirected destinations, and native routes of redirected-to nodes, kept (PC)
 IP_DEFAULT_MTU = 1500  # pw0's MTU until a route's MinMTU is known (PC)
 # IP multicast -> PacketWay logical address: the group's low 19 bits under a base per IP

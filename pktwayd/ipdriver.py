@@ -31,15 +31,13 @@ CONTROL_SCHEMA = Schema({"status": {}})
 
 
 class PwIp:
-    def __init__(self, core: IpNode, *, dev: str, router_route: bytes, dialect: str = "pw0",
+    def __init__(self, core: IpNode, *, dev: str, dialect: str = "pw0",
                  ulp: str | None = None, san_port=None, own_route: bytes | None = None,
                  port_reports_status: bool = False, control: str | None = None) -> None:
         if (ulp is None) == (san_port is None):
             raise ValueError("PwIp: give one of ulp (gsnd's ULP socket) or san_port")
-        self.core = core
-        core.router = router_route  # only frames from it may redirect the node (level B)
+        self.core = core  # its router (None: none yet) is where packets go that name no route
         self.dev = dev
-        self.router_route = router_route
         self.dialect = dialect
         self.ulp = ulp
         self.san_port = san_port  # send_nowait(route, raw) + run(on_frame[, on_status]): udpsan, ib, servernet
@@ -73,7 +71,11 @@ class PwIp:
                 except ValueError:
                     c["tx_drop_untranslatable"] += 1
                     continue
-                self.client.send_nowait(route or self.router_route, raw, vc=1, ethertype=ETHERTYPE_PKTWAY)
+                to = route or self.core.router
+                if to is None:
+                    c["tx_drop_no_router"] += 1  # none chosen yet (HRTO): resolution and TCP retry
+                    continue
+                self.client.send_nowait(to, raw, vc=1, ethertype=ETHERTYPE_PKTWAY)
 
     def _now(self) -> float:
         self.core.now = trio.current_time()
@@ -84,6 +86,8 @@ class PwIp:
 
     def on_status(self, ula) -> None:
         up = ula is not None
+        if up:
+            self.core.own_route = bytes(ula)  # my native route: a redirected-to node answers me there
         if up and not self.up:  # link (back) up: announce myself, ask the routes' MTUs
             self._now()
             self.act(self.core.start())
@@ -124,6 +128,8 @@ class PwIp:
                 "confirmed": sorted(str(ip) for ip, (_, _, sure) in core.learned.items() if sure),
                 "groups": [hex(a) for a in core.groups],
                 "route_mtu": {hex(a): m for a, m in core.route_mtu.items()},
+                "router": core.router.hex() if core.router is not None else None,
+                "routers": {r.hex(): a for r, a in core.hrs.items()},
                 "redirects": {hex(d): hex(h) for d, (h, _) in core.redirects.items()},
                 "native_routes": {hex(h): r.hex() for h, r in core.native.items()},
                 "counters": dict(core.counters) | dict(self.tun.counters if self.tun else {})

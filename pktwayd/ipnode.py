@@ -25,6 +25,14 @@ through my router again, which redirects me anew if that still holds.  Only my
 router's redirects count (a frame from its route), and only answers to my own WRUs
 teach a native route.
 
+Level C, "which router?": a pw0 node keeps the half-routers of its SAN it knows (the
+configured ones, and those whose power-up WRU to Hey-You reached it).  Without a router
+(none given, or mine heard from for ``IP_ROUTER_MISSES`` x ``IP_ROUTER_PROBE_S``: it is
+asked who it is, WRU, whenever it was quiet for ``IP_ROUTER_PROBE_S``) I announce myself
+to each of them and ask it HRTO(D) (D: my first configured peer, else me) every
+``IP_HRTO_RETRY_S``; the first that answers with a redirect becomes my router, and its
+redirect is obeyed as any other.
+
 IP multicast goes to a PacketWay logical address (the group's low 19 bits, see
 :func:`logical_of`) and IPv4's limited broadcast to the PacketWay broadcast address:
 the half-router copies it to every member (a node's groups are the LADR of its INFO).
@@ -51,7 +59,7 @@ from . import constants as K
 from . import ippacket
 from . import messages as M
 from .constants import ADDR_BROADCAST, ADDR_HEY_YOU, LOGICAL_BASE, LOGICAL_MASK, PT, ErrTE, RrpTE
-from .eep import Packet, decode
+from .eep import L2RH, Packet, decode
 from .drops import BadPacket
 from .ippacket import IP
 from .rrp import Addr, Name, Record, Srqr
@@ -112,10 +120,19 @@ class _MtuQuery:
 class IpNode:
     def __init__(self, addr: int, *, peers: Mapping[str | IP, int] | None = None, name: bytes | None = None,
                  mtu: int | None = None, groups: Iterable[str] = (), mtu_recheck: float = K.IP_MTU_RECHECK_S,
-                 router: bytes | None = None,
+                 router: bytes | None = None, routers: Iterable[bytes] = (),
                  now: float = 0.0) -> None:
         self.addr = addr
         self.router = router  # my half-router's native route: only its redirects count (None: none do)
+        # the half-routers of my SAN I know (native route -> address, 0 until said), router first
+        self.hrs: dict[bytes, int] = dict.fromkeys([r for r in (router, *routers) if r is not None][: K.IP_HRS_MAX], 0)
+        self.started = False  # start() ran: my port is up
+        self.router_heard = now  # the last frame from my router
+        self.next_probe = now + K.IP_ROUTER_PROBE_S
+        self.hrto_asked: set[bytes] = set()  # asked in the current round (HRTO): their redirect chooses
+        self.next_hrto = now
+        self.own_route: bytes | None = None  # my port's native route (the driver's, once the port is up)
+        self.wru_direct: dict[int, float] = {}  # asker answered straight to its native route -> not again until
         self.redirects: dict[int, tuple[int, float]] = {}  # destination -> (node or HR of my SAN, until)
         self.native: dict[int, bytes] = {}  # node or HR of my SAN -> its native route (its INFO said)
         self.wru_asked: dict[int, float] = {}  # redirected-to node I asked "who are you" -> until
@@ -147,9 +164,54 @@ class IpNode:
     # --- start and timers -------------------------------------------------------------------------
     def start(self) -> list[Action]:
         """Announce myself (INFO to Hey-You: the router registers me under my name) and ask
-        the MinMTU of the routes to the configured peers (pw0's MTU follows them)."""
+        the MinMTU of the routes to the configured peers (pw0's MTU follows them); without a
+        router, ask those I know which to use (HRTO)."""
+        self.started = True
+        self.next_probe = self.now + K.IP_ROUTER_PROBE_S
+        if self.router is None:
+            return self._hrto_round()
+        self.router_heard = self.now
         out: list[Action] = [("pw", self._announce(ADDR_HEY_YOU), None)]
         return out + self._mtu_round()
+
+    # --- level C: which router? ------------------------------------------------------------------------
+    def _hrto_round(self) -> list[Action]:
+        """Announce myself to every half-router I know (they answer HRTO only for nodes of
+        their SAN) and ask it which HR to use (HRTO, to Hey-You: I may not know its address)."""
+        self.next_hrto = self.now + K.IP_HRTO_RETRY_S
+        self.hrto_asked = set(self.hrs)
+        if not self.hrs:
+            self.counters["hrto_no_router_known"] += 1
+            return []
+        d = min(self.static.values(), default=self.addr)
+        hrto = M.rrp(RrpTE.HRTO, ADDR_HEY_YOU, self.addr, [Addr(d)])
+        self.counters["hrto_sent"] += len(self.hrs)
+        return [a for r in self.hrs for a in (("pw", self._announce(ADDR_HEY_YOU), r), ("pw", hrto, r))]
+
+    def _router_chosen(self, route: bytes, sa: int) -> list[Action]:
+        """An HR I asked (HRTO) answered: it is my router from now on."""
+        self.router = route
+        self.hrs[route] = sa
+        self.hrto_asked = set()
+        self.counters["router_chosen"] += 1
+        return self.start()
+
+    def _router_liveness(self, now: float) -> list[Action]:
+        if not self.started:
+            return []
+        if self.router is None:
+            return self._hrto_round() if now >= self.next_hrto else []
+        if now - self.router_heard >= K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S:
+            self.counters["router_silent"] += 1  # it may come back: it stays among those asked
+            self.router = None
+            return self._hrto_round()
+        if now < self.next_probe:
+            return []
+        self.next_probe = now + K.IP_ROUTER_PROBE_S
+        if now - self.router_heard < K.IP_ROUTER_PROBE_S:
+            return []
+        self.counters["router_probed"] += 1
+        return [("pw", M.rrp(RrpTE.WRU, ADDR_HEY_YOU, self.addr, []), None)]
 
     def _mtu_round(self) -> list[Action]:
         """Ask the MinMTU of the routes to the configured peers; once all answered (or timed
@@ -193,11 +255,14 @@ class IpNode:
         times += [until for _, until in self.redirects.values()] + list(self.wru_asked.values())
         times += list(self.wru_quiet.values())
         times += [self.next_recheck] if self._rechecks() else []
+        if self.started:
+            times.append(self.next_probe if self.router is not None else self.next_hrto)
         return min(times, default=self.now + 1.0)
 
     def handle_timer(self, now: float) -> list[Action]:
         self.now = now
-        out = self._mtu_round() if self._rechecks() and now >= self.next_recheck else []
+        out = self._router_liveness(now)
+        out += self._mtu_round() if self._rechecks() and now >= self.next_recheck and self.router is not None else []
         for ip, p in list(self.pending.items()):
             if p.next > now:
                 continue
@@ -225,8 +290,8 @@ class IpNode:
             self.counters["redirect_expired"] += 1
         for h in [h for h, until in self.wru_asked.items() if until <= now]:
             del self.wru_asked[h]
-            if len(self.wru_quiet) < K.IP_REDIRECTS_MAX:  # e.g. a pw0 node: it answers through its router
-                self.wru_quiet[h] = now + K.IP_REDIRECT_TTL_S
+            if len(self.wru_quiet) < K.IP_REDIRECTS_MAX:  # down, or a node that answers the way it was asked
+                self.wru_quiet[h] = now + K.IP_WRU_QUIET_S
             self.counters["redirect_wru_unanswered"] += 1
         for h in [h for h, until in self.wru_quiet.items() if until <= now]:
             del self.wru_quiet[h]
@@ -397,7 +462,34 @@ class IpNode:
             return []
         self.wru_asked[h] = self.now + K.IP_RESOLVE_RETRY_S
         c["redirect_wru_sent"] += 1
-        return [("pw", M.rrp(RrpTE.WRU, h, self.addr, []), None)]  # L3 through my router: H answers natively
+        mine = self.own_route
+        where = [Srqr(0, (L2RH(mine),))] if mine is not None and 1 <= len(mine) <= 63 else []
+        return [("pw", M.rrp(RrpTE.WRU, h, self.addr, where), None)]  # L3 through my router: H answers natively
+
+    def _wru_back(self, pkt: Packet, route: bytes) -> bytes:
+        """Where a WRU to me is answered: the way it came, unless it came through my router
+        with the asker's native route (an SRQR of one L2RH, see :meth:`_redirect`): then
+        straight there, so that the asker learns mine; once per asker per retry period."""
+        if self.router is None or route != self.router or pkt.dt != self.addr or not pkt.data:
+            return route
+        recs = self._records(pkt)
+        if not recs or len(recs) != 1 or not isinstance(recs[0], Srqr) or len(recs[0].route) != 1:
+            return route
+        hop = recs[0].route[0]
+        if not isinstance(hop, L2RH) or hop.route in (self.router, self.own_route):
+            return route
+        c = self.counters
+        if self.wru_direct.get(pkt.sa, 0.0) > self.now:
+            c["wru_direct_held"] += 1
+            return route
+        if pkt.sa not in self.wru_direct and len(self.wru_direct) >= K.IP_REDIRECTS_MAX:
+            self.wru_direct = {a: t for a, t in self.wru_direct.items() if t > self.now}
+            if len(self.wru_direct) >= K.IP_REDIRECTS_MAX:
+                c["wru_direct_refused_full"] += 1
+                return route
+        self.wru_direct[pkt.sa] = self.now + K.IP_RESOLVE_RETRY_S
+        c["wru_answered_direct"] += 1
+        return hop.route
 
     def _native_from(self, recs: list[Record], sa: int, route: bytes) -> None:
         """An INFO straight from a node I asked (WRU): its native route on my SAN."""
@@ -422,6 +514,8 @@ class IpNode:
 
     def from_pw(self, pkt: Packet, route: bytes) -> list[Action]:
         c = self.counters
+        if route == self.router:
+            self.router_heard = self.now
         if pkt.prefix:
             c["rx_drop_l2rh"] += 1  # hosts may discard packets that still carry an L2RH [E:L265]
             return []
@@ -473,7 +567,10 @@ class IpNode:
             if not 1 <= pkt.sa < ADDR_HEY_YOU:
                 c["wru_bad_source"] += 1
                 return []
-            return [("pw", self._announce(pkt.sa), route)]
+            if pkt.dt == ADDR_HEY_YOU and route not in self.hrs and len(self.hrs) < K.IP_HRS_MAX:
+                self.hrs[route] = pkt.sa  # a half-router's power-up: one I may ask which to use
+                c["hr_heard"] += 1
+            return [("pw", self._announce(pkt.sa), self._wru_back(pkt, route))]
         recs = self._records(pkt)
         if recs is None:
             return []
@@ -491,7 +588,8 @@ class IpNode:
             best = mtus[0] if mtus else None
             return self._mtu_known(recs[0].addr, best if best is not None else 65535)
         if pkt.te == RrpTE.RDRC and len(recs) == 2 and isinstance(recs[0], Addr) and isinstance(recs[1], Addr):
-            out = self._redirect(recs[0].addr, recs[1].addr, pkt.sa, route)
+            out = self._router_chosen(route, pkt.sa) if route in self.hrto_asked and self.router is None else []
+            out += self._redirect(recs[0].addr, recs[1].addr, pkt.sa, route)
             if recs[0].addr in self.mtu_queries:
                 c["mtu_query_redirected"] += 1  # the route does not start at my router's twin: not said
                 out += self._mtu_known(recs[0].addr, None)

@@ -101,10 +101,12 @@ typedef struct {
     uint32_t page, pages;
     int access; /* 1 read, 2 write */
     int paths;  /* bit per fabric */
-    int slow;   /* interrupt or per-source window: Python answers */
+    int slow;   /* interrupt window: Python answers */
     unsigned char *sources; /* NULL: every peer; else a flag per peer index */
     Py_buffer mem;
     int has_mem;
+    Py_buffer *pmem; /* a per-source window: each peer's own memory, by peer index (NULL: mem) */
+    int npmem;
 } Window;
 
 enum { B_FREE, B_ACTIVE, B_DONE, B_BACK };
@@ -452,7 +454,7 @@ static void receive(Engine *e, int fabric, const unsigned char *buf, size_t n, d
         respond(e, sid, ttype, tid, fabric, 0, NULL, 0);
         return;
     }
-    unsigned char *mem = (unsigned char *)wd->mem.buf + off;
+    unsigned char *mem = (unsigned char *)(wd->pmem != NULL ? wd->pmem[p].buf : wd->mem.buf) + off;
     if (write) {
         memcpy(mem, pk + 12, length);
         e->counters[A_WRITES]++;
@@ -577,6 +579,9 @@ static void release_windows(Engine *e)
     for (int i = 0; i < e->nwin; i++) {
         if (e->win[i].has_mem)
             PyBuffer_Release(&e->win[i].mem);
+        for (int j = 0; j < e->win[i].npmem; j++)
+            PyBuffer_Release(&e->win[i].pmem[j]);
+        PyMem_Free(e->win[i].pmem);
         PyMem_Free(e->win[i].sources);
     }
     e->nwin = 0;
@@ -674,7 +679,8 @@ static int fabric_arg(int f)
     return 1;
 }
 
-/* set_windows([(page, pages, access, paths, slow, sources | None, memory | None)]) */
+/* set_windows([(page, pages, access, paths, slow, sources | None, memory | None)]): memory is a
+ * list of one buffer per peer (in the engine's peer order) for a per-source window */
 static PyObject *Engine_set_windows(Engine *e, PyObject *arg)
 {
     if (!ready(e))
@@ -729,7 +735,26 @@ static PyObject *Engine_set_windows(Engine *e, PyObject *arg)
                 goto fail;
         } else
             e->nwin++;
-        if (!w->slow) {
+        if (!w->slow && PyList_Check(memory)) {
+            if (PyList_GET_SIZE(memory) != e->npeers) {
+                PyErr_SetString(PyExc_ValueError, "a per-source window's memory: one buffer per peer");
+                goto fail;
+            }
+            w->pmem = PyMem_Calloc((size_t)e->npeers + 1, sizeof(Py_buffer));
+            if (w->pmem == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            for (int j = 0; j < e->npeers; j++) {
+                if (PyObject_GetBuffer(PyList_GET_ITEM(memory, j), &w->pmem[j], PyBUF_WRITABLE) < 0)
+                    goto fail;
+                w->npmem++;
+                if ((size_t)w->pmem[j].len < (size_t)pages << PAGE_SHIFT) {
+                    PyErr_SetString(PyExc_ValueError, "a window's memory is smaller than its pages");
+                    goto fail;
+                }
+            }
+        } else if (!w->slow) {
             if (PyObject_GetBuffer(memory, &w->mem, PyBUF_WRITABLE) < 0)
                 goto fail;
             w->has_mem = 1;

@@ -2,14 +2,15 @@
 Python core (:class:`~servernet.endpoint.Endpoint`), which stays the oracle and does
 everything else.
 
-The engine answers the peers' WRITEs, READs and BARRIERs to plain windows, and runs
+The engine answers the peers' WRITEs, READs and BARRIERs to plain and per-source windows
+(into each source's own memory, shared with the Python AVT), and runs
 whole blocks: the BTE offloads a block with every TID it has free; the engine sends
 its data WRITEs on UP paths and gives TIDs back when no block needs them.  What the
 engine keeps for Python comes back from ``take`` as events, in order: a block done
 (every data WRITE ACKed: the BTE sends the doorbell), a block handed back (a NAK, a
 timeout, or no UP path: its WRITEs in flight become the BTE's, which retries and fails
 over as before), an ACK on a path that is not UP, TIDs returned, and datagrams the
-engine does not handle (odd or bad packets, interrupt and per-source windows, DIAG,
+engine does not handle (odd or bad packets, interrupt windows, DIAG,
 requests on a HARD_DOWN path, responses to the BTE's own TIDs).
 
 ``clock`` is the engine's clock when it differs from the core's (the driver's
@@ -33,11 +34,12 @@ class FastNode:
     def __init__(self, core: Endpoint, clock: Callable[[], float] | None = None) -> None:
         self.core = core
         self.clock = clock
-        self.engine = Engine(core.id, sorted(core.peers), core.ii, core.bte.timeout)
+        peers = sorted(core.peers)  # the engine's peer order: a per-source window's memories follow it
+        self.engine = Engine(core.id, peers, core.ii, core.bte.timeout)
         self.engine.set_windows([
             (w.page, w.pages, ("r" in w.access) | ("w" in w.access) << 1, sum(1 << f for f in w.paths),
-             w.interrupt or w.per_source, None if w.sources is None else sorted(w.sources),
-             None if (w.interrupt or w.per_source) else w.memory)
+             w.interrupt, None if w.sources is None else sorted(w.sources),
+             None if w.interrupt else [w.memory_of(p) for p in peers] if w.per_source else w.memory)
             for w in core.avt.windows])
         self.blocks: dict[int, Op] = {}
         self.keys = 0

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from pktwayd import constants as K
 from pktwayd import messages as M
 from pktwayd.constants import ADDR_HEY_YOU, PT, ErrTE, RrpTE
-from pktwayd.eep import Packet, decode
+from pktwayd.eep import L2RH, Packet, decode
 from pktwayd.ippacket import checksum, parse, too_big
 from pktwayd.ipnode import IpNode, plateau_below
 from pktwayd.rrp import Addr, Ladr, Mtur, Name, Srqr
@@ -39,8 +39,13 @@ def tun(actions):
     return [a[1] for a in actions if a[0] == "tun"]
 
 
+def alive(n: IpNode, t: float, route=b"r") -> None:
+    """My router says something (its INFO) at ``t``."""
+    n.from_pw_bytes(M.info(ME, 0x50, 0x50, None, ()).encode(), "pw0", route, t)
+
+
 def node(**kw) -> IpNode:
-    return IpNode(ME, peers={B4: PEER, B6: PEER}, name=A4.encode(), **kw)
+    return IpNode(ME, peers={B4: PEER, B6: PEER}, name=A4.encode(), **{"router": b"r"} | kw)
 
 
 # --- ippacket ---------------------------------------------------------------------------------
@@ -120,19 +125,22 @@ def test_mtu_follows_the_route_at_bring_up_then_icmp_per_destination():
 
 
 def test_pw0_mtu_follows_the_routes_every_recheck():
-    n = IpNode(ME, peers={B4: PEER, C4: OTHER}, mtu_recheck=30.0)
+    n = IpNode(ME, peers={B4: PEER, C4: OTHER}, mtu_recheck=30.0, router=b"r")
     assert pw(n.handle_timer(500.0)) == [] and not n.mtu_queries  # nothing asked before start (no port yet)
     n.now = 0.0
     n.start()
     assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 8192)]), b"r") == []  # waits for every peer
     assert n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 1024)]), b"r") == [("mtu", 8192 - 24)]
-    assert n.timer() == 30.0 and n.handle_timer(29.0) == []
+    assert n.timer() == K.IP_ROUTER_PROBE_S  # my router's probe comes first
+    alive(n, 29.0)
+    assert n.handle_timer(29.0) == []
     asks = pw(n.handle_timer(30.0))
     assert sorted(M.records(p)[0].addr for p in asks if p.te == RrpTE.GVL2) == [PEER, OTHER]
     n.from_pw(M.l2sr(ME, 0x50, OTHER, [(2, (), 2048)]), b"r")  # grew
     assert n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 4096)]), b"r") == [("mtu", 2048 * 8 - 24)]
     sent = n.counters["gvl2_sent"]
     for t in (60.0, 61.5, 62.5, 63.5):  # nobody answers: asked 3 times, then pw0 keeps what it had
+        alive(n, t)
         n.handle_timer(t)
     assert n.counters["gvl2_sent"] - sent == 2 * K.IP_RESOLVE_TRIES and n.counters["mtu_query_unanswered"] == 2
     assert n.mtu == 2048 * 8 - 24 and n.counters["mtu_changed"] == 2
@@ -143,7 +151,8 @@ def test_no_recheck_when_fixed_or_disabled():
         n = node(**kw)
         assert [p.te for p in pw(n.start())] == [RrpTE.INFO, RrpTE.GVL2]  # per-destination limits all the same
         n.from_pw(M.l2sr(ME, 0x50, PEER, [(2, (), 1024)]), b"r")
-        assert n.timer() == n.now + 1.0 and not [p for p in pw(n.handle_timer(1000.0)) if p.te == RrpTE.GVL2]
+        assert n.timer() == K.IP_ROUTER_PROBE_S  # my router's probe only
+        assert not [p for p in pw(n.handle_timer(1000.0)) if p.te == RrpTE.GVL2]
 
 
 def test_unanswered_mtu_query_falls_back_to_a_plateau():
@@ -203,7 +212,7 @@ def test_multicast_and_broadcast_go_to_logical_addresses():
 
 
 def test_groups_announced_and_received():
-    n = IpNode(ME, name=A4.encode(), groups=["239.1.2.3"])
+    n = IpNode(ME, name=A4.encode(), groups=["239.1.2.3"], router=b"r")
     ladr = M.records(pw(n.start())[0])[-1]
     assert set(ladr.addrs) == {0xE00001, 0xE80001, 0xE10203}
     for dst, logical in (("239.1.2.3", 0xE10203), ("224.0.0.1", 0xE00001), ("255.255.255.255", 0x7FFFFF)):
@@ -310,11 +319,16 @@ def test_hostile_san_bytes_never_raise(data):
 @settings(max_examples=300, deadline=None)  # CPU time varies with the shared machine's load
 @given(st.sampled_from([PT.RRP, PT.ERR, 0x0800, 0x86DD]), st.integers(0, 12), st.binary(max_size=300))
 def test_hostile_packets_of_every_type_never_raise(pt, te, data):
-    n = node()
-    n.from_tun(v4(dst=C4), 0)
-    n.from_pw(Packet(dt=ME, sa=OTHER, pt=pt, te=te, data=data), b"r")
-    n.from_pw(Packet(dt=ME, sa=OTHER, pt=PT.ERR, te=ErrTE.GENERAL,
-                     data=Packet(dt=PEER, sa=ME, pt=0x0800, data=data).encode()), b"r")
+    asking = node(router=None, routers=[b"r"])  # no router yet: asking b"r" which to use (HRTO)
+    asking.start()
+    for n in (node(), asking):
+        n.own_route = b"me"
+        n.from_tun(v4(dst=C4), 0)
+        for dt in (ME, ADDR_HEY_YOU):
+            n.from_pw(Packet(dt=dt, sa=OTHER, pt=pt, te=te, data=data), b"r")
+        n.from_pw(Packet(dt=ME, sa=OTHER, pt=PT.ERR, te=ErrTE.GENERAL,
+                         data=Packet(dt=PEER, sa=ME, pt=0x0800, data=data).encode()), b"r")
+        n.handle_timer(K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S)
 
 
 @given(st.binary(max_size=300))
@@ -379,7 +393,7 @@ def test_only_my_routers_redirects_and_only_asked_infos_count():
     n = node(router=b"r")
     assert redirected(n, route=b"evil") == [] and not n.redirects  # not my router's frame
     assert n.counters["rdrc_not_from_my_router"] == 1
-    assert redirected(node(), route=b"r") == []  # no router known: no redirect obeyed
+    assert redirected(node(router=None), route=b"r") == []  # no router known: no redirect obeyed
     n.from_pw(M.info(ME, BUDDY, BUDDY, None, ()), b"evil")  # an INFO I did not ask for
     assert not n.native
     redirected(n)
@@ -400,9 +414,119 @@ def test_redirects_are_bounded_and_unanswered_wrus_expire():
     n.handle_timer(K.IP_RESOLVE_RETRY_S)
     assert not n.wru_asked and n.counters["redirect_wru_unanswered"] == K.IP_REDIRECTS_MAX
     assert redirected(n, d=0x1000, h=0x2000, now=K.IP_RESOLVE_RETRY_S) == []  # unanswered: quiet for a while ...
-    later = K.IP_RESOLVE_RETRY_S + K.IP_REDIRECT_TTL_S
+    later = K.IP_RESOLVE_RETRY_S + K.IP_WRU_QUIET_S
     n.handle_timer(later)
     assert not n.wru_quiet and pw(redirected(n, d=0x1000, h=0x2000, now=later))[0].te == RrpTE.WRU  # ... then asked again
+
+
+def test_two_pw0_nodes_of_one_san_learn_each_other_through_a_redirect():
+    """A's router redirects A to B (RDRC(B, B): "B is on your SAN"); A's WRU goes through the
+    router carrying A's native route, B answers there straight, A learns B's own route."""
+    a, b = node(router=b"ra"), IpNode(PEER, peers={A4: ME}, name=B4.encode(), router=b"rb")
+    a.own_route, b.own_route = b"A-ula", b"B-ula"
+    ((_, wru, via),) = redirected(a, d=PEER, h=PEER, route=b"ra")
+    assert via is None and wru.dt == PEER and M.records(wru) == [Srqr(0, (L2RH(b"A-ula"),))]
+    ((_, info, back),) = b.from_pw(wru, b"rb")  # the router hairpinned it: its own route
+    assert back == b"A-ula" and info.dt == ME and b.counters["wru_answered_direct"] == 1
+    a.from_pw(info, b"B-ula")
+    assert a.native == {PEER: b"B-ula"} and a.from_tun(v4(), 0.1)[0][2] == b"B-ula"
+    # asked again within the retry period: answered through the router (no reflector)
+    assert b.from_pw(wru, b"rb")[0][2] == b"rb" and b.counters["wru_direct_held"] == 1
+    b.now = K.IP_RESOLVE_RETRY_S
+    assert b.from_pw(wru, b"rb")[0][2] == b"A-ula"
+
+
+def test_wru_answered_the_way_it_came_unless_through_my_router_with_a_route():
+    b = IpNode(PEER, name=B4.encode(), router=b"rb")
+    b.own_route = b"B-ula"
+    said = [Srqr(0, (L2RH(b"A-ula"),))]
+    cases = [(M.rrp(RrpTE.WRU, PEER, ME, said), b"other"),  # not through my router
+             (M.rrp(RrpTE.WRU, PEER, ME, []), b"rb"),  # no route said
+             (M.rrp(RrpTE.WRU, ADDR_HEY_YOU, ME, said), b"rb"),  # not to me by address
+             (M.rrp(RrpTE.WRU, PEER, ME, [Srqr(0, (L2RH(b"rb"),))]), b"rb"),  # my router's own route
+             (M.rrp(RrpTE.WRU, PEER, ME, [Srqr(0, (L2RH(b"B-ula"),))]), b"rb"),  # mine
+             (M.rrp(RrpTE.WRU, PEER, ME, said + said), b"rb"),
+             (Packet(dt=PEER, sa=ME, pt=PT.RRP, te=RrpTE.WRU, data=b"\xff" * 8), b"rb")]  # not records
+    for wru, route in cases:
+        ((_, info, back),) = b.from_pw(wru, route)
+        assert back == route and info.te == RrpTE.INFO
+    assert not b.counters["wru_answered_direct"]
+
+
+def test_direct_wru_answers_are_bounded():
+    b = IpNode(PEER, name=B4.encode(), router=b"rb")
+    said = [Srqr(0, (L2RH(b"A-ula"),))]
+    for i in range(K.IP_REDIRECTS_MAX + 3):
+        b.from_pw(M.rrp(RrpTE.WRU, PEER, 0x1000 + i, said), b"rb")
+    assert b.counters["wru_answered_direct"] == K.IP_REDIRECTS_MAX and b.counters["wru_direct_refused_full"] == 3
+    b.now = K.IP_RESOLVE_RETRY_S  # the old ones expired: room again
+    assert b.from_pw(M.rrp(RrpTE.WRU, PEER, 0x7000, said), b"rb")[0][2] == b"A-ula"
+    assert len(b.wru_direct) == 1
+
+
+# --- level C: which router? (HRTO) ---------------------------------------------------------------------
+def hrtos(actions):
+    return [(a[1].te, a[2]) for a in actions if a[0] == "pw" and a[1].te in (RrpTE.HRTO, RrpTE.INFO)]
+
+
+def test_without_a_router_ask_the_known_ones_which_to_use():
+    n = node(router=None, routers=[b"r1", b"r2"])
+    out = n.start()
+    # announce myself to each (they answer HRTO for nodes of their SAN only), then HRTO(my first peer)
+    assert hrtos(out) == [(RrpTE.INFO, b"r1"), (RrpTE.HRTO, b"r1"), (RrpTE.INFO, b"r2"), (RrpTE.HRTO, b"r2")]
+    assert M.records(pw(out)[1]) == [Addr(PEER)] and pw(out)[1].dt == ADDR_HEY_YOU
+    assert n.from_tun(v4(), 0)[0][2] is None  # no router: the driver counts the drop
+    assert n.timer() == K.IP_HRTO_RETRY_S and hrtos(n.handle_timer(0.5)) == []
+    assert len(hrtos(n.handle_timer(K.IP_HRTO_RETRY_S))) == 4  # nobody answered: asked again
+    # r2 answers RDRC(PEER, r2): "use me" - r2 is my router; the redirect from r1 later does not move it
+    out = n.from_pw(M.rdrc(ME, 0x52, PEER, 0x52), b"r2")
+    assert n.router == b"r2" and n.hrs[b"r2"] == 0x52 and n.counters["router_chosen"] == 1
+    assert [p.te for p in pw(out)][:2] == [RrpTE.INFO, RrpTE.GVL2]  # announced, the route's MTU asked of it
+    n.from_pw(M.rdrc(ME, 0x50, PEER, 0x50), b"r1")
+    assert n.router == b"r2" and n.counters["rdrc_not_from_my_router"] == 1
+    assert n.timer() == K.IP_HRTO_RETRY_S + K.IP_ROUTER_PROBE_S  # now the probe of my router
+
+
+def test_a_silent_router_is_probed_then_replaced():
+    n = node(routers=[b"r2"], mtu=1400)
+    n.start()
+    assert pw(n.handle_timer(K.IP_ROUTER_PROBE_S - 1)) == []
+    alive(n, 4.0)  # heard: no probe due at 5
+    assert [p for p in pw(n.handle_timer(K.IP_ROUTER_PROBE_S)) if p.te == RrpTE.WRU] == []
+    t = 4.0 + K.IP_ROUTER_PROBE_S
+    while n.timer() < 4.0 + K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S:  # quiet: probed every period
+        t = n.timer()
+        out = n.handle_timer(t)
+        assert [(p.te, p.dt) for p in pw(out)] == [(RrpTE.WRU, ADDR_HEY_YOU)] and out[0][2] is None
+    assert n.counters["router_probed"] == K.IP_ROUTER_MISSES - 1 and n.router == b"r"
+    out = n.handle_timer(4.0 + K.IP_ROUTER_MISSES * K.IP_ROUTER_PROBE_S)
+    assert n.router is None and n.counters["router_silent"] == 1
+    assert [r for te, r in hrtos(out) if te == RrpTE.HRTO] == [b"r", b"r2"]  # the silent one may come back
+    n.from_pw(M.rdrc(ME, 0x52, PEER, 0x52), b"r2")
+    assert n.router == b"r2"
+
+
+def test_a_routers_power_up_wru_makes_it_known_and_answers_choose_it():
+    n = node(router=None)
+    assert n.start() == [] and n.counters["hrto_no_router_known"] == 1
+    out = n.from_pw(M.rrp(RrpTE.WRU, ADDR_HEY_YOU, 0x50, [Addr(ADDR_HEY_YOU)]), b"r1")
+    assert out[0][2] == b"r1" and n.hrs == {b"r1": 0x50} and n.counters["hr_heard"] == 1  # answered, kept
+    assert hrtos(n.handle_timer(K.IP_HRTO_RETRY_S))[1] == (RrpTE.HRTO, b"r1")
+    # "PEER is on your SAN": r1 becomes my router and the redirect is obeyed (WRU to PEER through it)
+    out = n.from_pw(M.rdrc(ME, 0x50, PEER, PEER), b"r1")
+    assert n.router == b"r1" and n.redirects[PEER][0] == PEER
+    assert [p.dt for p in pw(out) if p.te == RrpTE.WRU] == [PEER]
+
+
+def test_known_routers_are_bounded_and_unasked_answers_choose_nothing():
+    n = node(router=None)
+    n.start()
+    for i in range(K.IP_HRS_MAX + 4):
+        n.from_pw(M.rrp(RrpTE.WRU, ADDR_HEY_YOU, 0x100 + i, []), bytes([i]))
+    assert len(n.hrs) == K.IP_HRS_MAX
+    n.from_pw(M.rdrc(ME, 0x50, PEER, 0x50), b"\x01")  # known, but not asked yet this round
+    assert n.router is None
+    assert len(hrtos(n.handle_timer(K.IP_HRTO_RETRY_S))) == 2 * K.IP_HRS_MAX
 
 
 @settings(max_examples=200, deadline=None)
@@ -489,3 +613,14 @@ def test_configured_peers_take_the_short_path_with_the_same_checks():
     assert fast.counters == n.counters
     bad = Packet(dt=ME, sa=PEER, pt=0x86DD, data=v4(src=B4, dst=A4))  # PT and IP version disagree
     assert fast.from_pw(bad, b"r") == [] and fast.counters["rx_drop_bad_ip"] == 1
+
+
+def test_ip_cli_router_errors_are_one_line():
+    from click.testing import CliRunner
+
+    from pktwayd.cli import pktway_main
+
+    for args, needle in ((["--ib", "0x1,127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"], "need at least one --router"),
+                         (["--ulp", "/nonexistent", "--router", "zz"], "--router")):
+        r = CliRunner().invoke(pktway_main, ["ip", "--addr", "0x40", *args])
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +95,7 @@ def summary(net: Net, ops):
     return ([(o.done, o.error, o.result, dict(o.packets)) for o in ops],
             {me: net.counters(me) for me in (A, B)},
             {me: {k: p.state for k, p in c.bte.paths.items()} for me, c in net.cores.items()},
-            [bytes(w.memory) for w in net.cores[B].avt.windows if not w.per_source],
+            [bytes(w.memory_of(A)) for w in net.cores[B].avt.windows],  # a per-source window: A's own
             sorted(net.sent), list(net.cores[B].blocks))
 
 
@@ -181,3 +182,11 @@ def test_a_waiting_write_gets_a_tid_back_before_the_block_ends():
     assert not blk.done and w.error is None, "the write finished while the block was still running"
     net.run()
     assert blk.done and blk.error is None and net.cores[B].blocks[-1]["intact"]
+
+
+def test_engine_per_source_window_needs_one_buffer_per_peer():
+    e = _snetnode.Engine(B, [A, 0x0c001], False, 0.05)
+    for bad in ([bytearray(4096)], [bytearray(4096), bytearray(100)], [bytearray(4096), b"read-only" * 500]):
+        with pytest.raises((ValueError, TypeError, BufferError)):
+            e.set_windows([(0x400, 1, 3, 3, False, None, bad)])
+    e.set_windows([(0x400, 1, 3, 3, False, None, [bytearray(4096), bytearray(4096)])])
