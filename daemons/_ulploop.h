@@ -144,19 +144,23 @@ static int ul_sendable(Core *s, const UlClient *c, const uint8_t *f, Py_ssize_t 
 }
 
 /* Does the client's next frame wait for room (Python's wait_room: a SEND while its VC
- * holds more than `high` micropackets)?  Peeks at the header only. */
+ * holds more than `high` micropackets)?  Peeks at the header, the first bytes of the
+ * payload and the frame's size: only a SEND C would queue waits; one that is refused
+ * (or that Python answers) is read and answered at once, as io/ulp.py checks a SEND
+ * before it waits for room.  A client that has hung up (c->hup) waits for nothing: it
+ * can send no more, so what its socket holds is read at once and its end is seen. */
 static int ul_must_wait(Core *s, UlClient *c, Py_ssize_t high)
 {
-    if (s->state != ST_UP)
+    if (s->state != ST_UP || c->hup)
         return 0;
     int full = 0;
     for (int v = 0; v < RA_VCS; v++)
         full |= s->q[v].count > high;
     if (!full)
         return 0;
-    uint8_t h[UL_HEADER];
-    ssize_t k = recv(c->fd, h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
-    if (k < 2 || h[0] != UL_OP_SEND || h[1] > 3 || s->q[h[1]].count <= high)
+    uint8_t h[UL_HEADER + sizeof ul_notice_protocol];
+    ssize_t k = recv(c->fd, h, sizeof h, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
+    if (k < UL_HEADER || !ul_sendable(s, c, h, k) || s->q[h[1]].count <= high)
         return 0;
     c->parked = h[1];
     s->dp->ulp.counters[UL_PARKED]++;
@@ -219,8 +223,9 @@ static int ul_poll_fill(Core *s, struct pollfd *fds, Py_ssize_t high)
         UlClient *c = &u->c[i];
         if (c->parked >= 0 && (s->q[c->parked].count <= high || s->state != ST_UP))
             c->parked = -1;
-        fds[i].fd = c->closed || c->parked >= 0 ? -1 : c->fd;
-        fds[i].events = POLLIN, fds[i].revents = 0;
+        /* a parked client is polled for its end only (its next frame waits in the socket) */
+        fds[i].fd = c->closed ? -1 : c->fd;
+        fds[i].events = c->parked >= 0 ? POLLRDHUP : POLLIN | POLLRDHUP, fds[i].revents = 0;
     }
     return u->n;
 }
@@ -231,7 +236,10 @@ static Py_ssize_t ul_poll_read(Core *s, struct pollfd *fds, int n, Py_ssize_t hi
     Py_ssize_t got = 0;
     for (int i = 0; i < n; i++)
         if (fds[i].fd >= 0 && fds[i].revents) {
-            Py_ssize_t k = ul_read(s, &s->dp->ulp.c[i], high);
+            UlClient *c = &s->dp->ulp.c[i];
+            if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                c->hup = 1, c->parked = -1;
+            Py_ssize_t k = ul_read(s, c, high);
             if (k < 0)
                 return -1;
             got += k;
@@ -269,7 +277,7 @@ static PyObject *Core_ulp_client(Core *s, PyObject *args)
     }
     if (!c) {
         c = &u->c[u->n++];
-        c->closed = 0, c->parked = -1;
+        c->closed = c->hup = 0, c->parked = -1;
     }
     c->fd = fd, c->privileged = priv, c->direct = direct, c->nets = (int)(ets.len / 2);
     for (int k = 0; k < c->nets; k++)

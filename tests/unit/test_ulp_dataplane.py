@@ -239,6 +239,42 @@ def test_a_send_waits_in_the_socket_while_its_vc_is_full(rig):
     assert rig.dps[0].counters("ulp", {})["tx_direct"] == 3
 
 
+def test_a_refused_send_is_answered_at_once_while_its_vc_is_full(rig):
+    srv = server(rig, 0)
+    p = rig.pair()
+    client = attach(srv, p)
+    client.privileged = False
+    srv._sync(client)
+    refused = [Frame(Op.SEND, 1, C.ETHERTYPE_IPV4, ULAS[1], b"ip"),  # unprivileged
+               Frame(Op.SEND, 1, 0x88B7, ULAS[1], C.ULP_NOTICE_PROTOCOL + b"x")]  # gsnd's notices
+    for f in refused:
+        p.app.send(f.encode())
+    for f in refused:  # every VC "full": still read at once, handed up and answered
+        ran, events = run(rig, 0, 0.03, high=-1)
+        assert [type(e) for e in events] == [UlpFrameIn]
+        srv.frame_in(events[0].fd, events[0].data, events[0].size)
+    assert [f.op for f in p.frames()] == [Op.ERROR, Op.ERROR]
+    assert srv.counters["tx_refused_unprivileged"] == srv.counters["tx_refused_reserved_protocol"] == 1
+    assert "tx_waited_for_room" not in rig.dps[0].counters("ulp", {})
+
+
+def test_a_parked_clients_end_is_seen_at_once_and_its_sends_still_leave(rig):
+    srv = server(rig, 0)
+    p = rig.pair()
+    client = attach(srv, p)
+    sent = [Frame(Op.SEND, 2, ET, ULAS[1], bytes([i]) * 4000) for i in range(3)]
+    for f in sent:
+        p.app.send(f.encode())
+    run(rig, 0, 0.03, high=-1)
+    assert rig.dps[0].counters("ulp", {}) == {"tx_waited_for_room": 1}  # parked, its SENDs unread
+    p.app.close()
+    ran, events = run(rig, 0, 0.5, high=-1)  # the VC is still "full": the end is seen now
+    assert events == [UlpClosed(p.gsnd.fileno())]
+    srv.closed(events[0].fd)
+    assert client.closed.is_set()
+    assert rig.dps[0].counters("ulp", {})["tx_direct"] == 3  # what it sent before its end, once
+
+
 def test_the_clients_end_goes_up_and_it_is_polled_no_more(rig):
     srv = server(rig, 0)
     p = rig.pair()
