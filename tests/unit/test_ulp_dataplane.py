@@ -251,7 +251,7 @@ def test_a_refused_send_is_answered_at_once_while_its_vc_is_full(rig):
         p.app.send(f.encode())
     for f in refused:  # every VC "full": still read at once, handed up and answered
         ran, events = run(rig, 0, 0.03, high=-1)
-        assert [type(e) for e in events] == [UlpFrameIn]
+        assert [type(e) for e in events] == [UlpFrameIn] and events[0].data == f.encode()
         srv.frame_in(events[0].fd, events[0].data, events[0].size)
     assert [f.op for f in p.frames()] == [Op.ERROR, Op.ERROR]
     assert srv.counters["tx_refused_unprivileged"] == srv.counters["tx_refused_reserved_protocol"] == 1
