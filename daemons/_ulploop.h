@@ -38,6 +38,8 @@
 static const uint8_t ul_notice_protocol[5] = {0x02, 0x47, 0x53, 0x00, 0x01}; /* constants.ULP_NOTICE_PROTOCOL */
 
 static int dp_for_us(DataPlane *dp, const uint8_t *d_ula);
+
+#include "_ulpraw.h"
 static PyObject *ev_ulp_frame, *ev_ulp_closed; /* set by setup_ulp() */
 
 /* One Message from its fields onto vc's queue (a PyMem block, the fused encode): the
@@ -180,10 +182,11 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
             char buf[CMSG_SPACE(sizeof(struct ucred))];
             struct cmsghdr align;
         } cbuf;
-        struct iovec iov = {u->buf, (size_t)u->buf_len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
-                            .msg_controllen = sizeof cbuf.buf};
-        ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_TRUNC);
+        struct msghdr mh = {.msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+        const uint8_t *f;
+        ssize_t n = ul_raw_recv(u, c, &mh, &f);
+        if (n == -2)
+            return -1;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         if (n < 0 && errno == ECONNRESET) { /* it closed with RECVs unread: the kernel reports that */
@@ -195,7 +198,6 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
             return add_event(s, PyObject_CallFunction(ev_ulp_closed, "i", c->fd)) < 0 ? -1 : got;
         }
         got++;
-        const uint8_t *f = u->buf;
         if (!ul_sendable(s, c, f, n)) {
             u->counters[UL_FRAMES_UP]++;
             Py_ssize_t kept = n < u->buf_len ? n : u->buf_len;
@@ -203,14 +205,15 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
                            < 0 ? -1 : got;
         }
         Py_ssize_t plen = n - UL_HEADER;
-        if (ul_enqueue(s, f[1], f + 4, dp->ula, ((unsigned)f[2] << 8) | f[3], f + UL_HEADER, plen) < 0)
+        int vc = f[1], raw = ul_queue_raw(s, u, f, n);
+        if (raw < 0 || (!raw && ul_enqueue(s, vc, f + 4, dp->ula, ((unsigned)f[2] << 8) | f[3], f + UL_HEADER, plen) < 0))
             return -1;
         u->counters[UL_TX_MESSAGES]++;
         u->counters[UL_TX_DIRECT]++;
         dp->counters[DP_EP_TX_MESSAGES]++;
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
-        dp->tx_vc[0][f[1]]++;
-        dp->tx_vc[1][f[1]] += (uint64_t)plen;
+        dp->tx_vc[0][vc]++;
+        dp->tx_vc[1][vc] += (uint64_t)plen;
     }
     return got;
 }

@@ -47,6 +47,7 @@ typedef struct {
     int n;
     UlClient c[UL_CLIENTS];
     uint8_t *buf; /* one receive buffer for every client: a whole frame and one byte more */
+    uint8_t *rbuf; /* a transmit pool buffer a frame is read into first (_ulpraw.h), or NULL */
     Py_ssize_t buf_len;
     uint64_t counters[UL_N];
 } UlpReg;
