@@ -15,6 +15,11 @@
 #define GSN_ULPRAW_H
 
 #define UL_RAW_AT (RA_PREFIX - UL_HEADER) /* where a frame is read in the pool buffer */
+/* Queued raw from 1024 micropackets (a payload of 32,713 bytes) up: a queued raw chunk
+ * holds a whole pool buffer (64 KiB), so a smaller Message is encoded at once and the
+ * buffer read into again; what a VC queue of HIGH_WATER_MPS holds in pool buffers stays
+ * within 8 of them. */
+#define UL_RAW_MIN 1024
 #define UL_RAW_CAP ((Py_ssize_t)TX_BUF_BYTES - UL_RAW_AT)
 
 /* One frame from c (recvmsg flags MSG_DONTWAIT | MSG_TRUNC) into the pool buffer, the
@@ -50,7 +55,7 @@ static int ul_queue_raw(Core *s, UlpReg *u, const uint8_t *f, Py_ssize_t n)
     Py_ssize_t plen = n - UL_HEADER;
     uint64_t m_len = RA_LLC + (uint64_t)plen;
     Py_ssize_t nmps = (Py_ssize_t)((RA_MAC + m_len + MP_DATA - 1) / MP_DATA);
-    if (f != u->rbuf + UL_RAW_AT || nmps < TX_RAW_MIN)
+    if (f != u->rbuf + UL_RAW_AT || nmps < UL_RAW_MIN)
         return 0;
     int vc = f[1];
     VcQueue *q = &s->q[vc];
