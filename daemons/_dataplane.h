@@ -76,6 +76,7 @@ static void dp_free(DataPlane *dp)
         return;
     ra_free(&dp->ra);
     PyMem_Free(dp->ulp.buf);
+    PyMem_Free(dp->ulp.rbuf);
     PyMem_Free(dp->rbuf);
     Py_CLEAR(dp->auth);
     PyMem_Free(dp);

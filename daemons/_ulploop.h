@@ -38,6 +38,8 @@
 static const uint8_t ul_notice_protocol[5] = {0x02, 0x47, 0x53, 0x00, 0x01}; /* constants.ULP_NOTICE_PROTOCOL */
 
 static int dp_for_us(DataPlane *dp, const uint8_t *d_ula);
+
+#include "_ulpraw.h"
 static PyObject *ev_ulp_frame, *ev_ulp_closed; /* set by setup_ulp() */
 
 /* One Message from its fields onto vc's queue (a PyMem block, the fused encode): the
@@ -144,19 +146,23 @@ static int ul_sendable(Core *s, const UlClient *c, const uint8_t *f, Py_ssize_t 
 }
 
 /* Does the client's next frame wait for room (Python's wait_room: a SEND while its VC
- * holds more than `high` micropackets)?  Peeks at the header only. */
+ * holds more than `high` micropackets)?  Peeks at the header, the first bytes of the
+ * payload and the frame's size: only a SEND C would queue waits; one that is refused
+ * (or that Python answers) is read and answered at once, as io/ulp.py checks a SEND
+ * before it waits for room.  A client that has hung up (c->hup) waits for nothing: it
+ * can send no more, so what its socket holds is read at once and its end is seen. */
 static int ul_must_wait(Core *s, UlClient *c, Py_ssize_t high)
 {
-    if (s->state != ST_UP)
+    if (s->state != ST_UP || c->hup)
         return 0;
     int full = 0;
     for (int v = 0; v < RA_VCS; v++)
         full |= s->q[v].count > high;
     if (!full)
         return 0;
-    uint8_t h[UL_HEADER];
-    ssize_t k = recv(c->fd, h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
-    if (k < 2 || h[0] != UL_OP_SEND || h[1] > 3 || s->q[h[1]].count <= high)
+    uint8_t h[UL_HEADER + sizeof ul_notice_protocol];
+    ssize_t k = recv(c->fd, h, sizeof h, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
+    if (k < UL_HEADER || !ul_sendable(s, c, h, k) || s->q[h[1]].count <= high)
         return 0;
     c->parked = h[1];
     s->dp->ulp.counters[UL_PARKED]++;
@@ -176,10 +182,11 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
             char buf[CMSG_SPACE(sizeof(struct ucred))];
             struct cmsghdr align;
         } cbuf;
-        struct iovec iov = {u->buf, (size_t)u->buf_len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
-                            .msg_controllen = sizeof cbuf.buf};
-        ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_TRUNC);
+        struct msghdr mh = {.msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+        const uint8_t *f;
+        ssize_t n = ul_raw_recv(u, c, &mh, &f);
+        if (n == -2)
+            return -1;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         if (n < 0 && errno == ECONNRESET) { /* it closed with RECVs unread: the kernel reports that */
@@ -191,7 +198,6 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
             return add_event(s, PyObject_CallFunction(ev_ulp_closed, "i", c->fd)) < 0 ? -1 : got;
         }
         got++;
-        const uint8_t *f = u->buf;
         if (!ul_sendable(s, c, f, n)) {
             u->counters[UL_FRAMES_UP]++;
             Py_ssize_t kept = n < u->buf_len ? n : u->buf_len;
@@ -199,14 +205,15 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
                            < 0 ? -1 : got;
         }
         Py_ssize_t plen = n - UL_HEADER;
-        if (ul_enqueue(s, f[1], f + 4, dp->ula, ((unsigned)f[2] << 8) | f[3], f + UL_HEADER, plen) < 0)
+        int vc = f[1], raw = ul_queue_raw(s, u, f, n);
+        if (raw < 0 || (!raw && ul_enqueue(s, vc, f + 4, dp->ula, ((unsigned)f[2] << 8) | f[3], f + UL_HEADER, plen) < 0))
             return -1;
         u->counters[UL_TX_MESSAGES]++;
         u->counters[UL_TX_DIRECT]++;
         dp->counters[DP_EP_TX_MESSAGES]++;
         dp->counters[DP_EP_TX_BYTES] += (uint64_t)plen;
-        dp->tx_vc[0][f[1]]++;
-        dp->tx_vc[1][f[1]] += (uint64_t)plen;
+        dp->tx_vc[0][vc]++;
+        dp->tx_vc[1][vc] += (uint64_t)plen;
     }
     return got;
 }
@@ -219,8 +226,9 @@ static int ul_poll_fill(Core *s, struct pollfd *fds, Py_ssize_t high)
         UlClient *c = &u->c[i];
         if (c->parked >= 0 && (s->q[c->parked].count <= high || s->state != ST_UP))
             c->parked = -1;
-        fds[i].fd = c->closed || c->parked >= 0 ? -1 : c->fd;
-        fds[i].events = POLLIN, fds[i].revents = 0;
+        /* a parked client is polled for its end only (its next frame waits in the socket) */
+        fds[i].fd = c->closed ? -1 : c->fd;
+        fds[i].events = c->parked >= 0 ? POLLRDHUP : POLLIN | POLLRDHUP, fds[i].revents = 0;
     }
     return u->n;
 }
@@ -231,7 +239,10 @@ static Py_ssize_t ul_poll_read(Core *s, struct pollfd *fds, int n, Py_ssize_t hi
     Py_ssize_t got = 0;
     for (int i = 0; i < n; i++)
         if (fds[i].fd >= 0 && fds[i].revents) {
-            Py_ssize_t k = ul_read(s, &s->dp->ulp.c[i], high);
+            UlClient *c = &s->dp->ulp.c[i];
+            if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                c->hup = 1, c->parked = -1;
+            Py_ssize_t k = ul_read(s, c, high);
             if (k < 0)
                 return -1;
             got += k;
@@ -269,7 +280,7 @@ static PyObject *Core_ulp_client(Core *s, PyObject *args)
     }
     if (!c) {
         c = &u->c[u->n++];
-        c->closed = 0, c->parked = -1;
+        c->closed = c->hup = 0, c->parked = -1;
     }
     c->fd = fd, c->privileged = priv, c->direct = direct, c->nets = (int)(ets.len / 2);
     for (int k = 0; k < c->nets; k++)

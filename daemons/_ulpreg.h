@@ -38,6 +38,7 @@ typedef struct {
     int direct;     /* C may write RECV frames: Python holds nothing for it (cleared by C on a refused write) */
     int closed;     /* C saw its end (or an error): Python forgets it */
     int parked;     /* the VC whose queue its next SEND waits for (wait_room), or -1 */
+    int hup;        /* it hung up: what its socket holds is read without waiting for room */
     int nets;
     uint16_t ets[UL_BINDINGS];
 } UlClient;
@@ -46,6 +47,7 @@ typedef struct {
     int n;
     UlClient c[UL_CLIENTS];
     uint8_t *buf; /* one receive buffer for every client: a whole frame and one byte more */
+    uint8_t *rbuf; /* a transmit pool buffer a frame is read into first (_ulpraw.h), or NULL */
     Py_ssize_t buf_len;
     uint64_t counters[UL_N];
 } UlpReg;

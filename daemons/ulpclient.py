@@ -81,7 +81,8 @@ class UlpClient:
         self.sock.sendmsg([HEADER.pack(Op.SEND, vc, ethertype, ula), payload])
 
     def recv(self, timeout: float | None = None) -> Frame:
-        self.sock.settimeout(timeout)
+        if self.sock.gettimeout() != timeout:  # settimeout is a syscall (FIONBIO) every time
+            self.sock.settimeout(timeout)
         buf = _recv_buffer()
         n = self.sock.recv_into(buf)
         if n == 0:  # gsnd never sends an empty frame

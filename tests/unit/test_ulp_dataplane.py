@@ -207,6 +207,44 @@ def test_sends_are_read_and_queued_in_c_on_every_vc(rig):
     assert rig.eps[0].status()["per_vc"]["tx_messages"] == [1, 1, 1, 1]
 
 
+# payload sizes about the edges of _ulpraw.h: encoded at once below 1024 micropackets
+# (32,713 bytes), queued raw from the pool buffer above, spilled into the receive buffer
+# past 65,618 bytes
+RAW_EDGES = st.one_of(st.integers(0, 40), st.integers(32700, 32730), st.integers(65600, 65640),
+                      st.sampled_from([131208, 200_000, 1 << 20]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.integers(0, 3), RAW_EDGES, st.integers(0, 255)), min_size=1, max_size=5))
+def test_sends_of_any_size_read_raw_or_encoded_arrive_whole_and_once(sends):
+    r = Rig()
+    r.bring_up()
+    tx, rx = Pair(4 << 20), Pair(4 << 20)
+    try:
+        srv = server(r, 0)
+        attach(srv, tx)
+        r.dps[1].ulp_client(rx.gsnd.fileno(), {ET}, False, True)
+        sent = [Frame(Op.SEND, vc, ET, ULAS[1], bytes([b]) * min(size, max_payload(vc)))
+                for vc, size, b in sends]
+        for f in sent:
+            tx.app.send(f.encode())
+        got: list[Frame] = []
+        for _ in range(200):
+            ran, events = run(r, 0, 0.005)
+            assert events == []  # every one queued in C
+            steps(r, 5)
+            got += rx.frames()
+            if len(got) >= len(sent):
+                break
+        by_vc = lambda f: f.vc  # noqa: E731  (in order within a VC; the VCs interleave)
+        assert sorted(got, key=by_vc) == sorted((Frame(Op.RECV, f.vc, ET, ULAS[0], f.payload) for f in sent), key=by_vc)
+        assert r.dps[0].counters("ulp", srv.counters)["tx_direct"] == len(sent)
+    finally:
+        tx.close()
+        rx.close()
+        r.close()
+
+
 def test_privileged_ethertypes_are_sent_only_by_privileged_clients(rig):
     srv = server(rig, 0)
     plain, root = rig.pair(), rig.pair()
@@ -237,6 +275,42 @@ def test_a_send_waits_in_the_socket_while_its_vc_is_full(rig):
     assert "tx_direct" not in c and c["tx_waited_for_room"] == 1
     run(rig, 0, 0.05)  # room again: the rest is read
     assert rig.dps[0].counters("ulp", {})["tx_direct"] == 3
+
+
+def test_a_refused_send_is_answered_at_once_while_its_vc_is_full(rig):
+    srv = server(rig, 0)
+    p = rig.pair()
+    client = attach(srv, p)
+    client.privileged = False
+    srv._sync(client)
+    refused = [Frame(Op.SEND, 1, C.ETHERTYPE_IPV4, ULAS[1], b"ip"),  # unprivileged
+               Frame(Op.SEND, 1, 0x88B7, ULAS[1], C.ULP_NOTICE_PROTOCOL + b"x")]  # gsnd's notices
+    for f in refused:
+        p.app.send(f.encode())
+    for f in refused:  # every VC "full": still read at once, handed up and answered
+        ran, events = run(rig, 0, 0.03, high=-1)
+        assert [type(e) for e in events] == [UlpFrameIn] and events[0].data == f.encode()
+        srv.frame_in(events[0].fd, events[0].data, events[0].size)
+    assert [f.op for f in p.frames()] == [Op.ERROR, Op.ERROR]
+    assert srv.counters["tx_refused_unprivileged"] == srv.counters["tx_refused_reserved_protocol"] == 1
+    assert "tx_waited_for_room" not in rig.dps[0].counters("ulp", {})
+
+
+def test_a_parked_clients_end_is_seen_at_once_and_its_sends_still_leave(rig):
+    srv = server(rig, 0)
+    p = rig.pair()
+    client = attach(srv, p)
+    sent = [Frame(Op.SEND, 2, ET, ULAS[1], bytes([i]) * 4000) for i in range(3)]
+    for f in sent:
+        p.app.send(f.encode())
+    run(rig, 0, 0.03, high=-1)
+    assert rig.dps[0].counters("ulp", {}) == {"tx_waited_for_room": 1}  # parked, its SENDs unread
+    p.app.close()
+    ran, events = run(rig, 0, 0.5, high=-1)  # the VC is still "full": the end is seen now
+    assert events == [UlpClosed(p.gsnd.fileno())]
+    srv.closed(events[0].fd)
+    assert client.closed.is_set()
+    assert rig.dps[0].counters("ulp", {})["tx_direct"] == 3  # what it sent before its end, once
 
 
 def test_the_clients_end_goes_up_and_it_is_polled_no_more(rig):

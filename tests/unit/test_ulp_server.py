@@ -327,3 +327,32 @@ def test_a_drained_burst_stops_after_max_bytes_so_the_client_reads_again_soon():
         assert len(client.drain()) == 2 and client.drain() == []
         a.send(frame)
         assert len(client.drain(max_bytes=1)) == 1  # always at least one
+
+
+def test_the_blocking_client_keeps_each_recvs_own_timeout(tmp_path):
+    """recv() sets the socket's timeout only when it changes (a syscall each time
+    otherwise); each call still waits exactly as long as it asks."""
+    import time
+
+    from daemons.ulpclient import UlpClient
+
+    path = str(tmp_path / "u.sock")
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    lsock.bind(path)
+    lsock.listen(1)
+    with lsock, UlpClient(path) as c:
+        peer, _ = lsock.accept()
+        with peer:
+            frame = Frame(Op.RECV, 1, 0x88B5, bytes(6), b"x")
+            for timeout in (0.05, 0.05, None, 0.02):
+                if timeout is None:
+                    peer.send(frame.encode())
+                    assert c.recv(timeout) == frame and c.sock.gettimeout() is None
+                    continue
+                t0 = time.monotonic()
+                try:
+                    c.recv(timeout)
+                    raise AssertionError("nothing was sent")
+                except TimeoutError:
+                    pass
+                assert time.monotonic() - t0 >= timeout * 0.9 and c.sock.gettimeout() == timeout
