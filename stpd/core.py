@@ -640,7 +640,8 @@ class StCore:
             self.counters[Drop.CTS_BEYOND_T_LEN] += 1
             return
         dc = self.p.data_vc
-        stu = min(1 << min(vc.peer_max_stu, vc.peer_bufsize, self.p.max_stu), K.VC_MAX_ST_PAYLOAD[dc])
+        stu = min(1 << min(vc.peer_max_stu, vc.peer_bufsize, self.p.max_stu), K.VC_MAX_ST_PAYLOAD[dc],
+                  K.VC_CREDIT_STU[dc])
         n = 0
         pos = start
         while pos < end:
