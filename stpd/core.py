@@ -620,6 +620,13 @@ class StCore:
         x.cts_req = cts_req
         while x.outstanding < cts_req and x.granted < self._nblocks(x):
             b = x.granted
+            if isinstance(x.buf, FileBuffer):  # memory in place before the CTS [SGI-GSN]
+                try:
+                    x.buf.reserve(b << x.blocksize, (b << x.blocksize) + self._block_len(x, b))
+                except BufferGone as exc:
+                    self.counters["rx_buffer_gone"] += 1
+                    self._finish(x, False, f"destination {exc}")
+                    return
             x.granted += 1
             x.outstanding += 1
             cts = self._hdr(x.vc, Op.CTS, param=x.blocksize, mx=0, bufx=(b << x.blocksize) >> self.p.bufsize,

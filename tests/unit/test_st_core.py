@@ -344,3 +344,33 @@ def test_data_stu_is_a_view_of_the_message_not_a_copy():
     assert h.op is Op.DATA and isinstance(rest, memoryview) and rest.obj is packet and rest == b"\x01\x02\x03"
     h, rest = decode(Header(Op.NOP).encode() + encode_options([(1, b"")]))
     assert isinstance(rest, bytes)
+
+
+def test_file_receive_allocates_each_block_before_its_cts_and_never_grows_the_file(tmp_path):
+    import os
+
+    from stpd.membuf import FdHandle, FileBuffer
+
+    p = Pair(Params(bufsize=16, max_stu=16, max_block=16, cts_req=2))
+    a_vc, b_vc = p.connect()
+    size = 5 << 16
+    fd = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT)
+    os.ftruncate(fd, size)
+    assert os.fstat(fd).st_blocks == 0  # a hole
+    p.b.post_receive(b_vc, FileBuffer(FdHandle(fd), size), p.now)
+    data = os.urandom(size)
+    p.a.send(a_vc, data, p.now)
+    (_, _, rts, _), = p.a.outgoing()
+    p.b.receive(A, rts, p.now)
+    answers = p.b.outgoing()
+    assert [decode(hdr)[0].op for _, _, hdr, _ in answers].count(Op.CTS) == 2
+    assert os.fstat(fd).st_blocks * 512 >= 2 << 16  # the two granted Blocks, before any DATA
+    os.ftruncate(fd, 3 << 16)  # the owner shrinks the file: later grants must not grow it
+    for _, _, hdr, payload in answers:
+        p.a.receive(B, hdr + bytes(payload), p.now)
+    p.pump(1000)
+    assert os.fstat(fd).st_size == 3 << 16
+    done = [e for e in p.ev[B] if isinstance(e, TransferDone)][0]
+    assert not done.ok and "truncated" in done.reason
+    assert os.pread(fd, 2 << 16, 0) == data[: 2 << 16]
+    os.close(fd)
