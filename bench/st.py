@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
 """ST goodput against TCP over gsn0, between the same two hosts, in one run (root).
 
-    sudo .venv/bin/python bench/st.py [--size-mib 1024]
+    sudo .venv/bin/python bench/st.py [--size-mib 1024] [--dir /dev/shm]
 
 Two hosts and a gsn-switch in namespaces.  (1) `stp send` of a --size-mib file on
-VC3 (mapped by stpd, no copy through the API socket); (2) iperf3 TCP over gsn0 for
-the same number of bytes.  Prints both in Gbit/s and the ratio ST/TCP
-(target: >= 1.2).
+VC3 (read by stpd through the passed descriptor, no copy through the API socket)
+into `stp recv` on the other host; (2) iperf3 TCP over gsn0 for the same number of
+bytes.  Prints both in Gbit/s and the ratio ST/TCP (target: >= 1.2).
+
+Both files live under --dir, tmpfs (/dev/shm) by default: iperf3 moves memory to
+memory, so ST does too; a disk directory measures the disk as well (on this
+project's VM a fresh ext4 file took up to ~10 ms per MiB of pwrite).
+
+CPU per GiB: each process's user+system CPU seconds (/proc/PID/stat) spent during
+the ST transfer, divided by the GiB moved: the cost per unit, which a loaded
+machine distorts far less than the rates.
 """
 
 from __future__ import annotations
@@ -14,41 +22,72 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lab.netns import BIN, Fabric, poll  # noqa: E402
 from stpd.client import StClient  # noqa: E402
 
+COST_OF = ("stpd1", "stpd2", "gsnd1", "gsnd2", "switch")
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU of process ``pid`` so far (0.0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--dir", default="/dev/shm", help="where the sent and received files live (default: tmpfs)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/st.py: needs root (network namespaces)", file=sys.stderr)
         return 1
+    if not os.path.isdir(args.dir):
+        print(f"bench/st.py: --dir {args.dir}: not a directory", file=sys.stderr)
+        return 1
     size = args.size_mib << 20
-    with Fabric(2, prefix="stb", keys=False) as fab:  # plain cables: the compiled data plane
-        apis = fab.start_stpds(fab.up(v6=False), "--log-level", "warning")
-        src = fab.tmp / "st.bin"
-        with open(src, "wb") as f:
-            for _ in range(args.size_mib):
-                f.write(os.urandom(1 << 20))
-        (fab.tmp / "in").mkdir()
-        rx = subprocess.Popen([str(BIN / "stp"), "--socket", apis[1], "recv", str(fab.tmp / "in")],
-                              stdout=subprocess.DEVNULL)
-        poll(lambda: 5001 in StClient(apis[1]).status()["listeners"], 10)
-        r = subprocess.run([str(BIN / "stp"), "--socket", apis[0], "send", "--vc", "3", str(src), "192.0.2.2"],
-                           capture_output=True, text=True, timeout=900)
-        rx.wait(60)
-        m = re.search(r"in ([\d.]+) s", r.stdout)
-        st_gbps = size * 8 / float(m.group(1)) / 1e9 if m else 0.0
-        tcp_gbps = fab.iperf3(1, 2, "-n", str(size))
+    files = Path(tempfile.mkdtemp(prefix="gsn-stbench-", dir=args.dir))
+    try:
+        with Fabric(2, prefix="stb", keys=False) as fab:  # plain cables: the compiled data plane
+            apis = fab.start_stpds(fab.up(v6=False), "--log-level", "warning")
+            src = files / "st.bin"
+            with open(src, "wb") as f:
+                for _ in range(args.size_mib):
+                    f.write(os.urandom(1 << 20))
+            (files / "in").mkdir()
+            rx = subprocess.Popen([str(BIN / "stp"), "--socket", apis[1], "recv", str(files / "in")],
+                                  stdout=subprocess.DEVNULL)
+            poll(lambda: 5001 in StClient(apis[1]).status()["listeners"], 10)
+            pids = {name: fab.procs[name].pid for name in COST_OF if name in fab.procs}
+            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            r = subprocess.run([str(BIN / "stp"), "--socket", apis[0], "send", "--vc", "3", str(src), "192.0.2.2"],
+                               capture_output=True, text=True, timeout=900)
+            rx.wait(60)
+            cost = {name: (cpu_seconds(pid) - cpu0[name]) / (size / (1 << 30)) for name, pid in pids.items()}
+            m = re.search(r"in ([\d.]+) s", r.stdout)
+            st_gbps = size * 8 / float(m.group(1)) / 1e9 if m else 0.0
+            if not m:
+                print(f"stp send failed: {r.stdout.strip()} {r.stderr.strip()}", file=sys.stderr)
+            tcp_gbps = fab.iperf3(1, 2, "-n", str(size))
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
     print(f"ST  ({args.size_mib} MiB on VC3)   {st_gbps:6.2f} Gbit/s")
     print(f"TCP ({args.size_mib} MiB, iperf3)  {tcp_gbps:6.2f} Gbit/s")
     print(f"ST/TCP                  {st_gbps / tcp_gbps if tcp_gbps else float('nan'):6.2f}   (target >= 1.2)")
+    print("CPU s/GiB during ST     " + "  ".join(f"{name} {c:.2f}" for name, c in cost.items())
+          + "   (stpd1 sends, stpd2 receives)")
+    print(f"load average            {os.getloadavg()[0]:.1f}")
     return 0
 
 

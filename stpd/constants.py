@@ -2,6 +2,7 @@
 
 import enum
 
+from daemons.constants import MP_DATA_BYTES, VC_BUFFER_MPS
 from daemons.wire.message import max_payload
 
 ETHERTYPE_ST = 0x8181  # FACT [ET]
@@ -97,6 +98,11 @@ END_RETRY, END_TRIES = 5.0, 3
 # 2,144 on VC0, 131,168 on VC1/VC2).  On VC3 the 32-bit M_len field is the cap
 # (gsn-harp.md §2), 17 bytes under st.md's 4,294,967,264.
 VC_MAX_ST_PAYLOAD = tuple(max_payload(vc) - HEADER_BYTES for vc in range(4))
+# [PC] An STU fills at most half of the receiving gsnd's buffer (its link credits) on
+# the data VC, rounded down to a power of two, so one Message streams in while the
+# one before it is handed to stpd: 256 KiB on VC3 (16,384 micropackets of 32 bytes),
+# 64 KiB on VC2.  A 1 MiB STU was twice VC3's whole buffer.
+VC_CREDIT_STU = tuple(1 << ((mps * MP_DATA_BYTES // 2).bit_length() - 1) for mps in VC_BUFFER_MPS)
 
 # --- stpd's local API socket [PC] -------------------------------------------------------------------
 API_MAX_MSG = 131072  # one request/answer datagram (inline data: 64 KiB, base64 in JSON)

@@ -446,7 +446,7 @@ class StCore:
         self._out.append((vc.peer, 0, ca.encode(), b""))
         self.counters["tx_CA"] += 1
 
-    def _on_ca(self, vc: Vc, src: bytes, h: Header, rest: bytes) -> None:
+    def _on_ca(self, vc: Vc, src: bytes, h: Header, rest: Bytes) -> None:
         if src != vc.peer or h.d_key != vc.local_key:
             self.counters[Drop.STRAY_CA] += 1
             return
@@ -465,26 +465,26 @@ class StCore:
         vc.our_slots_left = self.p.slots
         self._events.append(Connected(vc.vid))
 
-    def _on_rd(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_rd(self, vc: Vc, h: Header, rest: Bytes) -> None:
         self._move(vc, VcEvent.RD)
         self._abort_all(vc, "peer closed the connection")
         vc.tries, vc.deadline = 1, self.now + self.t.teardown
         self._emit(vc, self._hdr(vc, Op.DA, offset=vc.local_key), slot=False)
 
-    def _on_da(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_da(self, vc: Vc, h: Header, rest: Bytes) -> None:
         self._move(vc, VcEvent.DA)
         self._emit(vc, self._hdr(vc, Op.DC, offset=vc.local_key), slot=False)
         self._free(vc, "closed")
 
-    def _on_dc(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_dc(self, vc: Vc, h: Header, rest: Bytes) -> None:
         self._move(vc, VcEvent.DC)
         self._free(vc, "closed")
 
-    def _on_nop(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_nop(self, vc: Vc, h: Header, rest: Bytes) -> None:
         pass
 
     # --- slots and status ---------------------------------------------------------------------------
-    def _on_rs(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_rs(self, vc: Vc, h: Header, rest: Bytes) -> None:
         kind = 1 if h.d_id == NO_ID else (2 if h.b_num == NO_ID else 3)
         self._rsr(vc, h, kind)
 
@@ -506,7 +506,7 @@ class StCore:
                         d_id=d_id, s_id=s_id)
         self._emit(vc, rsr, slot=False)
 
-    def _on_rsr(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_rsr(self, vc: Vc, h: Header, rest: Bytes) -> None:
         if h.param != K.SLOTS_OFF:
             vc.peer_slots += h.param
         vc.rs_out = None
@@ -571,7 +571,7 @@ class StCore:
                 return True
         return False
 
-    def _on_rts(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_rts(self, vc: Vc, h: Header, rest: Bytes) -> None:
         if h.d_id != NO_ID and h.d_id in vc.rx:  # answer to our RTR
             x = vc.rx[h.d_id]
             if h.t_len > len(x.buf):
@@ -620,6 +620,13 @@ class StCore:
         x.cts_req = cts_req
         while x.outstanding < cts_req and x.granted < self._nblocks(x):
             b = x.granted
+            if isinstance(x.buf, FileBuffer):  # memory in place before the CTS [SGI-GSN]
+                try:
+                    x.buf.reserve(b << x.blocksize, (b << x.blocksize) + self._block_len(x, b))
+                except BufferGone as exc:
+                    self.counters["rx_buffer_gone"] += 1
+                    self._finish(x, False, f"destination {exc}")
+                    return
             x.granted += 1
             x.outstanding += 1
             cts = self._hdr(x.vc, Op.CTS, param=x.blocksize, mx=0, bufx=(b << x.blocksize) >> self.p.bufsize,
@@ -627,7 +634,7 @@ class StCore:
                             d_id=x.peer_id, s_id=x.xid)
             self._emit(x.vc, cts)
 
-    def _on_cts(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_cts(self, vc: Vc, h: Header, rest: Bytes) -> None:
         x = vc.tx.get(h.d_id)
         if x is None:
             self.counters[Drop.CTS_UNKNOWN_ID] += 1
@@ -640,7 +647,8 @@ class StCore:
             self.counters[Drop.CTS_BEYOND_T_LEN] += 1
             return
         dc = self.p.data_vc
-        stu = min(1 << min(vc.peer_max_stu, vc.peer_bufsize, self.p.max_stu), K.VC_MAX_ST_PAYLOAD[dc])
+        stu = min(1 << min(vc.peer_max_stu, vc.peer_bufsize, self.p.max_stu), K.VC_MAX_ST_PAYLOAD[dc],
+                  K.VC_CREDIT_STU[dc])
         n = 0
         pos = start
         while pos < end:
@@ -667,7 +675,7 @@ class StCore:
         if x.done_bytes >= x.t_len and not x.send_state:
             self._finish(x, True)
 
-    def _on_data(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_data(self, vc: Vc, h: Header, rest: Bytes) -> None:
         if h.d_id in vc.regions:
             self._on_put(vc, h, rest)
             return
@@ -723,7 +731,7 @@ class StCore:
         opts = encode_options([error_code_option(reason)]) if reason else b""
         self._emit(vc, self._hdr(vc, Op.RA, flags=flags, d_id=h.s_id), opts)
 
-    def _on_ra(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_ra(self, vc: Vc, h: Header, rest: Bytes) -> None:
         reason = reason_of(decode_options(rest)) if rest else None
         why = Reason(reason).name.lower() if reason is not None and reason in Reason._value2member_map_ else "refused"
         if h.flags & Flag.REJECT:
@@ -754,7 +762,7 @@ class StCore:
         self._emit(vc, self._hdr(vc, Op.RTR, s_id=x.xid).with_t_len(t_len))
         return x.xid
 
-    def _on_rtr(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_rtr(self, vc: Vc, h: Header, rest: Bytes) -> None:
         self._ra(vc, h, False)
         self._events.append(ReadRequested(vc.vid, h.s_id, h.t_len))
 
@@ -777,7 +785,7 @@ class StCore:
         self._emit(vc, self._hdr(vc, Op.RMR, s_id=gid).with_t_len(size))
         return gid
 
-    def _on_rmr(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_rmr(self, vc: Vc, h: Header, rest: Bytes) -> None:
         if not vc.exposed or len(vc.exposed[0]) < h.t_len:
             self._ra(vc, h, True, Reason.NO_RESOURCES if not vc.exposed else Reason.OUT_OF_BOUNDS)
             return
@@ -786,7 +794,7 @@ class StCore:
         mra = self._hdr(vc, Op.MRA, mx=0, bufx=0, offset=0, d_id=h.s_id, s_id=reg.rid).with_t_len(len(reg.buf))
         self._emit(vc, mra)
 
-    def _on_mra(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_mra(self, vc: Vc, h: Header, rest: Bytes) -> None:
         if vc.ops.pop(h.d_id, None) is None:
             self.counters[Drop.MRA_UNKNOWN] += 1
             return
@@ -815,7 +823,7 @@ class StCore:
         self._emit(vc, Header(**{**d.__dict__, "dc": self.p.data_vc}), memoryview(data), dc=self.p.data_vc)
         return gid
 
-    def _on_put(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_put(self, vc: Vc, h: Header, rest: Bytes) -> None:
         reg = vc.regions[h.d_id]
         off = (h.bufx << 32) | h.offset
         if off + len(rest) > len(reg.buf):
@@ -851,7 +859,7 @@ class StCore:
     def fetchop(self, vid: int, rid: int, offset: int, function: int, now: float) -> int | None:
         return self.get(vid, rid, offset, 8, now, function)
 
-    def _on_get(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_get(self, vc: Vc, h: Header, rest: Bytes) -> None:
         reg = vc.regions.get(h.d_id)
         off = (h.bufx << 32) | h.offset
         if reg is None:
@@ -922,7 +930,7 @@ class StCore:
         d = self._hdr(vc, Op.DATA, flags=Flag.INTERRUPT | Flag.LAST, sync=vc.sync, d_id=gid, s_id=0)
         self._emit(vc, d, data)
 
-    def _on_get_data(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_get_data(self, vc: Vc, h: Header, rest: Bytes) -> None:
         gid = h.d_id
         if gid in vc.done_gids:  # our FOC was lost or late: send it again
             self._emit(vc, vc.done_gids[gid])
@@ -956,14 +964,14 @@ class StCore:
             return True
         return False
 
-    def _on_end(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_end(self, vc: Vc, h: Header, rest: Bytes) -> None:
         x = vc.rx.get(h.d_id) or vc.tx.get(h.d_id)
         if x is not None:
             self._finish(x, False, "ended by peer", by_peer=True)
         vc.regions.pop(h.d_id, None)
         self._emit(vc, self._hdr(vc, Op.END_ACK, d_id=h.s_id, s_id=h.d_id))
 
-    def _on_end_ack(self, vc: Vc, h: Header, rest: bytes) -> None:
+    def _on_end_ack(self, vc: Vc, h: Header, rest: Bytes) -> None:
         vc.ends.pop((h.s_id, h.d_id), None)
 
     # --- timers -----------------------------------------------------------------------------------------

@@ -99,3 +99,22 @@ class FileBuffer:
                 data, start = data[n:], start + n
         except OSError as exc:
             raise BufferGone(f"file unwritable: {exc.strerror}") from None
+
+    def reserve(self, start: int, stop: int) -> None:
+        """Allocate the file's blocks for bytes ``start..stop`` before they are
+        written (an ST receiver puts memory in place before each CTS): a write into
+        a hole costs the filesystem's allocation on the data path (ext4 delayed
+        allocation).  Only inside the file's current size, so a file its owner
+        shrank is never grown; a filesystem without fallocate is left to allocate
+        on write, as before."""
+        fd = self.handle.fd
+        if fd < 0:
+            raise BufferGone("buffer released")
+        stop = min(stop, self.length, self.handle.size())
+        if stop <= start:
+            return
+        try:
+            os.posix_fallocate(fd, start, stop - start)
+        except OSError:
+            pass  # EOPNOTSUPP, ENOSPC...: the write itself will say what is wrong
+

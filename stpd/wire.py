@@ -27,7 +27,6 @@ from daemons.wire.buffers import Bytes
 HEADER = struct.Struct(">HHHHIHHIIIIII")
 assert HEADER.size == HEADER_BYTES
 FLAG_BITS = 0x00FC
-CONTROL_OPS = frozenset(Op) - {Op.DATA}
 
 
 @dataclass(frozen=True)
@@ -93,11 +92,12 @@ def checksum(data: bytes) -> int:
     return value or 0xFFFF
 
 
-def verify_checksum(packet: bytes) -> bool:
+def verify_checksum(packet: Bytes) -> bool:
     (stored,) = struct.unpack_from(">H", packet, 12)
-    if stored == 0:
+    if stored == 0:  # "not computed" (what stpd sends): the packet is never copied
         return True
-    return bool(checksum(packet[:12] + b"\0\0" + packet[14:]) == stored)
+    data = bytes(packet)
+    return bool(checksum(data[:12] + b"\0\0" + data[14:]) == stored)
 
 
 def encode_options(options: list[tuple[int, bytes]]) -> bytes:
@@ -107,7 +107,7 @@ def encode_options(options: list[tuple[int, bytes]]) -> bytes:
     return out
 
 
-def decode_options(data: bytes, base: int = HEADER_BYTES) -> list[tuple[int, bytes]]:
+def decode_options(data: Bytes, base: int = HEADER_BYTES) -> list[tuple[int, bytes]]:
     if len(data) > MAX_OPTION_BYTES:
         raise DecodeError("options", base, f"{len(data)} bytes of options, more than {MAX_OPTION_BYTES}")
     out, i = [], 0
@@ -136,12 +136,15 @@ def reason_of(options: list[tuple[int, bytes]]) -> int | None:
     return None
 
 
-def decode(packet: Bytes) -> tuple[Header, bytes]:
-    """Header and what follows it (options for control ops, the STU for DATA)."""
+def decode(packet: Bytes) -> tuple[Header, Bytes]:
+    """Header and what follows it: the options of a control op (bytes), the STU of a
+    DATA (a memoryview into ``packet``, not a copy: valid while ``packet`` is)."""
     h = decode_header(packet)
-    rest = bytes(packet[HEADER_BYTES:])
-    if not verify_checksum(bytes(packet)):
+    if not verify_checksum(packet):
         raise DecodeError("Checksum", 12, "checksum mismatch")
-    if h.op in CONTROL_OPS and rest:
+    if h.op is Op.DATA:
+        return h, memoryview(packet).cast("B")[HEADER_BYTES:]
+    rest = bytes(packet[HEADER_BYTES:])
+    if rest:
         decode_options(rest)
     return h, rest

@@ -297,3 +297,80 @@ def test_file_buffers_truncated_fail_the_transfer_not_the_core(tmp_path):
     src.handle.close()
     with pytest.raises(Exception, match="released"):
         src[0:1]
+
+
+@pytest.mark.parametrize("dc", [1, 2, 3])
+def test_stus_fit_half_the_data_vcs_credit_buffer(dc):
+    """Default parameters (1 MiB buffers and STUs, 4 MiB Blocks): every DATA on the
+    data VC is at most half the receiving gsnd's buffer on that VC, every STU but a
+    Block's last is exactly that size or ends a 1 MiB buffer, and the bytes arrive whole."""
+    from daemons.constants import MP_DATA_BYTES, VC_BUFFER_MPS
+    from stpd.constants import VC_CREDIT_STU, VC_MAX_ST_PAYLOAD
+
+    p = Pair(Params(data_vc=dc))
+    a_vc, b_vc = p.connect()
+    size = (5 << 20) + 12345
+    data = bytes((i * 13) & 0xFF for i in range(size))
+    sink = bytearray(size)
+    p.b.post_receive(b_vc, sink, p.now)
+    xid = p.a.send(a_vc, data, p.now)
+    stus = []
+    for _ in range(5000):
+        out = p.a.outgoing()
+        for _ula, vc, hdr, payload in out:
+            h = decode(hdr)[0]
+            if h.op is Op.DATA:
+                assert vc == dc
+                stus.append(((h.bufx << 20) + h.offset + len(payload), len(payload), bool(h.flags & Flag.LAST)))
+            p.b.receive(A, hdr + bytes(payload), p.now)
+        back = p.b.outgoing()
+        for _ula, _vc, hdr, payload in back:
+            p.a.receive(B, hdr + bytes(payload), p.now)
+        p.ev[A] += p.a.events()
+        if not out and not back:
+            break
+    cap = min(VC_CREDIT_STU[dc], VC_MAX_ST_PAYLOAD[dc])
+    assert VC_CREDIT_STU[dc] <= VC_BUFFER_MPS[dc] * MP_DATA_BYTES // 2
+    assert max(n for _, n, _ in stus) == cap
+    assert all(n == cap or end % (1 << 20) == 0 for end, n, last in stus if not last)  # or a buffer ends
+    assert sink == data
+    assert TransferDone(a_vc, xid, True, size) in p.ev[A]
+
+
+def test_data_stu_is_a_view_of_the_message_not_a_copy():
+    hdr = Header(Op.DATA, param=0, d_port=1, s_port=2, d_key=3).encode()
+    packet = hdr + b"\x01\x02\x03"
+    h, rest = decode(packet)
+    assert h.op is Op.DATA and isinstance(rest, memoryview) and rest.obj is packet and rest == b"\x01\x02\x03"
+    h, rest = decode(Header(Op.NOP).encode() + encode_options([(1, b"")]))
+    assert isinstance(rest, bytes)
+
+
+def test_file_receive_allocates_each_block_before_its_cts_and_never_grows_the_file(tmp_path):
+    import os
+
+    from stpd.membuf import FdHandle, FileBuffer
+
+    p = Pair(Params(bufsize=16, max_stu=16, max_block=16, cts_req=2))
+    a_vc, b_vc = p.connect()
+    size = 5 << 16
+    fd = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT)
+    os.ftruncate(fd, size)
+    assert os.fstat(fd).st_blocks == 0  # a hole
+    p.b.post_receive(b_vc, FileBuffer(FdHandle(fd), size), p.now)
+    data = os.urandom(size)
+    p.a.send(a_vc, data, p.now)
+    (_, _, rts, _), = p.a.outgoing()
+    p.b.receive(A, rts, p.now)
+    answers = p.b.outgoing()
+    assert [decode(hdr)[0].op for _, _, hdr, _ in answers].count(Op.CTS) == 2
+    assert os.fstat(fd).st_blocks * 512 >= 2 << 16  # the two granted Blocks, before any DATA
+    os.ftruncate(fd, 3 << 16)  # the owner shrinks the file: later grants must not grow it
+    for _, _, hdr, payload in answers:
+        p.a.receive(B, hdr + bytes(payload), p.now)
+    p.pump(1000)
+    assert os.fstat(fd).st_size == 3 << 16
+    done = [e for e in p.ev[B] if isinstance(e, TransferDone)][0]
+    assert not done.ok and "truncated" in done.reason
+    assert os.pread(fd, 2 << 16, 0) == data[: 2 << 16]
+    os.close(fd)
