@@ -99,7 +99,7 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
     memcpy(data + 10, dst, 6);
     uint8_t *w = data + 10; /* with a virtio_net_hdr: written over the ULAs, now moved */
     if (dp->vnet)
-        vnet_valid(w -= VNET_HDR);
+        vnet_to_tap(w - VNET_HDR, w, 14 + (size_t)plen), w -= VNET_HDR;
     if (write(dp->tap_fd, w, (size_t)(data + 24 + plen - w)) < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             dp->counters[DP_TAP_FULL]++;

@@ -7,8 +7,9 @@
  * frame is encoded, so the frame on the cable is exactly the IP packet with its checksum
  * (RFC 2835: the peer need not be a gsnd).  The kernel then skips its own pass (and the
  * software segmentation's checksum) on the sending host.
- * Write: DATA_VALID, so the receiving host's kernel does not verify the checksum again:
- * the Message's ECRC was checked end to end over the payload, checksum field included.
+ * Write: a TCP/UDP segment goes to the kernel as CHECKSUM_PARTIAL (vnet_to_tap), so the
+ * receiving host's kernel does not verify the checksum again: the Message's ECRC was
+ * checked end to end over the segment.
  * Included by _pump.h.
  */
 #ifndef GSN_VNET_H
@@ -16,7 +17,6 @@
 
 #define VNET_HDR 10              /* struct virtio_net_hdr (TUNSETVNETHDRSZ: tap.py VNET_HDR_BYTES) */
 #define VNET_F_NEEDS_CSUM 1
-#define VNET_F_DATA_VALID 2
 #define VNET_GSO_NONE 0
 
 _Static_assert(TX_HEADROOM == VNET_HDR, "a TAP frame is read at TX_HEADROOM: its virtio_net_hdr fills the headroom");
@@ -86,11 +86,54 @@ static Py_ssize_t vnet_take(DataPlane *dp, uint8_t *buf, Py_ssize_t len)
     return flen;
 }
 
-/* buf[0:VNET_HDR]: the header of a frame whose checksum is known good. */
-static inline void vnet_valid(uint8_t *buf)
+static inline unsigned vnet_be16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
+
+/* The header at h for the frame f[0:flen] written to the TAP.  tun ignores DATA_VALID;
+ * what makes the kernel skip its verify is CHECKSUM_PARTIAL (NEEDS_CSUM): a TCP or UDP
+ * checksum over IPv4 (not a fragment) or IPv6 (no extension header) is left to the
+ * "device" as the kernel's own sockets leave it: the field holds the pseudo-header's sum
+ * (folded, not complemented) and the kernel computes the rest only if the packet leaves
+ * the host again.  The Message's ECRC was checked end to end over the segment, so a
+ * segment the sending host checksummed is the one that arrives.  Anything else: no flags
+ * (the kernel verifies as before). */
+static void vnet_to_tap(uint8_t *h, uint8_t *f, size_t flen)
 {
-    memset(buf, 0, VNET_HDR);
-    buf[0] = VNET_F_DATA_VALID;
+    memset(h, 0, VNET_HDR);
+    const uint8_t *ip = f + 14;
+    const size_t iplen = flen - 14;
+    size_t l4, l4len;
+    unsigned proto;
+    uint32_t sum = 0;
+    if (flen >= 14 + 20 && vnet_be16(f + 12) == ETH_IPV4 && ip[0] >> 4 == 4) {
+        const size_t ihl = (size_t)(ip[0] & 15) * 4, total = vnet_be16(ip + 2);
+        if (ihl < 20 || total > iplen || total < ihl || vnet_be16(ip + 6) & 0x3FFF) /* MF or an offset: a fragment */
+            return;
+        proto = ip[9], l4 = ihl, l4len = total - ihl;
+        for (int i = 12; i < 20; i += 2)
+            sum += vnet_be16(ip + i);
+    } else if (flen >= 14 + 40 && vnet_be16(f + 12) == ETH_IPV6 && ip[0] >> 4 == 6) {
+        l4len = vnet_be16(ip + 4);
+        if (40 + l4len > iplen)
+            return;
+        proto = ip[6], l4 = 40;
+        for (int i = 8; i < 40; i += 2)
+            sum += vnet_be16(ip + i);
+    } else {
+        return;
+    }
+    const size_t off = proto == 6 ? 16 : proto == 17 ? 6 : 0;
+    if (!off || l4len < off + 2 + (proto == 6 ? 2 : 0))
+        return;
+    uint8_t *c = f + 14 + l4 + off;
+    if (proto == 17 && !(c[0] | c[1])) /* UDP over IPv4 without a checksum: nothing to leave */
+        return;
+    sum += proto + (uint32_t)l4len;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    c[0] = (uint8_t)(sum >> 8), c[1] = (uint8_t)sum;
+    const size_t start = 14 + l4;
+    h[0] = VNET_F_NEEDS_CSUM;
+    h[6] = (uint8_t)start, h[7] = (uint8_t)(start >> 8), h[8] = (uint8_t)off;
 }
 
 #endif

@@ -151,7 +151,7 @@ class Tap:
 
     def write(self, frame: bytes) -> None:
         try:
-            os.write(self.fd, vnet_hdr.DATA_VALID + frame if self.vnet else frame)
+            os.write(self.fd, vnet_hdr.to_tap(frame) if self.vnet else frame)
         except BlockingIOError:
             self.counters["tx_dropped_tap_full"] += 1
         except OSError as exc:

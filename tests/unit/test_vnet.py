@@ -1,7 +1,9 @@
 """The TAP's virtio_net_hdr (daemons/_vnet.h against its oracle daemons/wire/vnet.py):
 a frame whose checksum the kernel left to gsnd (NEEDS_CSUM) reaches the other side with
-the checksum complete, as the IP packet itself (the wire format does not change); frames
-written to the TAP carry DATA_VALID; bad headers are dropped and counted."""
+the checksum complete, as the IP packet itself (the wire format does not change); a TCP or
+UDP segment is written to the TAP as CHECKSUM_PARTIAL again (the receiving kernel does not
+verify it) and completing it gives back the segment the sender checksummed; bad headers
+are dropped and counted."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from daemons.constants import ETHERTYPE_IPV4, ETHERTYPE_IPV6
+from daemons.constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6
 from daemons.wire import vnet
 from tests.unit.dprig import ULAS, Rig
-from tests.unit.test_dataplane import expect, frame
+from tests.unit.test_dataplane import expect, frame, ipv4
 
 TCP = 6
 
@@ -42,7 +44,7 @@ def tcp_ok(f: bytes) -> bool:
 
 @pytest.fixture
 def rig():
-    r = Rig(vnet=True)
+    r = Rig(vnet=(True, True))
     r.bring_up()
     yield r
     r.close()
@@ -53,7 +55,7 @@ def test_inet_sum_is_rfc_1071s_example():
     assert vnet.inet_sum(b"\x01") == 0x0100  # an odd byte is a word's high byte
 
 
-def test_the_kernels_partial_checksum_is_completed_and_delivered_as_valid(rig):
+def test_the_kernels_partial_checksum_is_completed_and_left_partial_again_on_receive(rig):
     frames, hdrs = [], []
     for size in (0, 1, 1459, 65000):
         f, start, off = tcp_partial(bytes(range(251)) * (size // 251) + bytes(size % 251))
@@ -63,10 +65,35 @@ def test_the_kernels_partial_checksum_is_completed_and_delivered_as_valid(rig):
     assert rig.send_frames(0, [h + f for h, f in zip(hdrs, frames)]) == len(frames)
     got = rig.taps[1].frames()
     assert len(got) == len(frames)
-    for g, f in zip(got, frames):
-        assert g[:vnet.HDR_BYTES] == vnet.DATA_VALID
-        assert tcp_ok(g[vnet.HDR_BYTES:]) and len(g) == vnet.HDR_BYTES + len(f)
-        assert g[vnet.HDR_BYTES:] == vnet.take(vnet.HDR.pack(1, 0, 0, 0, 34, 16) + f)
+    for g, f, h in zip(got, frames, hdrs):
+        assert g == h + f  # as the sending kernel handed it over: the pseudo-header's sum in the field
+        done = vnet.take(g)  # what the kernel computes if the packet leaves the host again
+        assert isinstance(done, bytes) and tcp_ok(done) and done == vnet.take(h + f)
+
+
+def test_the_frame_on_the_cable_carries_the_complete_checksum():
+    r = Rig(vnet=(True, False))  # the receiving side a plain TAP: it gets the frame as the cable carried it
+    try:
+        r.bring_up()
+        frames = [tcp_partial(bytes([7]) * size) for size in (0, 3, 1460, 65000)]
+        r.send_frames(0, [vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, start, off) + f for f, start, off in frames])
+        got = r.taps[1].frames()
+        assert len(got) == len(frames) and all(tcp_ok(g) for g in got)
+        assert got == [vnet.take(vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, start, off) + f) for f, start, off in frames]
+    finally:
+        r.close()
+
+
+def test_what_is_not_a_tcp_or_udp_checksum_is_written_plain(rig):
+    udp_no_csum = bytearray(ipv4(60))
+    udp_no_csum[9] = 17
+    fragment = bytearray(tcp_partial(bytes(100))[0][14:])
+    fragment[6] = 0x20  # more fragments
+    frames = [frame(ULAS[1], ETHERTYPE_IPV4, bytes(udp_no_csum)), frame(ULAS[1], ETHERTYPE_IPV4, bytes(fragment)),
+              frame(ULAS[1], ETHERTYPE_IPV6, bytes([0x60]) + bytes(5) + b"\x2c" + bytes(100)),  # a fragment header
+              frame(ULAS[1], ETHERTYPE_ARP, bytes(28))]
+    rig.send_frames(0, [vnet.PLAIN + f for f in frames])
+    assert rig.taps[1].frames() == [vnet.PLAIN + f for f in frames]
 
 
 def test_bad_headers_are_dropped_and_counted(rig):
@@ -87,8 +114,15 @@ def test_bad_headers_are_dropped_and_counted(rig):
 def vnet_frames(draw):
     size = draw(st.integers(0, 2000)) if draw(st.booleans()) else draw(st.integers(60000, 65000))
     body = draw(st.binary(min_size=min(size, 97), max_size=min(size, 97))) * (size // 97 + 1)
+    kind = draw(st.integers(0, 3))
+    if kind == 0:  # a TCP segment as the kernel hands it over
+        f, start, off = tcp_partial(body[:size])
+        return vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, start, off) + f
+    if kind == 1:  # IPv6 with TCP or UDP behind it, its payload length right or not
+        body = (bytes([0x60, 0, 0, 0]) + draw(st.integers(0, 0xFFFF)).to_bytes(2, "big")
+                + bytes([draw(st.sampled_from([6, 17, 44])), 64]) + body)[:max(size, 48)]
     f = frame(ULAS[1], draw(st.sampled_from([ETHERTYPE_IPV4, ETHERTYPE_IPV6])), body[:size])
-    flags = draw(st.sampled_from([0, vnet.F_NEEDS_CSUM, vnet.F_DATA_VALID, 0xFF]))
+    flags = draw(st.sampled_from([0, vnet.F_NEEDS_CSUM, 2, 0xFF]))
     gso = draw(st.sampled_from([0, 0, 0, 1, 4]))
     start = draw(st.one_of(st.integers(0, len(f)), st.integers(0, 0xFFFF)))
     off = draw(st.one_of(st.integers(0, 64), st.integers(0, 0xFFFF)))
@@ -98,7 +132,7 @@ def vnet_frames(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(vnet_frames(), min_size=1, max_size=6))
 def test_compiled_matches_the_oracle(bufs):
-    r = Rig(vnet=True)
+    r = Rig(vnet=(True, True))
     try:
         r.bring_up()
         r.send_frames(0, bufs)
@@ -106,9 +140,25 @@ def test_compiled_matches_the_oracle(bufs):
         for b in bufs:
             t = vnet.take(b)
             want.append(expect(t) if isinstance(t, bytes) else t)
-        assert r.taps[1].frames() == [vnet.DATA_VALID + w for w in want if isinstance(w, bytes)]
+        assert r.taps[1].frames() == [vnet.to_tap(w) for w in want if isinstance(w, bytes)]
         drops = {**r.dps[0].counters("tap", {}), **r.dps[0].counters("ip", {}), **r.eps[1].status()["counters"]}
         for reason in set(w for w in want if isinstance(w, str)):
             assert drops.get(reason) == sum(w == reason for w in want), (reason, drops)
     finally:
         r.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=3000), st.sampled_from([TCP, 17]))
+def test_a_checksummed_segment_left_partial_completes_to_itself(payload, proto):
+    f, start, off = tcp_partial(payload)
+    done = bytearray(vnet.take(vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, start, off) + f))
+    if proto == 17:  # the same bytes as a UDP datagram: its checksum at offset 6
+        done[14 + 9] = 17
+        struct.pack_into("!H", done, 14 + 10, 0)
+        struct.pack_into("!H", done, 14 + 10, ~vnet.inet_sum(done[14:34]) & 0xFFFF)
+        seed = pseudo_sum(done[26:30], done[30:34], 17, len(done) - 34)
+        struct.pack_into("!H", done, 34 + 6, seed)
+        done = bytearray(vnet.take(vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, 34, 6) + bytes(done)))
+    out = vnet.to_tap(bytes(done))
+    assert out[0] == vnet.F_NEEDS_CSUM and vnet.take(out) == bytes(done)
