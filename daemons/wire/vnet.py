@@ -31,7 +31,7 @@ def inet_sum(data: bytes | memoryview) -> int:
     last byte padded with zero."""
     if len(data) % 2:
         data = bytes(data) + b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while total > 0xFFFF:
         total = (total & 0xFFFF) + (total >> 16)
     return total
