@@ -319,11 +319,6 @@ METRICS_MAX_REQUEST = 8192  # bytes of request head
 # loop at once).  10 ms cost ~8% less CPU per GB on (a) but let a control socket's round
 # trip under full load reach ~20 ms with two loops in one run (README "Data plane").
 DP_SLICE_S = 0.002
-# ... and the slice of a busy loop that is the process's only one, while no other task is
-# runnable (project choice): then only trio's epoll descriptor (which the loop watches) or
-# trio's next deadline (which bounds the slice) can give another task work, so the longer
-# slice delays nothing and saves the returns to Python (gsnd; the tests' rigs run two).
-DP_SLICE_ALONE_S = 0.010
 # ... and the longest it waits in C while no other task can run (project choice: trio's
 # next deadline bounds it first; this only caps a run with no timer at all).
 DP_IDLE_MAX_S = 1.0

@@ -32,7 +32,6 @@ class LinkRunner:
     """
 
     _idle_waiters = 0  # runners of this process in _alone()
-    _loops = 0  # data-plane loops running in this process
 
     def __init__(self, link: CLink | Link, transport, on_input: Callable[[float], None],
                  after: Callable[[float], None], timer: Callable[[], float] | None = None,
@@ -117,33 +116,22 @@ class LinkRunner:
         trio's timers at most C.DP_SLICE_S.  While no other task can run (each waits for
         a descriptor of trio's or a timer), the loop waits in C too, until trio's next
         deadline: a frame or datagram after a quiet spell is then handled at once,
-        without a trio pass first (one wake-up, not trio's epoll plus the loop's).  A busy
-        loop that is the process's only one keeps C.DP_SLICE_ALONE_S while no other task
-        is runnable (bounded by trio's next deadline: no timer runs later for it)."""
-        LinkRunner._loops += 1
-        try:
-            await self._loop_dataplane()
-        finally:
-            LinkRunner._loops -= 1
-
-    async def _loop_dataplane(self) -> None:
+        without a trio pass first (one wake-up, not trio's epoll plus the loop's)."""
         dp = self.dataplane
         trio_fd = dp.trio_fd
-        alone = busy_alone = False
+        alone = False
         while True:
             now = trio.current_time()
             until = now + C.DP_SLICE_S
             if alone:
                 until = now + min(trio.lowlevel.current_statistics().seconds_to_next_deadline, C.DP_IDLE_MAX_S)
-            elif busy_alone:
-                until = now + min(trio.lowlevel.current_statistics().seconds_to_next_deadline, C.DP_SLICE_ALONE_S)
             self.fit()  # the C link cuts datagrams at the cable's MTU (configured or the path's), as flush() does
             ran = dp.run(now, min(until, self._own_timer()), self._high_water, trio_fd)
             now = trio.current_time()
             if ran.datagrams:
                 self.last_heard = now
             self._handled(now)
-            alone = busy_alone = False
+            alone = False
             if ran.idle and trio_fd >= 0:
                 alone = await self._alone()
             elif ran.idle:
@@ -158,8 +146,6 @@ class LinkRunner:
                     # it run before the next dp.run blocks the thread (else it waited for the
                     # loop's slice, ~2 ms: a ULP round trip took 2.8 ms instead of 0.7)
                     await trio.lowlevel.checkpoint()
-                # the process's only loop, and every other task blocked: the longer slice
-                busy_alone = trio_fd >= 0 and LinkRunner._loops == 1 and await self._alone()
 
     async def _alone(self) -> bool:
         """True once every other task waits for a descriptor or a timer (trio's poll found

@@ -338,9 +338,8 @@ class _Recorder:
     and ends the runner (_Stop) after ``calls`` runs."""
     trio_fd = 0  # a real descriptor number: the runner may wait in C
 
-    def __init__(self, calls: int, reason: int = IDLE) -> None:
-        """``reason``: what every run says (DEADLINE: frames moved, the loop is busy)."""
-        self.calls, self.waits, self.reason = calls, [], reason
+    def __init__(self, calls: int) -> None:
+        self.calls, self.waits = calls, []
 
     def send_many(self, datagrams):
         pass
@@ -349,7 +348,7 @@ class _Recorder:
         self.waits.append(deadline - now)
         if len(self.waits) == self.calls:
             raise _Stop
-        return Ran(self.reason, 1 if self.reason == DEADLINE else 0, 0)
+        return Ran(IDLE, 0, 0)
 
 
 class _IdleLink:
@@ -362,8 +361,8 @@ class _IdleLink:
         return []
 
 
-def _recording_runner(calls: int, reason: int = IDLE) -> tuple[LinkRunner, _Recorder]:
-    dp = _Recorder(calls, reason)
+def _recording_runner(calls: int) -> tuple[LinkRunner, _Recorder]:
+    dp = _Recorder(calls)
     runner = LinkRunner(_IdleLink(), None, lambda now: None, lambda now: None)
     runner.use(dp, 0, lambda: float("inf"))
     return runner, dp
@@ -384,50 +383,8 @@ def test_an_idle_loop_waits_in_c_until_trios_next_deadline_when_no_task_can_run(
             with pytest.raises(_Stop):
                 await runner.run()
             n.cancel_scope.cancel()
-        assert dp.waits[0] == pytest.approx(DP_SLICE_S)  # the first run: not yet known idle
+        assert dp.waits[0] == pytest.approx(DP_SLICE_S)
         assert 0.3 < dp.waits[1] <= 0.5 and 0.3 < dp.waits[2] <= 0.5, dp.waits
-    trio.run(main)
-
-
-@pytest.mark.parametrize("sleep", [0.5, 0.004])
-def test_a_busy_loop_alone_keeps_its_longer_slice_up_to_trios_next_deadline(sleep):
-    """gsnd's one loop, busy, while the other tasks wait (for a descriptor the loop
-    watches, or a timer): it returns to Python every DP_SLICE_ALONE_S, not every
-    DP_SLICE_S, and never later than trio's next deadline (the sleeper wakes on time)."""
-    from daemons.constants import DP_SLICE_ALONE_S, DP_SLICE_S
-
-    async def main():
-        runner, dp = _recording_runner(4, DEADLINE)
-        async with trio.open_nursery() as n:
-            n.start_soon(trio.sleep, sleep)
-            await trio.testing.wait_all_tasks_blocked()
-            with pytest.raises(_Stop):
-                await runner.run()
-            n.cancel_scope.cancel()
-        assert dp.waits[0] == pytest.approx(DP_SLICE_S)  # the first run: not yet known alone
-        if sleep > DP_SLICE_ALONE_S:
-            assert dp.waits[1:] == [pytest.approx(DP_SLICE_ALONE_S)] * 3
-        else:
-            assert DP_SLICE_S < dp.waits[1] <= sleep + 1e-6, dp.waits
-    trio.run(main)
-
-
-def test_a_busy_loop_keeps_the_short_slice_while_another_task_is_runnable():
-    from daemons.constants import DP_SLICE_S
-
-    async def main():
-        runner, dp = _recording_runner(4, DEADLINE)
-
-        async def busy():
-            while True:
-                await trio.lowlevel.checkpoint()
-        async with trio.open_nursery() as n:
-            n.start_soon(busy)
-            await trio.lowlevel.checkpoint()
-            with pytest.raises(_Stop):
-                await runner.run()
-            n.cancel_scope.cancel()
-        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 4
     trio.run(main)
 
 
