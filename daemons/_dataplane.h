@@ -29,7 +29,8 @@
     X(EP_NOT_FOR_US, "gsnd", "rx_drop_not_for_us") X(EP_LINK_DOWN, "gsnd", "tx_drop_link_down")       \
     X(EP_NO_ULA, "gsnd", "tx_drop_no_ula") X(TAP_FULL, "tap", "tx_dropped_tap_full")                  \
     X(RX_DATAGRAMS, "cable", "rx_datagrams") X(RX_FOREIGN, "cable", "rx_foreign_datagram")            \
-    X(RX_GRO, "cable", "rx_gro_coalesced") X(RX_TRUNC, "cable", "rx_truncated")
+    X(RX_GRO, "cable", "rx_gro_coalesced") X(RX_TRUNC, "cable", "rx_truncated")                      \
+    X(TAP_GSO, "tap", "read_drop_gso") X(TAP_BAD_CSUM, "tap", "read_drop_bad_csum_offsets")
 
 #define DP_ENUM(id, group, name) DP_##id,
 #define DP_GROUP(id, group, name) group,
@@ -47,6 +48,7 @@ typedef struct {
     Reasm ra;                 /* every VC's reassembly (Python's Reassembler is the oracle) */
     int tap_fd, sock_fd;      /* -1: no TAP (IP Messages go up to Python) */
     int arp_on;
+    int vnet;                 /* the TAP's frames carry a virtio_net_hdr (_vnet.h) */
     Py_ssize_t mtu;           /* largest IP packet taken from the TAP */
     int has_ula;
     uint8_t ula[6];

@@ -46,6 +46,7 @@ static int dp_for_us(DataPlane *dp, const uint8_t *d_ula)
 }
 
 #include "_ulploop.h"
+#include "_vnet.h"
 
 /* A Message reassembled on any VC (mps > 0: stream = MAC header, LLC/SNAP, payload) or an
  * ADMIN micropacket (mps == 0: its 32 data bytes). */
@@ -96,7 +97,10 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
     /* the Ethernet header in place, just before the payload: dst | src | EtherType (already at 22) */
     memmove(data + 16, src, 6);
     memcpy(data + 10, dst, 6);
-    if (write(dp->tap_fd, data + 10, 14 + plen) < 0) {
+    uint8_t *w = data + 10; /* with a virtio_net_hdr: written over the ULAs, now moved */
+    if (dp->vnet)
+        vnet_to_tap(w - VNET_HDR, w, 14 + (size_t)plen), w -= VNET_HDR;
+    if (write(dp->tap_fd, w, (size_t)(data + 24 + plen - w)) < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             dp->counters[DP_TAP_FULL]++;
         else
@@ -128,16 +132,16 @@ static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_s
 
 static PyObject *Core_dp_attach(Core *s, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"tap_fd", "sock_fd", "peer", "mtu", "arp", "aliases", "max_payload", NULL};
-    int tap_fd, sock_fd, arp_on;
+    static char *kwlist[] = {"tap_fd", "sock_fd", "peer", "mtu", "arp", "aliases", "max_payload", "vnet", NULL};
+    int tap_fd, sock_fd, arp_on, vnet = 0;
     const char *host;
     int port;
     Py_ssize_t mtu;
     long long max_payload;
     Py_buffer al;
     READY(s, NULL);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii(si)npy*L:dp_attach", kwlist, &tap_fd, &sock_fd, &host, &port,
-                                     &mtu, &arp_on, &al, &max_payload))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii(si)npy*L|$p:dp_attach", kwlist, &tap_fd, &sock_fd, &host, &port,
+                                     &mtu, &arp_on, &al, &max_payload, &vnet))
         return NULL;
     if (s->dp || !ev_delivered) {
         PyBuffer_Release(&al);
@@ -165,7 +169,7 @@ static PyObject *Core_dp_attach(Core *s, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "dp_attach: %s is not a numeric IP address", host);
     }
     ra_init(&dp->ra, max_payload);
-    dp->tap_fd = tap_fd, dp->sock_fd = sock_fd, dp->arp_on = arp_on, dp->mtu = mtu;
+    dp->tap_fd = tap_fd, dp->sock_fd = sock_fd, dp->arp_on = arp_on, dp->mtu = mtu, dp->vnet = vnet;
     dp->naliases = (int)(al.len / 6);
     memcpy(dp->aliases, al.buf, al.len);
     PyBuffer_Release(&al);
@@ -237,13 +241,16 @@ static Py_ssize_t dp_tap_read(Core *s, Py_ssize_t limit, Py_ssize_t high)
         /* the frame at TX_HEADROOM: the Message's head is built in place over its
            Ethernet header, so the stream (head + IP packet) is contiguous (_txfast.h) */
         uint8_t *head = dp->rbuf, *f = head + TX_HEADROOM;
-        ssize_t len = read(dp->tap_fd, f, DP_FRAME_BYTES);
+        ssize_t len = dp->vnet ? read(dp->tap_fd, f - VNET_HDR, DP_FRAME_BYTES + VNET_HDR)
+                               : read(dp->tap_fd, f, DP_FRAME_BYTES);
         if (len < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 dp_errno(dp, DPE_TAP_READ, errno); /* EIO while the interface is down */
             break;
         }
         frames++;
+        if (dp->vnet && (len = vnet_take(dp, f - VNET_HDR, len)) < 0)
+            continue;
         if (len < 14) {
             dp->counters[DP_IP_RUNT]++;
             continue;
@@ -487,7 +494,8 @@ static PyObject *Core_get_dp_vc(Core *s, void *c) { return PyLong_FromLong(s->dp
 
 #define PUMP_METHODS                                                                                        \
     {"dp_attach", (PyCFunction)(void (*)(void))Core_dp_attach, METH_VARARGS | METH_KEYWORDS,                  \
-     "dp_attach(tap_fd, sock_fd, peer, mtu, arp, aliases, max_payload): gsnd's data plane takes VC1"},        \
+     "dp_attach(tap_fd, sock_fd, peer, mtu, arp, aliases, max_payload, *, vnet=False): gsnd's data plane takes VC1 "   \
+     "(vnet: the TAP's frames carry a virtio_net_hdr, daemons/_vnet.h)"},        \
     {"dp_ula", (PyCFunction)Core_dp_ula, METH_O, "dp_ula(ula or None): the port's ULA"},                    \
     {"dp_hold", (PyCFunction)Core_dp_hold, METH_VARARGS, "dp_hold(vc, on) -> vc's micropackets withheld so far"}, \
     {"dp_wants", (PyCFunction)Core_dp_wants, METH_O, "dp_wants(mask): IPv4 1, IPv6 2, ARP 4 go to Python"}, \

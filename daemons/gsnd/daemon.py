@@ -319,7 +319,8 @@ class Gsnd:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         os.makedirs(self.cfg.runtime_dir, exist_ok=True)
         if self.cfg.tap:
-            self.tap = Tap(self.cfg.tap)
+            # the compiled data plane takes virtio_net_hdr frames: it completes checksums (daemons/_vnet.h)
+            self.tap = Tap(self.cfg.tap, vnet=usable(self.transport))
             self.tap.configure(mac=self.ep.ula or self.cfg.ula, mtu=self.cfg.mtu)
             self._carrier()
         if usable(self.transport):  # with --no-tap too: ULP Messages on VC1 are reassembled in C

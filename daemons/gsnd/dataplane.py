@@ -75,7 +75,7 @@ class DataPlane:
         self.link, self.transport, self.tap = ep.link, transport, tap
         self.wants = wants
         self.link.dp_attach(tap.fd if tap is not None else -1, transport.sock.fileno(), tuple(transport.peer), mtu, arp,
-                            b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD)
+                            b"".join(sorted(ep.aliases)), ULP_MAX_PAYLOAD, vnet=getattr(tap, "vnet", False))
         self.set_ula(ep.ula)
         # a keyed cable: the transport's CableAuthCore seals and opens here too (one
         # counter, one replay window for both paths)

@@ -16,6 +16,7 @@ import trio
 from pyroute2 import IPRoute
 
 from ..runtime.oserrors import errno_name
+from ..wire import vnet as vnet_hdr
 
 TUNSETIFF = 0x400454CA
 TUNSETCARRIER = 0x400454E2
@@ -23,6 +24,11 @@ TUNSETPERSIST = 0x400454CB
 IFF_TUN = 0x0001
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+TUNSETOFFLOAD = 0x400454D0
+TUNSETVNETHDRSZ = 0x400454D8
+TUNSETVNETLE = 0x400454DC
+TUN_F_CSUM = 0x01
 READ_BYTES = 65536 + 64
 TUN_DEVICE = "/dev/net/tun"
 CAP_NET_ADMIN = 12  # bit in /proc/self/status CapEff
@@ -74,18 +80,27 @@ def explain_tunsetiff(exc: OSError, name: str) -> OSError:
 
 
 class Tap:
-    def __init__(self, name: str, persist: bool = True, device: str = TUN_DEVICE, *, tun: bool = False) -> None:
-        """``tun``: a TUN device instead (IP packets, no link layer), e.g. PacketWay's pw0."""
-        self.name = name
+    def __init__(self, name: str, persist: bool = True, device: str = TUN_DEVICE, *, tun: bool = False,
+                 vnet: bool = False) -> None:
+        """``tun``: a TUN device instead (IP packets, no link layer), e.g. PacketWay's pw0.
+        ``vnet``: each frame behind a virtio_net_hdr, checksums left to gsnd (TUN_F_CSUM:
+        wire/vnet.py, daemons/_vnet.h); what the compiled data plane reads and writes."""
+        self.name, self.vnet = name, vnet
         try:
             self.fd = os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise explain_open(exc, device) from None
         try:
-            fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), (IFF_TUN if tun else IFF_TAP) | IFF_NO_PI))
+            fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), (IFF_TUN if tun else IFF_TAP) | IFF_NO_PI
+                                                        | (IFF_VNET_HDR if vnet else 0)))
         except OSError as exc:
             os.close(self.fd)
             raise explain_tunsetiff(exc, name) from None
+        if vnet:
+            fcntl.ioctl(self.fd, TUNSETVNETHDRSZ, struct.pack("i", vnet_hdr.HDR_BYTES))
+            fcntl.ioctl(self.fd, TUNSETVNETLE, struct.pack("i", 1))
+        # also without vnet: a persistent TAP keeps the offloads an earlier attach set
+        fcntl.ioctl(self.fd, TUNSETOFFLOAD, TUN_F_CSUM if vnet else 0)
         if persist:  # the interface and its addresses outlive a crash, like a NIC's
             fcntl.ioctl(self.fd, TUNSETPERSIST, 1)
         self.counters: Counter[str] = Counter()
@@ -112,21 +127,31 @@ class Tap:
         await trio.lowlevel.wait_readable(self.fd)
 
     def drain(self, limit: int = 64) -> list[bytes]:
+        """Frames (without the virtio_net_hdr, checksums completed); a frame that cannot be
+        taken is counted (``tap`` counters, or returned as an empty runt frame)."""
         out = []
         read = os.read
         for _ in range(limit):
             try:
-                out.append(read(self.fd, READ_BYTES))
+                buf = read(self.fd, READ_BYTES + (vnet_hdr.HDR_BYTES if self.vnet else 0))
             except BlockingIOError:
                 break
             except OSError as exc:  # EIO while the interface is down
                 self.counters[f"read_{errno_name(exc)}"] += 1
                 break
+            if not self.vnet:
+                out.append(buf)
+            elif isinstance(frame := vnet_hdr.take(buf), bytes):
+                out.append(frame)
+            elif frame == "tx_drop_runt_frame":
+                out.append(b"")  # counted as a runt by whoever turns it into a Message
+            else:
+                self.counters[frame] += 1
         return out
 
     def write(self, frame: bytes) -> None:
         try:
-            os.write(self.fd, frame)
+            os.write(self.fd, vnet_hdr.to_tap(frame) if self.vnet else frame)
         except BlockingIOError:
             self.counters["tx_dropped_tap_full"] += 1
         except OSError as exc:

@@ -9,7 +9,9 @@ The input picks one of three decoders per operation:
      address: nothing may raise, the credit ledger must stay balanced;
   3  ULP client frames (real SENDs and BINDs mutated, raw bytes) read by dp_run
      (daemons/_ulploop.h): every frame is queued in C or handed to the Python server,
-     which answers it; nothing may raise.
+     which answers it; nothing may raise;
+  4  TAP reads with a virtio_net_hdr (any header, real and random frames) through a
+     vnet rig, differential against wire/vnet.py (take, then to_tap on the other side).
 ``one_input(data)`` is driven by atheris (fuzz_dataplane.py), Hypothesis
 (test_fuzz_dataplane.py) and ./gsn fuzz (target gsnd.dataplane).  GSN_DP_FUZZ_OPS
 (e.g. "0") restricts the operations: the reassembly alone runs ~20x faster than the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import os
 
 from daemons.link.clink import UlpFrameIn
+from daemons.wire import vnet
 from daemons.wire.message import Message
 from daemons.wire.ulp import Frame, Op
 from tests.fuzz.fastpath_target import Reader
@@ -28,8 +31,10 @@ from tests.unit.dprig import ULAS, Rig
 from tests.unit.reasmdiff import check
 from tests.unit.test_dataplane import expect
 from tests.unit.test_ulp_dataplane import Pair, attach, server
+from tests.unit.test_vnet import tcp_partial
 
 _rig: Rig | None = None
+_vnet_rig: Rig | None = None
 _ulp: tuple | None = None  # (rig, server, client pair) of operation 3
 
 
@@ -43,6 +48,16 @@ def rig() -> Rig:
         _rig = Rig()
         _rig.bring_up()
     return _rig
+
+
+def vnet_rig() -> Rig:
+    global _vnet_rig
+    if _vnet_rig is None or not all(ep.link.up and ep.ula for ep in _vnet_rig.eps):
+        if _vnet_rig is not None:
+            _vnet_rig.close()
+        _vnet_rig = Rig(vnet=(True, True))
+        _vnet_rig.bring_up()
+    return _vnet_rig
 
 
 def _mutate(r: Reader, d: bytes) -> bytes:
@@ -88,6 +103,28 @@ def _frames(r: Reader) -> None:
     g.send_frames(0, fs)
     if all(ep.link.up for ep in g.eps):
         assert g.taps[1].frames() == [w for w in map(expect, fs) if isinstance(w, bytes)]
+
+
+def _vnet_frames(r: Reader) -> None:
+    g = vnet_rig()
+    g.taps[1].frames()
+    bufs = []
+    for _ in range(1 + r.int(1) % 4):
+        if r.int(1) & 1:  # a TCP segment as the kernel hands it over, its header then mutated
+            f, start, off = tcp_partial(r.take(r.int(2) % 3000))
+            bufs.append(_mutate(r, vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, start, off) + f) if r.int(1) & 1
+                        else vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, start, off) + f)
+        else:
+            et = [0x0800, 0x86DD, r.int(2)][r.int(1) % 3]
+            bufs.append(r.take(10) + ULAS[1] + ULAS[0] + et.to_bytes(2, "big") + r.take(r.int(2) % 3000))
+    g.send_frames(0, bufs)
+    want = []
+    for b in bufs:
+        t = vnet.take(b)
+        if isinstance(t, bytes) and isinstance(w := expect(t), bytes):
+            want.append(vnet.to_tap(w))
+    if all(ep.link.up for ep in g.eps):
+        assert g.taps[1].frames() == want
 
 
 def _datagrams(r: Reader) -> None:
@@ -153,7 +190,8 @@ def _drain(pair: Pair) -> list[bytes]:
             return out
 
 
-OPS = [(_reassembly, _frames, _datagrams, _ulp_frames)[int(k)] for k in os.environ.get("GSN_DP_FUZZ_OPS", "0123")]
+OPS = [(_reassembly, _frames, _datagrams, _ulp_frames, _vnet_frames)[int(k)]
+       for k in os.environ.get("GSN_DP_FUZZ_OPS", "01234")]
 
 
 def one_input(data: bytes) -> None:

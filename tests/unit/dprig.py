@@ -18,7 +18,9 @@ ULAS = (bytes.fromhex("020000000001"), bytes.fromhex("020000000002"))
 
 
 class FakeTap:
-    def __init__(self) -> None:
+    def __init__(self, vnet: bool = False) -> None:
+        """``vnet``: frames behind a virtio_net_hdr, as gsnd's TAP (daemons/wire/vnet.py)."""
+        self.vnet = vnet
         self.inner, self.outer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         for s in (self.inner, self.outer):
             s.setblocking(False)
@@ -51,15 +53,16 @@ def _free_ports(n: int) -> list[int]:
 
 class Rig:
     def __init__(self, seed: int = 0, arp: bool = True, mtu: int = MTU, dataplane: bool = True,
-                 now: float = 0.0, key: bytes | None = None) -> None:
+                 now: float = 0.0, key: bytes | None = None, vnet: tuple[bool, bool] = (False, False)) -> None:
         """dataplane=False: the Python path (no pumps; bench/dataplane_cost.py compares).
         ``now``: the endpoints' start time (trio's, when the rig runs in trio).
-        ``key``: a keyed cable (both ends hold it)."""
+        ``key``: a keyed cable (both ends hold it).  ``vnet``: per side, the TAP's frames carry
+        a virtio_net_hdr (gsnd's TAP while the compiled data plane runs)."""
         pa, pb = _free_ports(2)
         self.now = now
         self.transports = [UdpTransport(("127.0.0.1", pa), ("127.0.0.1", pb), key=key),
                            UdpTransport(("127.0.0.1", pb), ("127.0.0.1", pa), key=key)]
-        self.taps = [FakeTap(), FakeTap()]
+        self.taps = [FakeTap(vnet[0]), FakeTap(vnet[1])]
         self.eps = [Endpoint(7, now, ula=ULAS[i], rng=random.Random(seed + i), max_payload=4 << 20)
                     for i in (0, 1)]
         self.dps = [DataPlane(self.eps[i], self.transports[i], self.taps[i], mtu=mtu, arp=arp,
