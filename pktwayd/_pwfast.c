@@ -169,6 +169,7 @@ typedef struct { uint32_t dt; uint32_t limit; uint8_t ula[6]; } route_t;
 
 typedef struct {
     PyObject_HEAD
+    PyObject *in_sock, *out_sock;  /* kept alive while their descriptors are in use */
     int in_fd, out_fd, busy;
     uint16_t et;
     size_t frame_max, burst_bytes, cap;
@@ -229,11 +230,13 @@ static int Router_init(Router *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "Router: ethertype, frame_max or burst_bytes out of range");
         return -1;
     }
-    if ((self->in_fd = get_fd(in)) < 0 || (self->out_fd = get_fd(out)) < 0) return -1;
     if (self->buf != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Router: already initialised");
         return -1;
     }
+    if ((self->in_fd = get_fd(in)) < 0 || (self->out_fd = get_fd(out)) < 0) return -1;
+    self->in_sock = Py_NewRef(in);
+    self->out_sock = Py_NewRef(out);
     self->et = (uint16_t)et;
     self->frame_max = (size_t)frame_max;
     self->burst_bytes = (size_t)burst;
@@ -242,6 +245,8 @@ static int Router_init(Router *self, PyObject *args, PyObject *kw) {
 }
 
 static void Router_dealloc(Router *self) {
+    Py_XDECREF(self->in_sock);
+    Py_XDECREF(self->out_sock);
     free(self->buf);
     free(self->routes);
     free(self->slow_sa);
@@ -385,6 +390,7 @@ typedef struct { uint8_t ip[16]; int alen; uint32_t addr, limit; } peer_t;
 
 typedef struct {
     PyObject_HEAD
+    PyObject *ulp_sock;  /* kept alive while its descriptor is in use */
     int tun_fd, ulp_fd, busy;
     uint16_t et;
     uint32_t addr;
@@ -463,6 +469,7 @@ static int Ip_init(Ip *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     if ((self->ulp_fd = get_fd(ulp)) < 0) return -1;
+    self->ulp_sock = Py_NewRef(ulp);
     self->tun_fd = tun;
     self->addr = addr;
     memcpy(self->router_ula, ula, 6);
@@ -476,6 +483,7 @@ static int Ip_init(Ip *self, PyObject *args, PyObject *kw) {
 }
 
 static void Ip_dealloc(Ip *self) {
+    Py_XDECREF(self->ulp_sock);
     free(self->buf);
     free(self->tbuf);
     free(self->peers);

@@ -294,7 +294,7 @@ class Pktwayd:
                 elif self.fast is not None:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY,
                                                on_client=partial(self._fast_client, h), on_status=h.on_status,
-                                               on_frame=h.on_frame, after_burst=self.fast.refresh,
+                                               on_frame=h.on_frame, after_burst=lambda: None,
                                                drain=self.fast.drain(self.halves.index(h))))
                 else:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,

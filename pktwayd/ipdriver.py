@@ -156,7 +156,7 @@ class PwIp:
                 elif self.ulp is not None and self.fast is not None:
                     nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
                                                on_status=self.on_status, on_frame=self.on_frame,
-                                               after_burst=self.fast.refresh, drain=self.fast.drain))
+                                               after_burst=lambda: None, drain=self.fast.drain))
                 elif self.ulp is not None:
                     nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
                                                on_status=self.on_status, on_frame=self.on_frame,
