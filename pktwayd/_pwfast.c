@@ -14,7 +14,7 @@
    comes from a configured peer and is not to a group is written to the TUN device (what
    ipnode.IpNode + ipdriver.PwIp do).  Anything else is handed back to Python.
 
-   The tables are filled by Python (pktwayd/fastglue.py), which keeps the pure-Python path
+   The tables are filled by Python (pktwayd/fastpath.py), which keeps the pure-Python path
    as the oracle.  Receives run without the GIL; frames are received back to back into one
    buffer (a ULP frame may be up to the ULP maximum, so recvmmsg's fixed slots would not
    do), sends go out with sendmmsg. */
