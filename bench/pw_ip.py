@@ -8,7 +8,11 @@ Cases:
   (routed) host on GSN fabric A -> pktwayd (two half-routers) -> host on GSN fabric B, over
            pw0 (pktway ip) on both hosts; every fabric is gsnd - gsn-switch - gsnd
 For each: iperf3 TCP single stream and -P 4, and ping RTT (average of 20); prints the
-ratio routed/p2p (issue 16 target: >= 0.7 once the compiled data plane lands) and `uptime`.
+ratio routed/p2p (issue 16 target: >= 0.7 once the compiled data plane lands) and `uptime`,
+the CPU each of the routed path's 9 processes spent per routed packet and per GB through pw0,
+and the bound that puts on 2 cores: Gbit/s <= 8 * 2 / (sum of CPU s per GB).
+``--python``: pw0 and pktwayd without their compiled fast path (PKTWAY_FASTPATH=0), to
+compare the two in alternating runs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from lab.netns import BIN, Fabric, poll  # noqa: E402
 from daemons.runtime.control import request  # noqa: E402
 from ip_over_gsn import case_a, cpu_seconds, measure  # noqa: E402
+from pktwayd.constants import FAST_ENV  # noqa: E402
 
 H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
 
@@ -60,13 +65,20 @@ def routed(seconds: float, mtu_words: int) -> dict:
 
         poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "10.77.0.2").returncode == 0, 15, what="pw0 ping")
         procs = {"pw0 A": fa.procs["pw0"], "pktwayd": fa.procs["pktwayd"], "pw0 B": fb.procs["pw0"],
-                 "gsnd A1": fa.procs["gsnd1"], "gsnd A2": fa.procs["gsnd2"], "gsnd B2": fb.procs["gsnd2"],
-                 "gsnd B1": fb.procs["gsnd1"]}
+                 "gsnd A1": fa.procs["gsnd1"], "switch A": fa.procs["switch"], "gsnd A2": fa.procs["gsnd2"],
+                 "gsnd B2": fb.procs["gsnd2"], "switch B": fb.procs["switch"], "gsnd B1": fb.procs["gsnd1"]}
+
+        def pw0_bytes() -> int:  # what host A's pw0 sent (iperf3's data, A -> B)
+            return int(run(1, "cat", "/sys/class/net/pw0/statistics/tx_bytes").stdout)
+
         cpu0 = {k: cpu_seconds([p.pid]) for k, p in procs.items()}
-        fwd0 = forwarded(ctl)
+        fwd0, bytes0 = forwarded(ctl), pw0_bytes()
         out = measure(run, ["ip", "netns", "exec", fb.host_ns[0]], "10.77.0.2", seconds)
         packets = max(1, forwarded(ctl) - fwd0)
-        out["cpu_us_per_packet"] = {k: (cpu_seconds([p.pid]) - cpu0[k]) / packets * 1e6 for k, p in procs.items()}
+        gb = max(1, pw0_bytes() - bytes0) / 1e9
+        cpu = {k: cpu_seconds([p.pid]) - cpu0[k] for k, p in procs.items()}
+        out["cpu_us_per_packet"] = {k: v / packets * 1e6 for k, v in cpu.items()}
+        out["cpu_s_per_gb"] = {k: v / gb for k, v in cpu.items()}
         out["packets"] = packets
         out["pw0_mtu"] = mtu
         out["router_counters"] = {k: v for h in request(str(ctl), {"cmd": "routes"})["halves"]
@@ -80,7 +92,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--mtu-words", type=int, default=8192, help="both SANs' MTU in 8-byte words (pw0 MTU = 8*this - 24)")
+    ap.add_argument("--python", action="store_true", help="pw0 and pktwayd on their Python path only")
     args = ap.parse_args()
+    if args.python:
+        os.environ[FAST_ENV] = "0"  # the daemons inherit it
     if os.geteuid() != 0:
         print("pw_ip: needs root (network namespaces)", file=sys.stderr)
         return 2
@@ -94,6 +109,10 @@ def main() -> int:
           f"(pw0 MTU {rt['pw0_mtu']})")
     print(f"CPU us per routed packet (whole run: tcp1, tcp4, ping; {rt['packets']} packets):",
           "  ".join(f"{k} {v:.0f}" for k, v in rt["cpu_us_per_packet"].items()))
+    per_gb = rt["cpu_s_per_gb"]
+    print("CPU s per GB through pw0:", "  ".join(f"{k} {v:.2f}" for k, v in per_gb.items()))
+    print(f"CPU bound on 2 cores: 8 * 2 / {sum(per_gb.values()):.2f} = {16 / sum(per_gb.values()):.3f} Gbit/s"
+          f" ({'Python path' if args.python else 'compiled fast path'})")
     print("router drops:", json.dumps(rt["router_counters"]))
     print("pw0 counters (besides IP packets sent/received):", json.dumps(rt["pw0_counters"]))
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -213,13 +213,15 @@ class AsyncUlpClient:
 async def ulp_session(path: str, ethertype: int, *, on_client: Callable[[AsyncUlpClient | None], None],
                       on_status: Callable[[bytes | None], None], on_frame: Callable[[Frame, float], None],
                       after_burst: Callable[[], None], reconnect: float = 1.0,
-                      on_error: Callable[[Frame], None] | None = None) -> None:
+                      on_error: Callable[[Frame], None] | None = None,
+                      drain: Callable[[AsyncUlpClient], list[Frame]] = AsyncUlpClient.drain) -> None:
     """Stay connected to gsnd's ULP socket, bound to ``ethertype``, for ever.
 
     ``on_status`` gets the port's ULA (None while the link or gsnd is down),
     ``on_frame`` every RECV frame, ``on_error`` every ERROR frame (e.g. gsnd's drop
     notice: a peer's gsnd dropped Messages we sent), ``after_burst`` runs once per
-    drained burst."""
+    drained burst; ``drain`` takes a burst (a compiled fast path may forward some frames
+    itself and return the rest)."""
     while True:
         try:
             client = await AsyncUlpClient.connect(path)
@@ -239,7 +241,7 @@ async def ulp_session(path: str, ethertype: int, *, on_client: Callable[[AsyncUl
                 while True:
                     await client.wait_readable()
                     now = trio.current_time()
-                    for frame in client.drain():
+                    for frame in drain(client):
                         if frame.op is Op.STATUS:
                             on_status(frame.ula if frame.vc == 1 else None)
                         elif frame.op is Op.RECV and frame.ethertype == ethertype:

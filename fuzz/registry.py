@@ -36,7 +36,7 @@ def target(name: str, rejects=(), seeds=()):
 def load() -> dict[str, Target]:
     import os
 
-    from . import targets_wire, targets_cores, targets_edges, targets_ib, targets_servernet  # noqa: F401  (they register)
+    from . import targets_wire, targets_cores, targets_edges, targets_ib, targets_servernet, targets_pwfast  # noqa: F401,E501  (they register)
 
     if os.environ.get("GSN_FUZZ_SELFTEST"):  # a target that crashes on purpose, to test the runner
         def selftest(data: bytes) -> None:

@@ -97,3 +97,9 @@ IP_GROUPS_POLL_S = 1.0  # pw0 reads the kernel's memberships on it (/proc/net/ig
 IP_GROUPS_ALWAYS = ("224.0.0.1", "ff02::1")  # all-hosts / all-nodes: every pw0 node is a member (PC)
 MEMORY_BOARD_MAX = 1 << 20  # bytes of memory board one node may serve (pktway listen --memory) (PC)
 MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer must fit the SANs' MTUs) (PC)
+
+# The compiled fast path (pktwayd._pwfast, pktwayd/fastpath.py)
+FAST_BURST_FRAMES = 64  # frames (or TUN packets) one compiled burst takes at most (PC)
+FAST_BURST_BYTES = 2 << 20  # ... and no more once this many bytes are received (PC: 32 frames of 64 KiB)
+FAST_PEERS_MAX = 256  # pw0 peers the compiled path looks up (more: the Python path serves all) (PC)
+FAST_ENV = "PKTWAY_FASTPATH"  # "0" in the environment: the Python path only (benches compare the two)

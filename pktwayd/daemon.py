@@ -29,6 +29,7 @@ from servernet.pwport import AsyncSnetPort
 
 from .config import HalfConfig, RouterConfig
 from .constants import ETHERTYPE_PKTWAY
+from . import fastpath
 from .eep import L2RH, Packet, Symbol
 from .engine import Engine
 from .routing import HalfRouter, native_route
@@ -81,6 +82,7 @@ class Half:
         self.client: SanClient | None = None
         self.to_twin: Callable[[Packet], None] = self._no_twin  # set by Pktwayd
         self.up = False
+        self.on_change: Callable[[], None] = lambda: None  # after every engine action (fastpath follows)
 
     def _no_twin(self, pkt: Packet) -> None:
         self.engine.counters["twin_unset"] += 1
@@ -104,6 +106,7 @@ class Half:
                 c["tx_packets"] += 1
             else:
                 c["local_packets"] += 1
+        self.on_change()
 
     def from_twin(self, pkt: Packet) -> None:
         self.engine.now = trio.current_time()
@@ -155,6 +158,7 @@ class Pktwayd:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.link: TwinLink | None = None
+        self.fast: fastpath.RouterFast | None = None  # twins in this process, both on gsnd: compiled forwarding
         self.control_counters: Counter[str] = Counter()
         self.status_line = StatusLine()
         # ports on emulated SANs, bound now so that a taken address fails at start
@@ -170,6 +174,10 @@ class Pktwayd:
             a, b = cfg.halves
             self.halves = [Half(a, b.addr, cfg), Half(b, a.addr, cfg)]
             self.halves[0].to_twin, self.halves[1].to_twin = self.halves[1].from_twin, self.halves[0].from_twin
+            if fastpath.enabled() and all(h.kind == "gsn" and h.dialect == "pw0" for h in cfg.halves):
+                self.fast = fastpath.RouterFast(self.halves)
+                for h in self.halves:
+                    h.on_change = self.fast.refresh
         else:
             (a,) = cfg.halves
             self.halves = [Half(a, cfg.twin.addr, cfg)]
@@ -177,6 +185,11 @@ class Pktwayd:
                                         self._from_link, self._link_state, mtu=cfg.twin.mtu, key=cfg.twin.key,
                                         on_mtu=lambda st: log.info("twin.cable.mtu", **st))
             self.halves[0].to_twin = partial(self._to_link, link)
+
+    def _fast_client(self, h: Half, client) -> None:
+        h.set_client(client)
+        if self.fast is not None:
+            self.fast.attach()
 
     # --- the twin in another process -------------------------------------------------------
     def _to_link(self, link: TwinLink, pkt: Packet) -> None:
@@ -278,6 +291,11 @@ class Pktwayd:
                     h.set_client(snet)
                     nursery.start_soon(snet.run, h.on_frame)
                     h.on_status(snet.own_route)
+                elif self.fast is not None:
+                    nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY,
+                                               on_client=partial(self._fast_client, h), on_status=h.on_status,
+                                               on_frame=h.on_frame, after_burst=lambda: None,
+                                               drain=self.fast.drain(self.halves.index(h))))
                 else:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
                                                on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))

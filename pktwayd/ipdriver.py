@@ -21,7 +21,7 @@ from daemons.runtime.schema import Schema
 from daemons.ulpclient import ulp_session
 
 from . import constants as K
-from . import ipgroups
+from . import fastpath, ipgroups
 from .constants import ETHERTYPE_PKTWAY
 from .ipnode import IpNode
 
@@ -48,6 +48,9 @@ class PwIp:
         self.tun: Tap | None = None
         self.up = False
         self.control_counters: Counter[str] = Counter()
+        # gsnd's ULP socket: packets to and from configured peers go through the compiled path
+        self.fast = fastpath.IpFast(core) if ulp is not None and dialect == "pw0" \
+            and fastpath.enabled() else None
 
     def act(self, actions: list) -> None:
         c = self.core.counters
@@ -76,6 +79,8 @@ class PwIp:
                     c["tx_drop_no_router"] += 1  # none chosen yet (HRTO): resolution and TCP retry
                     continue
                 self.client.send_nowait(to, raw, vc=1, ethertype=ETHERTYPE_PKTWAY)
+        if self.fast is not None:
+            self.fast.refresh()
 
     def _now(self) -> float:
         self.core.now = trio.current_time()
@@ -95,12 +100,15 @@ class PwIp:
 
     def set_client(self, client) -> None:
         self.client = client
+        if self.fast is not None:
+            self.fast.attach(self.tun, client)
 
     async def _tun_loop(self, tun: Tap) -> None:
         while True:
             await tun.wait_readable()
             now = self._now()
-            for raw in tun.drain(TUN_BURST):
+            burst = self.fast.tun_burst(tun) if self.fast is not None else None
+            for raw in tun.drain(TUN_BURST) if burst is None else burst:
                 self.act(self.core.from_tun(raw, now))
             if self.san_port is None and self.client is not None:  # gsnd's ULP socket: wait for room
                 await self.client.flush()
@@ -151,6 +159,10 @@ class PwIp:
                 elif self.san_port is not None:
                     self.on_status(self.own_route)
                     nursery.start_soon(self.san_port.run, self.on_frame)
+                elif self.ulp is not None and self.fast is not None:
+                    nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
+                                               on_status=self.on_status, on_frame=self.on_frame,
+                                               after_burst=lambda: None, drain=self.fast.drain))
                 elif self.ulp is not None:
                     nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
                                                on_status=self.on_status, on_frame=self.on_frame,

@@ -29,7 +29,7 @@ def test_every_decoder_and_handler_has_a_target():
         "fastpath", "wire.cableauth", "ib.packet", "ib.sm", "ib.port", "ib.switch",
         "servernet.codec", "servernet.router", "servernet.crouter", "servernet.node", "servernet.cnode",
         "servernet.cengine", "gsnd.dataplane", "switchfwd",
-        "ib.fastpath", "switchloop", "switchloop.rx"}
+        "ib.fastpath", "switchloop", "switchloop.rx", "pktwayd.fastpath"}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
