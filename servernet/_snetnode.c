@@ -5,12 +5,13 @@
  *
  * Engine(my_id, peers, ii, timeout_s) is a sans-IO core with a lock:
  *   receive(fabric, datagram, now)  one datagram: answered here (a WRITE/READ/BARRIER to
- *       a plain window, an ACK of a block WRITE this engine sent) or kept for Python
+ *       a plain window, an answer to a block WRITE, single WRITE or READ this engine sent) or kept for Python
  *       (everything else: bad or odd packets, interrupt and per-source windows, DIAG,
  *       requests on a HARD_DOWN path, responses to Python's own TIDs)
  *   tick(now)            a block WRITE past its deadline hands its block back to Python
  *   set_windows([...]), set_path(peer, fabric, state), lend(tids), want() (a TID back soon),
- *   start_block(key, peer, address, data, prefer, toggle, now)
+ *   start_block(key, peer, address, data, prefer, toggle, now) (a single WRITE too: one packet),
+ *   start_read(key, peer, address, length, prefer, toggle, now) (a single READ)
  *   take() -> events for Python, in order; take_out() -> [(fabric, datagram)] (sans-IO use)
  *   attach(fd_x, router_x, fd_y, router_y, notify_fd) and serve(poll_ms) (until stop()): the
  *       I/O loop (recvmmsg on both fabrics, the core, sendmmsg to the routers) run without
@@ -29,6 +30,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h> /* offsetof */
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -119,6 +121,9 @@ typedef struct {
     size_t len, next_off;
     int inflight, acked, prefer, error_nak;
     long long packets[2];
+    double done_at; /* when its last ACK came (a single WRITE or READ ends there: no trio pass in its time) */
+    int read;       /* a single READ of len bytes (Python's Op "read"): its answer lands in result */
+    unsigned char result[MAX_DATA_II];
 } Block;
 
 typedef struct {
@@ -260,10 +265,11 @@ static void hand_back(Engine *e, Block *b, int nak)
     notify(e);
 }
 
-static void finish_if_done(Engine *e, Block *b)
+static void finish_if_done(Engine *e, Block *b, double now)
 {
     if (b->state == B_ACTIVE && b->next_off >= b->len && b->inflight == 0) {
         b->state = B_DONE;
+        b->done_at = now;
         notify(e);
     }
 }
@@ -318,8 +324,8 @@ static void pump(Engine *e, double now)
         size_t n = b->len - b->next_off;
         if (n > (size_t)e->max_data)
             n = (size_t)e->max_data;
-        if (n > PAGE_BYTES - (addr % PAGE_BYTES))
-            n = PAGE_BYTES - (addr % PAGE_BYTES);
+        if (!b->read && n > PAGE_BYTES - (addr % PAGE_BYTES))
+            n = PAGE_BYTES - (addr % PAGE_BYTES); /* a READ is one packet as asked (Bte._next) */
         Tid *x = &e->tid[t];
         x->busy = 1, x->block = bi, x->fabric = fabric, x->address = addr, x->off = b->next_off, x->len = n;
         x->deadline = now + e->timeout;
@@ -327,7 +333,10 @@ static void pump(Engine *e, double now)
         b->inflight++;
         b->packets[fabric]++;
         e->counters[fabric ? B_TX_Y : B_TX_X]++;
-        emit(e, b->peer_id, TT_WRITE, 0, t, fabric, 0, 1, addr, b->ptr + x->off, n, n);
+        if (b->read)
+            emit(e, b->peer_id, TT_READ, 0, t, fabric, 0, 1, addr, NULL, 0, n);
+        else
+            emit(e, b->peer_id, TT_WRITE, 0, t, fabric, 0, 1, addr, b->ptr + x->off, n, n);
         int busy = 0;
         for (int i = 0; i < TIDS; i++)
             busy += e->tid[i].busy;
@@ -362,12 +371,14 @@ static void respond(Engine *e, uint32_t sid, int ttype, int tid, int fabric, int
     e->counters[ack ? N_ACK : N_NAK]++;
 }
 
-/* a response to one of the engine's TIDs (Bte.on_response for a block's data WRITE) */
-static void on_response(Engine *e, int p, int fabric, int ttype, int tid, int ack, double now)
+/* a response to one of the engine's TIDs (Bte.on_response for a block's data WRITE, a
+ * single WRITE or a single READ: data, length its answer's) */
+static void on_response(Engine *e, int p, int fabric, int ttype, int tid, int ack, const unsigned char *data,
+                        size_t length, double now)
 {
     Tid *x = &e->tid[tid];
     Block *b = &e->blk[x->block];
-    if (!x->busy || b->peer != p || ttype != TT_WRITE) {
+    if (!x->busy || b->peer != p || ttype != (b->read ? TT_READ : TT_WRITE) || (b->read && ack && length != x->len)) {
         e->counters[B_UNEXPECTED]++;
         return;
     }
@@ -384,8 +395,10 @@ static void on_response(Engine *e, int p, int fabric, int ttype, int tid, int ac
         else
             b->error_nak = 1;
     } else {
+        if (b->read)
+            memcpy(b->result, data, length);
         b->acked++;
-        finish_if_done(e, b);
+        finish_if_done(e, b, now);
     }
     pump(e, now);
 }
@@ -417,7 +430,7 @@ static void receive(Engine *e, int fabric, const unsigned char *buf, size_t n, d
         if (!e->tid[tid].owned)
             goto slow; /* one of Python's TIDs */
         e->counters[fabric ? N_RX_Y : N_RX_X]++;
-        on_response(e, p, fabric, ttype, tid, ack, now);
+        on_response(e, p, fabric, ttype, tid, ack, pk + 8, length, now);
         return;
     }
     if (e->state[p][fabric] == ST_HARD_DOWN)
@@ -811,23 +824,18 @@ static PyObject *Engine_lend(Engine *e, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* start_block(key, peer, address, data, prefer, toggle, now) -> bool (False: no room) */
-static PyObject *Engine_start_block(Engine *e, PyObject *args)
+/* a block, or a single READ (data NULL, n its length), starts: False when no slot is free */
+static PyObject *start(Engine *e, long long key, unsigned long peer, unsigned long address, PyObject *data,
+                       Py_ssize_t n, int prefer, int toggle, double now)
 {
-    long long key;
-    unsigned long peer, address;
-    PyObject *data;
-    int prefer, toggle;
-    double now;
-    if (!ready(e) || !PyArg_ParseTuple(args, "LkkSiid", &key, &peer, &address, &data, &prefer, &toggle, &now))
-        return NULL;
     int p = peer_index(e, peer);
     if (p < 0)
         return NULL;
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
     if (prefer < -1 || prefer > 1 || (toggle != 0 && toggle != 1) || n < 1 || address > 0xFFFFFFFFul ||
-        (unsigned long long)address + (unsigned long long)n > (1ull << 32) || (e->ii && (address % 8 || n % 8))) {
-        PyErr_SetString(PyExc_ValueError, "a block is 1.. bytes inside the 32-bit space (8-byte units in II mode)");
+        (unsigned long long)address + (unsigned long long)n > (1ull << 32) || (e->ii && (address % 8 || n % 8)) ||
+        (data == NULL && n > e->max_data)) {
+        PyErr_SetString(PyExc_ValueError, "a block is 1.. bytes inside the 32-bit space (8-byte units in II mode), "
+                                          "a READ at most one packet's data");
         return NULL;
     }
     LOCK(e);
@@ -842,9 +850,10 @@ static PyObject *Engine_start_block(Engine *e, PyObject *args)
         Py_RETURN_FALSE;
     }
     Block *b = &e->blk[slot];
-    memset(b, 0, sizeof *b);
-    Py_INCREF(data);
-    b->data = data, b->ptr = (const unsigned char *)PyBytes_AS_STRING(data), b->len = (size_t)n;
+    memset(b, 0, offsetof(Block, result));
+    b->read = data == NULL;
+    Py_XINCREF(data);
+    b->data = data, b->ptr = data ? (const unsigned char *)PyBytes_AS_STRING(data) : NULL, b->len = (size_t)n;
     b->key = key, b->peer = p, b->peer_id = (uint32_t)peer, b->address = (uint32_t)address, b->prefer = prefer;
     e->toggle[p] = (unsigned char)toggle;
     b->state = B_ACTIVE;
@@ -852,6 +861,33 @@ static PyObject *Engine_start_block(Engine *e, PyObject *args)
     flush(e);
     UNLOCK(e);
     Py_RETURN_TRUE;
+}
+
+/* start_block(key, peer, address, data, prefer, toggle, now) -> bool (False: no room); a
+ * single WRITE is a block of one packet */
+static PyObject *Engine_start_block(Engine *e, PyObject *args)
+{
+    long long key;
+    unsigned long peer, address;
+    PyObject *data;
+    int prefer, toggle;
+    double now;
+    if (!ready(e) || !PyArg_ParseTuple(args, "LkkSiid", &key, &peer, &address, &data, &prefer, &toggle, &now))
+        return NULL;
+    return start(e, key, peer, address, data, PyBytes_GET_SIZE(data), prefer, toggle, now);
+}
+
+/* start_read(key, peer, address, length, prefer, toggle, now) -> bool (False: no room) */
+static PyObject *Engine_start_read(Engine *e, PyObject *args)
+{
+    long long key;
+    unsigned long peer, address;
+    Py_ssize_t n;
+    int prefer, toggle;
+    double now;
+    if (!ready(e) || !PyArg_ParseTuple(args, "Lkkniid", &key, &peer, &address, &n, &prefer, &toggle, &now))
+        return NULL;
+    return start(e, key, peer, address, NULL, n, prefer, toggle, now);
 }
 
 /* want(): the Python BTE has requests waiting: the next TID freed goes back to it */
@@ -905,7 +941,7 @@ static PyObject *Engine_next_deadline(Engine *e, PyObject *Py_UNUSED(x))
 }
 
 /* take(now) -> [event]: ("back", key, nak, next_off, acked, px, py, toggle, [(tid, fabric, address, off, len,
- * deadline)]), ("done", key, px, py, toggle), ("ack", peer, fabric), ("tids", [tid]), ("rx", fabric, datagram) */
+ * deadline)]), ("done", key, px, py, toggle, when the last ACK came, a READ's bytes | None), ("ack", peer, fabric), ("tids", [tid]), ("rx", fabric, datagram) */
 static PyObject *Engine_take(Engine *e, PyObject *args)
 {
     double now;
@@ -920,7 +956,10 @@ static PyObject *Engine_take(Engine *e, PyObject *args)
     for (int i = 0; i < MAX_BLOCKS; i++) {
         Block *b = &e->blk[i];
         if (b->state == B_DONE) {
-            o = Py_BuildValue("(sLLLi)", "done", b->key, b->packets[0], b->packets[1], (int)e->toggle[b->peer]);
+            o = Py_BuildValue("(sLLLidN)", "done", b->key, b->packets[0], b->packets[1], (int)e->toggle[b->peer],
+                              b->done_at,
+                              b->read ? PyBytes_FromStringAndSize((const char *)b->result, (Py_ssize_t)b->len)
+                                      : Py_NewRef(Py_None));
         } else if (b->state == B_BACK) {
             PyObject *txns = PyList_New(0);
             for (int t = 0; txns != NULL && t < TIDS; t++) {
@@ -1123,6 +1162,8 @@ static PyMethodDef Engine_methods[] = {
     {"lend", (PyCFunction)Engine_lend, METH_VARARGS, "lend(tids, now): TIDs for the blocks here"},
     {"start_block", (PyCFunction)Engine_start_block, METH_VARARGS,
      "start_block(key, peer, address, data, prefer, toggle, now) -> False when full"},
+    {"start_read", (PyCFunction)Engine_start_read, METH_VARARGS,
+     "start_read(key, peer, address, length, prefer, toggle, now) -> False when full"},
     {"want", (PyCFunction)Engine_want, METH_NOARGS, "want(): give the next TID freed back"},
     {"receive", (PyCFunction)Engine_receive, METH_VARARGS, "receive(fabric, datagram, now)"},
     {"tick", (PyCFunction)Engine_tick, METH_VARARGS, "tick(now): deadlines"},

@@ -110,8 +110,9 @@ class Bte:
         self.seq = 0
         self.in_use = 0
         self.high_water = 0  # most TIDs ever in use at once
-        # a compiled engine that takes whole blocks (servernet.fastnode): offload(op, now) is
-        # True when it took one; the TIDs lent to it (a bit each) are not this BTE's meanwhile
+        # a compiled engine that takes whole blocks and single reads and writes (servernet.fastnode):
+        # offload(op, now) is True when it took one; the TIDs lent to it (a bit each) are not this
+        # BTE's meanwhile
         self.offload: Callable[[Op, float], bool] | None = None
         self.lent = 0
         self.reclaim: Callable[[], None] | None = None  # asks it for a TID back (requests wait here)
@@ -229,7 +230,8 @@ class Bte:
             op = self.ready.popleft()
             if op.done:
                 continue
-            if op.kind == "block" and not op.next_off and self.offload is not None and self.offload(op, now):
+            if (op.kind != "barrier" and not op.next_off and not op.inflight and self.offload is not None
+                    and self.offload(op, now)):
                 continue
             nxt = self._next(op)
             if nxt is None:
