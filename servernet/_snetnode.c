@@ -1129,16 +1129,16 @@ static PyObject *Engine_serve(Engine *e, PyObject *args)
             wait = ms < 0 ? 0 : ms < wait ? (int)ms : wait;
         }
         struct pollfd pfd[2];
-        int np = 0;
+        int np = 0, fab[2];
         for (int f = 0; f < 2; f++)
             if (e->fd[f] >= 0)
-                pfd[np].fd = e->fd[f], pfd[np].events = POLLIN, pfd[np].revents = 0, np++;
+                fab[np] = f, pfd[np].fd = e->fd[f], pfd[np].events = POLLIN, pfd[np].revents = 0, np++;
         poll(pfd, (nfds_t)np, wait);
         LOCK(e);
         now = mono();
-        for (int f = 0; f < 2; f++)
-            if (e->fd[f] >= 0)
-                drain(e, f, now);
+        for (int i = 0; i < np; i++)
+            if (pfd[i].revents) /* only the fabric that woke us: no recvmmsg just to hear EAGAIN */
+                drain(e, fab[i], now);
         tick(e, now);
         flush(e);
         UNLOCK(e);
