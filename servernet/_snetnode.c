@@ -123,11 +123,15 @@ typedef struct {
     long long packets[2];
     double done_at; /* when its last ACK came (a single WRITE or READ ends there: no trio pass in its time) */
     int read;       /* a single READ of len bytes (Python's Op "read"): its answer lands in result */
+    int bell, rang; /* a doorbell WRITE goes once every data WRITE is ACKed; it was sent */
+    uint32_t bell_address;
+    size_t bell_len;
+    unsigned char bell_data[MAX_DATA_II];
     unsigned char result[MAX_DATA_II];
 } Block;
 
 typedef struct {
-    int owned, busy, block, fabric;
+    int owned, busy, block, fabric, is_bell;
     uint32_t address;
     size_t off, len;
     double deadline;
@@ -250,10 +254,17 @@ static void keep_for_python(Engine *e, int fabric, const unsigned char *buf, siz
     notify(e);
 }
 
+/* the block has a packet to send now: a data WRITE, or its doorbell once every data WRITE is ACKed */
+static int sendable(const Block *b)
+{
+    return b->state == B_ACTIVE && (b->next_off < b->len || (b->bell && !b->rang && !b->inflight));
+}
+
+/* a block still has something to send (its TIDs stay here until then) */
 static int work_left(Engine *e)
 {
     for (int i = 0; i < MAX_BLOCKS; i++)
-        if (e->blk[i].state == B_ACTIVE && e->blk[i].next_off < e->blk[i].len)
+        if (e->blk[i].state == B_ACTIVE && (e->blk[i].next_off < e->blk[i].len || (e->blk[i].bell && !e->blk[i].rang)))
             return 1;
     return 0;
 }
@@ -267,7 +278,7 @@ static void hand_back(Engine *e, Block *b, int nak)
 
 static void finish_if_done(Engine *e, Block *b, double now)
 {
-    if (b->state == B_ACTIVE && b->next_off >= b->len && b->inflight == 0) {
+    if (b->state == B_ACTIVE && b->next_off >= b->len && b->inflight == 0 && (!b->bell || b->rang)) {
         b->state = B_DONE;
         b->done_at = now;
         notify(e);
@@ -298,7 +309,7 @@ static void pump(Engine *e, double now)
         int bi = -1;
         for (int k = 0; k < MAX_BLOCKS; k++) {
             int i = (e->rr + k) % MAX_BLOCKS;
-            if (e->blk[i].state == B_ACTIVE && e->blk[i].next_off < e->blk[i].len) {
+            if (sendable(&e->blk[i])) {
                 b = &e->blk[i], bi = i;
                 break;
             }
@@ -320,14 +331,26 @@ static void pump(Engine *e, double now)
             hand_back(e, b, 0); /* no UP path: the Python BTE chooses among SUSPECT ones */
             continue;
         }
+        Tid *x = &e->tid[t];
+        if (b->next_off >= b->len) { /* every data WRITE ACKed: the doorbell (Bte._next) */
+            x->busy = 1, x->block = bi, x->fabric = fabric, x->is_bell = 1;
+            x->address = b->bell_address, x->off = 0, x->len = b->bell_len;
+            x->deadline = now + e->timeout;
+            b->rang = 1;
+            b->inflight++;
+            b->packets[fabric]++;
+            e->counters[fabric ? B_TX_Y : B_TX_X]++;
+            emit(e, b->peer_id, TT_WRITE, 0, t, fabric, 0, 1, b->bell_address, b->bell_data, b->bell_len, b->bell_len);
+            continue;
+        }
         uint32_t addr = b->address + (uint32_t)b->next_off;
         size_t n = b->len - b->next_off;
         if (n > (size_t)e->max_data)
             n = (size_t)e->max_data;
         if (!b->read && n > PAGE_BYTES - (addr % PAGE_BYTES))
             n = PAGE_BYTES - (addr % PAGE_BYTES); /* a READ is one packet as asked (Bte._next) */
-        Tid *x = &e->tid[t];
-        x->busy = 1, x->block = bi, x->fabric = fabric, x->address = addr, x->off = b->next_off, x->len = n;
+        x->busy = 1, x->block = bi, x->fabric = fabric, x->is_bell = 0, x->address = addr, x->off = b->next_off;
+        x->len = n;
         x->deadline = now + e->timeout;
         b->next_off += n;
         b->inflight++;
@@ -826,11 +849,23 @@ static PyObject *Engine_lend(Engine *e, PyObject *args)
 
 /* a block, or a single READ (data NULL, n its length), starts: False when no slot is free */
 static PyObject *start(Engine *e, long long key, unsigned long peer, unsigned long address, PyObject *data,
-                       Py_ssize_t n, int prefer, int toggle, double now)
+                       Py_ssize_t n, int prefer, int toggle, double now, PyObject *bell_address, PyObject *bell)
 {
     int p = peer_index(e, peer);
     if (p < 0)
         return NULL;
+    unsigned long bell_at = 0;
+    if (bell_address != Py_None) {
+        bell_at = PyLong_AsUnsignedLong(bell_address);
+        if (PyErr_Occurred())
+            return NULL;
+        if (!PyBytes_Check(bell) || bell_at > 0xFFFFFFFFul || PyBytes_GET_SIZE(bell) > e->max_data ||
+            (unsigned long long)bell_at + (unsigned long long)PyBytes_GET_SIZE(bell) > (1ull << 32) ||
+            (e->ii && (bell_at % 8 || PyBytes_GET_SIZE(bell) % 8))) {
+            PyErr_SetString(PyExc_ValueError, "a doorbell is one WRITE's bytes at a 32-bit address");
+            return NULL;
+        }
+    }
     if (prefer < -1 || prefer > 1 || (toggle != 0 && toggle != 1) || n < 1 || address > 0xFFFFFFFFul ||
         (unsigned long long)address + (unsigned long long)n > (1ull << 32) || (e->ii && (address % 8 || n % 8)) ||
         (data == NULL && n > e->max_data)) {
@@ -850,11 +885,15 @@ static PyObject *start(Engine *e, long long key, unsigned long peer, unsigned lo
         Py_RETURN_FALSE;
     }
     Block *b = &e->blk[slot];
-    memset(b, 0, offsetof(Block, result));
+    memset(b, 0, offsetof(Block, bell_data));
     b->read = data == NULL;
     Py_XINCREF(data);
     b->data = data, b->ptr = data ? (const unsigned char *)PyBytes_AS_STRING(data) : NULL, b->len = (size_t)n;
     b->key = key, b->peer = p, b->peer_id = (uint32_t)peer, b->address = (uint32_t)address, b->prefer = prefer;
+    if (bell_address != Py_None) {
+        b->bell = 1, b->bell_address = (uint32_t)bell_at, b->bell_len = (size_t)PyBytes_GET_SIZE(bell);
+        memcpy(b->bell_data, PyBytes_AS_STRING(bell), b->bell_len);
+    }
     e->toggle[p] = (unsigned char)toggle;
     b->state = B_ACTIVE;
     pump(e, now);
@@ -863,18 +902,20 @@ static PyObject *start(Engine *e, long long key, unsigned long peer, unsigned lo
     Py_RETURN_TRUE;
 }
 
-/* start_block(key, peer, address, data, prefer, toggle, now) -> bool (False: no room); a
- * single WRITE is a block of one packet */
+/* start_block(key, peer, address, data, prefer, toggle, now[, bell_address, bell]) -> bool
+ * (False: no room); with a doorbell, it is sent here once every data WRITE is ACKed and
+ * the block is done at its ACK; a single WRITE is a block of one packet without one */
 static PyObject *Engine_start_block(Engine *e, PyObject *args)
 {
     long long key;
     unsigned long peer, address;
-    PyObject *data;
+    PyObject *data, *bell_address = Py_None, *bell = Py_None;
     int prefer, toggle;
     double now;
-    if (!ready(e) || !PyArg_ParseTuple(args, "LkkSiid", &key, &peer, &address, &data, &prefer, &toggle, &now))
+    if (!ready(e) || !PyArg_ParseTuple(args, "LkkSiid|OO", &key, &peer, &address, &data, &prefer, &toggle, &now,
+                                       &bell_address, &bell))
         return NULL;
-    return start(e, key, peer, address, data, PyBytes_GET_SIZE(data), prefer, toggle, now);
+    return start(e, key, peer, address, data, PyBytes_GET_SIZE(data), prefer, toggle, now, bell_address, bell);
 }
 
 /* start_read(key, peer, address, length, prefer, toggle, now) -> bool (False: no room) */
@@ -887,7 +928,7 @@ static PyObject *Engine_start_read(Engine *e, PyObject *args)
     double now;
     if (!ready(e) || !PyArg_ParseTuple(args, "Lkkniid", &key, &peer, &address, &n, &prefer, &toggle, &now))
         return NULL;
-    return start(e, key, peer, address, NULL, n, prefer, toggle, now);
+    return start(e, key, peer, address, NULL, n, prefer, toggle, now, Py_None, Py_None);
 }
 
 /* want(): the Python BTE has requests waiting: the next TID freed goes back to it */
@@ -941,7 +982,7 @@ static PyObject *Engine_next_deadline(Engine *e, PyObject *Py_UNUSED(x))
 }
 
 /* take(now) -> [event]: ("back", key, nak, next_off, acked, px, py, toggle, [(tid, fabric, address, off, len,
- * deadline)]), ("done", key, px, py, toggle, when the last ACK came, a READ's bytes | None), ("ack", peer, fabric), ("tids", [tid]), ("rx", fabric, datagram) */
+ * deadline, is_bell)]), ("done", key, px, py, toggle, when the last ACK came, a READ's bytes | None), ("ack", peer, fabric), ("tids", [tid]), ("rx", fabric, datagram) */
 static PyObject *Engine_take(Engine *e, PyObject *args)
 {
     double now;
@@ -965,8 +1006,8 @@ static PyObject *Engine_take(Engine *e, PyObject *args)
             for (int t = 0; txns != NULL && t < TIDS; t++) {
                 Tid *x = &e->tid[t];
                 if (x->owned && x->busy && x->block == i) {
-                    PyObject *one = Py_BuildValue("(iiknnd)", t, x->fabric, (unsigned long)x->address,
-                                                  (Py_ssize_t)x->off, (Py_ssize_t)x->len, x->deadline);
+                    PyObject *one = Py_BuildValue("(iiknndi)", t, x->fabric, (unsigned long)x->address,
+                                                  (Py_ssize_t)x->off, (Py_ssize_t)x->len, x->deadline, x->is_bell);
                     if (one == NULL || PyList_Append(txns, one) < 0)
                         Py_CLEAR(txns);
                     Py_XDECREF(one);
@@ -1161,7 +1202,7 @@ static PyMethodDef Engine_methods[] = {
     {"set_path", (PyCFunction)Engine_set_path, METH_VARARGS, "set_path(peer, fabric, state 0..3): UP..PROBING"},
     {"lend", (PyCFunction)Engine_lend, METH_VARARGS, "lend(tids, now): TIDs for the blocks here"},
     {"start_block", (PyCFunction)Engine_start_block, METH_VARARGS,
-     "start_block(key, peer, address, data, prefer, toggle, now) -> False when full"},
+     "start_block(key, peer, address, data, prefer, toggle, now[, bell_address, bell]) -> False when full"},
     {"start_read", (PyCFunction)Engine_start_read, METH_VARARGS,
      "start_read(key, peer, address, length, prefer, toggle, now) -> False when full"},
     {"want", (PyCFunction)Engine_want, METH_NOARGS, "want(): give the next TID freed back"},

@@ -206,9 +206,13 @@ class Bte:
         if op.inflight or op.rang or op.doorbell is None:  # (submit refused a block without one)
             return None
         op.rang = True
-        bell = op.bell_data if op.bell_data is not None else doorbell(op.address, len(op.data), op.seq,
+        return TType.WRITE, op.doorbell, self.bell_of(op), 0, True
+
+    @staticmethod
+    def bell_of(op: Op) -> bytes:
+        """What a block's doorbell WRITE carries."""
+        return op.bell_data if op.bell_data is not None else doorbell(op.address, len(op.data), op.seq,
                                                                       zlib.crc32(op.data))
-        return TType.WRITE, op.doorbell, bell, 0, True
 
     def _free_tid(self, now: float) -> int | None:
         for tid, slot in enumerate(self.slots):

@@ -43,6 +43,7 @@ class FastNode:
              None if (w.interrupt or w.per_source) else w.memory)
             for w in core.avt.windows])
         self.blocks: dict[int, Op] = {}
+        self.bells: dict[int, bytes] = {}  # the doorbell bytes of each block here
         self.keys = 0
         self.pushed: dict[tuple[int, int], State] = {}
         self.sync_paths()
@@ -71,13 +72,20 @@ class FastNode:
         self.keys += 1
         t = self.engine_now(now)
         prefer = -1 if op.fabric is None else op.fabric
+        bell = None
         if op.kind == "read":
             started = self.engine.start_read(self.keys, op.peer, op.address, op.length, prefer, bte.toggle[op.peer], t)
-        else:
+        elif op.kind == "write":
             started = self.engine.start_block(self.keys, op.peer, op.address, op.data, prefer, bte.toggle[op.peer], t)
+        else:
+            bell = bte.bell_of(op)
+            started = self.engine.start_block(self.keys, op.peer, op.address, op.data, prefer, bte.toggle[op.peer], t,
+                                              op.doorbell, bell)
         if not started:
             return False
         self.blocks[self.keys] = op
+        if bell is not None:
+            self.bells[self.keys] = bell
         if single:
             bte.choose(op.peer, op.fabric)  # the X/Y turn the engine just took, taken here too
         tids = bte.free_tids(now)[:1] if single else bte.free_tids(now)
@@ -108,24 +116,28 @@ class FastNode:
             elif kind == "done":
                 _, key, px, py, toggle, when, result = ev
                 op = self.blocks.pop(key)
+                self.bells.pop(key, None)
                 self._count(op, px, py, toggle)
                 op.next_off = len(op.data)
-                op.acked += 1 if op.kind != "block" else px + py
-                if op.kind == "block":
-                    bte.ready.append(op)  # every data WRITE ACKed: the doorbell may go
-                else:  # a single WRITE or READ ends when its ACK came, not when this trio pass runs
-                    op.finish(when + offset, result=result)
+                op.acked += px + py
+                op.rang = op.kind == "block"
+                op.finish(when + offset, result=result)  # at its last ACK (a block's: the doorbell's), not this pass
             else:  # "back"
                 _, key, nak, next_off, acked, px, py, toggle, txns = ev
                 op = self.blocks.pop(key)
+                bell = self.bells.pop(key, None)
                 self._count(op, px, py, toggle)
                 op.next_off, op.acked = next_off, op.acked + acked
-                for tid, fabric, address, off, n, deadline in txns:
+                for tid, fabric, address, off, n, deadline, is_bell in txns:
                     bte.lent &= ~(1 << tid)
-                    bte.slots[tid] = (Txn(tid, op, TType.READ, address, b"", n, fabric, deadline + offset)
-                                      if op.kind == "read" else
-                                      Txn(tid, op, TType.WRITE, address, op.data[off:off + n], 0, fabric,
-                                          deadline + offset))
+                    if op.kind == "read":
+                        txn = Txn(tid, op, TType.READ, address, b"", n, fabric, deadline + offset)
+                    else:
+                        data = bell if is_bell and bell is not None else op.data[off:off + n]
+                        txn = Txn(tid, op, TType.WRITE, address, data, 0, fabric, deadline + offset,
+                                  is_doorbell=bool(is_bell))
+                        op.rang |= bool(is_bell)
+                    bte.slots[tid] = txn
                     bte.in_use += 1
                     op.inflight += 1
                     bte._moved(deadline + offset)

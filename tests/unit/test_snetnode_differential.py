@@ -116,7 +116,7 @@ def test_constants_match():
     assert _snetnode.BATCH == K.NODE_BATCH
 
 
-def test_a_block_runs_in_the_engine_and_the_doorbell_follows():
+def test_a_block_and_its_doorbell_run_in_the_engine():
     net = Net(True)
     data = bytes(range(256)) * 40
     op = net.cores[A].bte.block(B, BUF + 100, data, BELL, net.now)
@@ -130,7 +130,9 @@ def test_a_block_runs_in_the_engine_and_the_doorbell_follows():
     while addr < end:  # <= 64 bytes, never across a 4 KiB page
         addr += min(64, end - addr, K.PAGE_BYTES - addr % K.PAGE_BYTES)
         writes += 1
+    writes += 1  # the doorbell leaves from the engine too, after the last data WRITE's ACK
     assert c["bte"] == {"tx_X": writes // 2 + writes % 2, "tx_Y": writes // 2}  # X and Y in turn
+    assert not net.cores[A].bte.counters, "no packet of the block went through the Python BTE"
     assert net.fast[B].engine.counters()["avt"]["writes"] >= 64  # answered in C
     assert net.fast[A].engine.status()["tids_high_water"] == 16
     assert net.cores[A].bte.lent == 0 and net.fast[A].engine.status()["tids_lent"] == 0
@@ -282,3 +284,34 @@ def burst(compiled, script, hold_every, cut):
        st.sampled_from([0, 0, 3, 7, 23]), st.sampled_from([(), (), (X,), (Y,)]))
 def test_single_ops_in_a_burst_match_the_python_node(script, hold_every, cut):
     assert burst(True, script, hold_every, cut) == burst(False, script, hold_every, cut)
+
+
+def doorbell_lost(compiled, bell_to):
+    """A block whose doorbell's first try is lost (it is handed back to the Python BTE,
+    which sends it again), or whose doorbell the peer refuses."""
+    net = Net(compiled)
+    data = bytes(range(200))
+    op = net.cores[A].bte.block(B, BUF, data, bell_to, net.now)
+    lost = []
+
+    def hold(fabric, raw):
+        p = decode(raw[4:])
+        if p.did == B and p.address == bell_to and not lost:
+            lost.append(raw)
+            return True
+        return False
+
+    net.run(until=10.0, hold=hold)
+    return op, lost, summary(net, [op])
+
+
+def test_a_lost_doorbell_is_sent_again_by_the_python_bte():
+    op, lost, got = doorbell_lost(True, BELL)
+    assert op.done and op.error is None and op.rang and lost
+    assert got == doorbell_lost(False, BELL)[2]
+    assert op.packets == {"X": 4, "Y": 2}  # 4 data WRITEs in turn, the doorbell on X, again on X (a retry)
+
+
+def test_a_refused_doorbell_ends_the_block_nak():
+    op, _, got = doorbell_lost(True, RO)  # a read-only window: NAK
+    assert op.error == "nak" and got == doorbell_lost(False, RO)[2]
