@@ -109,12 +109,13 @@ class Bte:
         self.counters: Counter[str] = Counter()
         self.seq = 0
         self.in_use = 0
-        self.high_water = 0  # most TIDs ever in use at once
+        self.high_water = 0  # most TIDs ever in use at once (with lent_busy: a single op's in the engine)
         # a compiled engine that takes whole blocks and single reads and writes (servernet.fastnode):
         # offload(op, now) is True when it took one; the TIDs lent to it (a bit each) are not this
         # BTE's meanwhile
         self.offload: Callable[[Op, float], bool] | None = None
         self.lent = 0
+        self.lent_busy = 0  # lent TIDs that a single READ or WRITE holds in the engine
         self.reclaim: Callable[[], None] | None = None  # asks it for a TID back (requests wait here)
 
     # --- the host's requests ------------------------------------------------------------------
@@ -249,7 +250,7 @@ class Bte:
             txn = Txn(tid, op, ttype, address, data, length, fabric, now + self.timeout, is_doorbell=bell)
             self.slots[tid] = txn
             self.in_use += 1
-            self.high_water = max(self.high_water, self.in_use)
+            self.high_water = max(self.high_water, self.in_use + self.lent_busy)
             op.inflight += 1
             self._send(txn)
             if op.kind == "block" and not op.rang:

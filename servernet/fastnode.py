@@ -91,6 +91,9 @@ class FastNode:
         tids = bte.free_tids(now)[:1] if single else bte.free_tids(now)
         for tid in tids:
             bte.lent |= 1 << tid
+        if single:
+            bte.lent_busy += 1
+            bte.high_water = max(bte.high_water, bte.in_use + bte.lent_busy)
         self.engine.lend(tids, t)
         return True
 
@@ -117,6 +120,7 @@ class FastNode:
                 _, key, px, py, toggle, when, result = ev
                 op = self.blocks.pop(key)
                 self.bells.pop(key, None)
+                bte.lent_busy -= op.kind != "block"
                 self._count(op, px, py, toggle)
                 op.next_off = len(op.data)
                 op.acked += px + py
@@ -126,6 +130,7 @@ class FastNode:
                 _, key, nak, next_off, acked, px, py, toggle, txns = ev
                 op = self.blocks.pop(key)
                 bell = self.bells.pop(key, None)
+                bte.lent_busy -= op.kind != "block"
                 self._count(op, px, py, toggle)
                 op.next_off, op.acked = next_off, op.acked + acked
                 for tid, fabric, address, off, n, deadline, is_bell in txns:

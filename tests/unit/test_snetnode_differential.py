@@ -315,3 +315,13 @@ def test_a_lost_doorbell_is_sent_again_by_the_python_bte():
 def test_a_refused_doorbell_ends_the_block_nak():
     op, _, got = doorbell_lost(True, RO)  # a read-only window: NAK
     assert op.error == "nak" and got == doorbell_lost(False, RO)[2]
+
+
+def test_high_water_counts_a_single_op_in_the_engine():
+    """16 READs at once: the first in the engine, 15 in the Python BTE; 16 TIDs in use."""
+    net = Net(True)
+    a = net.cores[A]
+    ops = [a.bte.read(B, BUF + 64 * i, 64, net.now) for i in range(20)]
+    assert a.bte.high_water == 16 and a.bte.lent_busy == 1
+    net.run()
+    assert all(o.done and o.error is None for o in ops) and a.bte.lent_busy == 0 and a.bte.lent == 0
