@@ -368,13 +368,14 @@ static void pump(Engine *e, double now)
     }
     if (!work_left(e)) {
         e->wanted = 0; /* all of them go back */
+        unsigned before = e->returned;
         for (int i = 0; i < TIDS; i++)
             if (e->tid[i].owned && !e->tid[i].busy) {
                 e->tid[i].owned = 0;
                 e->returned |= 1u << i;
             }
-        if (e->returned)
-            notify(e);
+        if (e->returned != before)
+            notify(e); /* only for TIDs newly returned: take() pumps too, and must not wake Python again */
     }
 }
 
