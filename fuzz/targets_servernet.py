@@ -138,6 +138,7 @@ def cnode(data: bytes) -> None:
         fast.engine.tick(now)
         fast.poll(now)
         core.tick(now)
+        fast.sync_paths()  # as the driver's flush() after every tick: a path gone HARD_DOWN is the engine's news too
         got = sorted(core.out + fast.engine.take_out())
         want = sorted(py.out)
         py.out.clear()
