@@ -101,10 +101,16 @@ def start(tmp: str, procs: list) -> None:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads) so far."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a process's threads have run so far (schedstat: nanoseconds, where
+    /proc/PID/stat counts 10 ms ticks, too coarse for a few hundred single WRITEs)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def block_cost(tmp: str, length: int, fabric: str | None, procs: list) -> tuple[float, list[float]]:
@@ -123,13 +129,19 @@ def block(tmp: str, length: int, fabric: str | None) -> float:
     return length / r["elapsed_s"] / 1e6
 
 
-def write_latency(tmp: str, n: int, fabric: str | None) -> float:
-    times = []
+def write_latency(tmp: str, n: int, fabric: str | None, procs: list) -> tuple[float, float, list[float]]:
+    """(median request-to-ACK us inside node a, median us of the control request as this
+    client sees it, CPU us per WRITE of each process: routers X, Y, nodes a, b)."""
+    times, rtts = [], []
+    before = [cpu_s(p.pid) for p in procs]
     for i in range(n):
         req = {"cmd": "write", "peer": "peer", "address": 0x1000000 + 64 * (i % 64), "data": "ab" * 64}
+        t = time.perf_counter()
         r = request(f"{tmp}/a.sock", req | ({"fabric": fabric} if fabric else {}))
+        rtts.append(time.perf_counter() - t)
         times.append(r["elapsed_s"])
-    return statistics.median(times) * 1e6
+    cpu = [(cpu_s(p.pid) - b) / n * 1e6 for p, b in zip(procs, before)]
+    return statistics.median(times) * 1e6, statistics.median(rtts) * 1e6, cpu
 
 
 def anchor(seconds: float, n_latency: int, relay: bool = False) -> tuple[float, float, list[float]]:
@@ -209,8 +221,8 @@ def main() -> None:
             one, cost_one = block_cost(tmp, length, "x", procs)
             both, cost_both = block_cost(tmp, length, None, procs)
             window = request(f"{tmp}/a.sock", {"cmd": "status"})["tids_high_water"]
-            lat_one = write_latency(tmp, args.writes, "x")
-            lat_both = write_latency(tmp, args.writes, None)
+            lat_one, rtt_one, wcost_one = write_latency(tmp, args.writes, "x", procs)
+            lat_both, rtt_both, wcost_both = write_latency(tmp, args.writes, None, procs)
         finally:
             for p in procs:
                 p.terminate()
@@ -229,11 +241,14 @@ def main() -> None:
     print("  fabric X only              " + "  ".join(f"{c:6.1f}" for c in cost_one))
     print("  X and Y                    " + "  ".join(f"{c:6.1f}" for c in cost_both))
     print("  anchor, per request        " + "  ".join(f"{c:6.1f}" for c in anchor_cpu) + "   (client, server)")
-    print("64-byte write latency (median, request to ACK)")
-    print(f"  ServerNet, fabric X only   {lat_one:8.1f} us")
-    print(f"  ServerNet, X and Y         {lat_both:8.1f} us")
+    print("64-byte write latency (median, request to ACK in node a; then the whole control request as snetctl sees it)")
+    print(f"  ServerNet, fabric X only   {lat_one:8.1f} us   ({rtt_one:.1f} us)")
+    print(f"  ServerNet, X and Y         {lat_both:8.1f} us   ({rtt_both:.1f} us)")
     print(f"  anchor: bare UDP RTT       {anchor_rtt:8.1f} us")
     print(f"  (same, through a UDP relay {relay_rtt:8.1f} us)")
+    print("CPU time per single 64-byte WRITE of the latency runs (us): router X, router Y, node a, node b")
+    print("  fabric X only              " + "  ".join(f"{c:6.1f}" for c in wcost_one))
+    print("  X and Y                    " + "  ".join(f"{c:6.1f}" for c in wcost_both))
     print(f"targets: >= 0.5x anchor: {'met' if both >= 0.5 * anchor_gp else 'NOT met'}; "
           f"both fabrics >= 1.6x one: {'met' if both >= 1.6 * one else 'NOT met'}")
 

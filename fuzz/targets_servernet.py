@@ -138,6 +138,7 @@ def cnode(data: bytes) -> None:
         fast.engine.tick(now)
         fast.poll(now)
         core.tick(now)
+        fast.sync_paths()  # as the driver's flush() after every tick: a path gone HARD_DOWN is the engine's news too
         got = sorted(core.out + fast.engine.take_out())
         want = sorted(py.out)
         py.out.clear()
@@ -153,7 +154,8 @@ def cnode(data: bytes) -> None:
 def cengine(data: bytes) -> None:
     """servernet._snetnode.Engine alone (no oracle: cheap, for long runs and the sanitizers) on
     drawn calls: datagrams built-then-mutated or raw, responses to its TIDs, path states,
-    lent TIDs, blocks, timers; everything it sends is a whole packet with a good CRC."""
+    lent TIDs, blocks (with a doorbell or not), single READs, timers; everything it sends is a
+    whole packet with a good CRC."""
     import zlib
 
     from servernet._snetnode import Engine
@@ -168,13 +170,18 @@ def cengine(data: bytes) -> None:
                    (0x300, 1, 2, 3, True, None, None), (0x400, 2, 3, 3, False, None, own)])
     now = 0.0
     for _ in range(1 + d.below(10)):
-        c = d.below(8)
+        c = d.below(9)
         if c == 0:
             e.lend([d.bits(4) for _ in range(d.below(17))], now)
         elif c == 1:
             n = 8 * (1 + d.below(40)) if ii else 1 + d.below(300)
+            bell = (0x300000, bytes(8 * d.below(3) if ii else d.below(20))) if d.bool() else ()
             e.start_block(d.bits(16), d.choice([A, 0x0c001]), 0x100000 + (8 * d.below(8) if ii else d.below(64)),
-                          bytes(n), d.below(3) - 1, d.bits(1), now)
+                          bytes(n), d.below(3) - 1, d.bits(1), now, *bell)
+        elif c == 8:
+            n = 8 * (1 + d.below(8)) if ii else 1 + d.below(64)
+            e.start_read(d.bits(16), d.choice([A, 0x0c001]), 0x100000 + (8 * d.below(8) if ii else d.below(64)), n,
+                         d.below(3) - 1, d.bits(1), now)
         elif c == 2:
             e.set_path(d.choice([A, 0x0c001]), d.bits(1), d.below(4))
         elif c == 3:

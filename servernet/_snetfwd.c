@@ -11,6 +11,8 @@
  * forward(timeout_ms) -> int   wait up to timeout_ms for the socket, then recvmmsg /
  *            decide / sendmmsg until it is drained (at most RX_ROUNDS batches), all
  *            without the GIL; the number of datagrams received
+ * serve(poll_ms), stop()   the same in a loop that stays in C until stop() (snet-router's
+ *            thread): a blocking recvmmsg waits, no poll and no Python per wake-up
  * counters() -> dict   the non-zero counters, named as RouterCore names them
  *
  * FabricSocket(fd, router): an end node's socket on one fabric (servernet.driver):
@@ -25,11 +27,13 @@
 #include <Python.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h> /* struct timeval: SO_RCVTIMEO */
 
 #include "_snetcommon.h" /* the packet CRC, a (host, port) address (shared with _snetnode.c) */
 
@@ -71,7 +75,8 @@ typedef struct {
     PyObject_HEAD
     int fd;
     int fabric;
-    int busy; /* forward() is running (its buffers are in use) */
+    int busy; /* forward() or serve() is running (its buffers are in use) */
+    int stop; /* serve() returns */
     int nports;
     int number[MAX_PORTS];       /* port number of each slot */
     Addr addr[MAX_PORTS];        /* its UDP address */
@@ -285,78 +290,139 @@ static PyObject *Router_receive(Router *self, PyObject *args)
     return Py_BuildValue("(ON)", self->pyaddr[out], copy);
 }
 
+/* recvmmsg / decide / sendmmsg until the socket is drained (at most RX_ROUNDS batches),
+ * without the GIL; the first recvmmsg with `first` (MSG_DONTWAIT after a poll, or
+ * MSG_WAITFORONE on a blocking socket: it waits for one datagram, up to SO_RCVTIMEO);
+ * counts into c; the number of datagrams received */
+static long forward_rounds(Router *self, int first, uint64_t *c)
+{
+    long total = 0;
+    for (int round = 0; round < RX_ROUNDS; round++) {
+        for (int i = 0; i < BATCH; i++) {
+            self->rx_iov[i].iov_base = self->buf[i];
+            self->rx_iov[i].iov_len = BUF_BYTES;
+            memset(&self->rx[i].msg_hdr, 0, sizeof self->rx[i].msg_hdr);
+            self->rx[i].msg_hdr.msg_iov = &self->rx_iov[i];
+            self->rx[i].msg_hdr.msg_iovlen = 1;
+            self->rx[i].msg_hdr.msg_name = &self->from[i];
+            self->rx[i].msg_hdr.msg_namelen = sizeof self->from[i];
+        }
+        int got = recvmmsg(self->fd, self->rx, BATCH, round ? MSG_DONTWAIT : first, NULL);
+        if (got < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            if (errno != EINTR)
+                c[C_RX_ERROR]++; /* e.g. an ICMP error of an earlier send */
+            if (errno == EINTR && !round)
+                break; /* a signal while waiting: back to the caller's stop flag */
+            continue;
+        }
+        total += got;
+        int nout = 0;
+        for (int i = 0; i < got; i++) {
+            size_t n = self->rx[i].msg_len;
+            int out = route_one(self, slot_from(self, &self->from[i]), self->buf[i], n, c);
+            if (out < 0)
+                continue;
+            self->tx_iov[nout].iov_base = self->buf[i];
+            self->tx_iov[nout].iov_len = n;
+            memset(&self->tx[nout].msg_hdr, 0, sizeof self->tx[nout].msg_hdr);
+            self->tx[nout].msg_hdr.msg_iov = &self->tx_iov[nout];
+            self->tx[nout].msg_hdr.msg_iovlen = 1;
+            self->tx[nout].msg_hdr.msg_name = &self->addr[out].sa;
+            self->tx[nout].msg_hdr.msg_namelen = self->addr[out].len;
+            nout++;
+        }
+        for (int off = 0; off < nout;) {
+            int sent = sendmmsg(self->fd, self->tx + off, (unsigned)(nout - off), MSG_DONTWAIT);
+            if (sent > 0) {
+                off += sent;
+                continue;
+            }
+            if (sent < 0 && errno == EINTR)
+                continue;
+            if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                c[C_TX_FULL]++;
+            else
+                c[C_TX_ERROR]++;
+            off++; /* that datagram is lost; the rest still go */
+        }
+        if (got < BATCH)
+            break;
+    }
+    return total;
+}
+
+/* c added to the counters counters() reads (serve() does it without the GIL) */
+static void merge(Router *self, const uint64_t *c)
+{
+    for (int i = 0; i < N_COUNTERS; i++)
+        if (c[i])
+            __atomic_fetch_add(&self->counters[i], c[i], __ATOMIC_RELAXED);
+}
+
+static int claim(Router *self)
+{
+    if (self->table == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the router is not set up, or forward() or serve() is running");
+        return 0;
+    }
+    self->busy = 1;
+    return 1;
+}
+
 static PyObject *Router_forward(Router *self, PyObject *args)
 {
     int timeout_ms;
-    if (!PyArg_ParseTuple(args, "i", &timeout_ms))
+    if (!PyArg_ParseTuple(args, "i", &timeout_ms) || !claim(self))
         return NULL;
-    if (self->table == NULL || self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "the router is not set up, or forward() is running");
-        return NULL;
-    }
-    self->busy = 1;
     uint64_t c[N_COUNTERS] = {0};
     long total = 0;
     Py_BEGIN_ALLOW_THREADS
     struct pollfd pfd = {.fd = self->fd, .events = POLLIN};
-    if (poll(&pfd, 1, timeout_ms) > 0) {
-        for (int round = 0; round < RX_ROUNDS; round++) {
-            for (int i = 0; i < BATCH; i++) {
-                self->rx_iov[i].iov_base = self->buf[i];
-                self->rx_iov[i].iov_len = BUF_BYTES;
-                memset(&self->rx[i].msg_hdr, 0, sizeof self->rx[i].msg_hdr);
-                self->rx[i].msg_hdr.msg_iov = &self->rx_iov[i];
-                self->rx[i].msg_hdr.msg_iovlen = 1;
-                self->rx[i].msg_hdr.msg_name = &self->from[i];
-                self->rx[i].msg_hdr.msg_namelen = sizeof self->from[i];
-            }
-            int got = recvmmsg(self->fd, self->rx, BATCH, MSG_DONTWAIT, NULL);
-            if (got < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK)
-                    break;
-                if (errno != EINTR)
-                    c[C_RX_ERROR]++; /* e.g. an ICMP error of an earlier send */
-                continue;
-            }
-            total += got;
-            int nout = 0;
-            for (int i = 0; i < got; i++) {
-                size_t n = self->rx[i].msg_len;
-                int out = route_one(self, slot_from(self, &self->from[i]), self->buf[i], n, c);
-                if (out < 0)
-                    continue;
-                self->tx_iov[nout].iov_base = self->buf[i];
-                self->tx_iov[nout].iov_len = n;
-                memset(&self->tx[nout].msg_hdr, 0, sizeof self->tx[nout].msg_hdr);
-                self->tx[nout].msg_hdr.msg_iov = &self->tx_iov[nout];
-                self->tx[nout].msg_hdr.msg_iovlen = 1;
-                self->tx[nout].msg_hdr.msg_name = &self->addr[out].sa;
-                self->tx[nout].msg_hdr.msg_namelen = self->addr[out].len;
-                nout++;
-            }
-            for (int off = 0; off < nout;) {
-                int sent = sendmmsg(self->fd, self->tx + off, (unsigned)(nout - off), MSG_DONTWAIT);
-                if (sent > 0) {
-                    off += sent;
-                    continue;
-                }
-                if (sent < 0 && errno == EINTR)
-                    continue;
-                if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                    c[C_TX_FULL]++;
-                else
-                    c[C_TX_ERROR]++;
-                off++; /* that datagram is lost; the rest still go */
-            }
-            if (got < BATCH)
-                break;
-        }
-    }
+    if (poll(&pfd, 1, timeout_ms) > 0)
+        total = forward_rounds(self, MSG_DONTWAIT, c);
     Py_END_ALLOW_THREADS
-    for (int i = 0; i < N_COUNTERS; i++)
-        self->counters[i] += c[i];
+    merge(self, c);
     self->busy = 0;
     return PyLong_FromLong(total);
+}
+
+/* serve(poll_ms): forward until stop(), never taking the GIL back in between: the socket
+ * is made blocking with SO_RCVTIMEO = poll_ms, so one recvmmsg waits and receives (no poll
+ * call, no return to Python per wake-up) and stop() is seen within poll_ms */
+static PyObject *Router_serve(Router *self, PyObject *args)
+{
+    int poll_ms;
+    if (!PyArg_ParseTuple(args, "i", &poll_ms))
+        return NULL;
+    if (poll_ms < 1) {
+        PyErr_SetString(PyExc_ValueError, "poll_ms is at least 1");
+        return NULL;
+    }
+    struct timeval tv = {.tv_sec = poll_ms / 1000, .tv_usec = (poll_ms % 1000) * 1000};
+    int fl = fcntl(self->fd, F_GETFL);
+    if (fl < 0 || fcntl(self->fd, F_SETFL, fl & ~O_NONBLOCK) < 0 ||
+        setsockopt(self->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (!claim(self))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    while (!__atomic_load_n(&self->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t c[N_COUNTERS] = {0};
+        forward_rounds(self, MSG_WAITFORONE, c);
+        merge(self, c);
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    Py_RETURN_NONE;
+}
+
+/* stop(): serve() returns within its poll_ms */
+static PyObject *Router_stop(Router *self, PyObject *Py_UNUSED(ignored))
+{
+    __atomic_store_n(&self->stop, 1, __ATOMIC_RELEASE);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Router_counters(Router *self, PyObject *Py_UNUSED(ignored))
@@ -365,12 +431,13 @@ static PyObject *Router_counters(Router *self, PyObject *Py_UNUSED(ignored))
     if (d == NULL)
         return NULL;
     for (int i = 0; i < N_COUNTERS; i++) {
-        if (!self->counters[i])
+        uint64_t n = __atomic_load_n(&self->counters[i], __ATOMIC_RELAXED);
+        if (!n)
             continue;
         PyObject *name = i < N_NAMED ? PyUnicode_FromString(counter_names[i])
                                      : PyUnicode_FromFormat("port%d_%s", (i - N_NAMED) / 2,
                                                             (i - N_NAMED) % 2 ? "tx" : "rx");
-        PyObject *v = PyLong_FromUnsignedLongLong(self->counters[i]);
+        PyObject *v = PyLong_FromUnsignedLongLong(n);
         if (name == NULL || v == NULL || PyDict_SetItem(d, name, v) < 0) {
             Py_XDECREF(name);
             Py_XDECREF(v);
@@ -388,6 +455,9 @@ static PyMethodDef Router_methods[] = {
      "receive(src, datagram) -> ((host, port), datagram) or None: one datagram, as RouterCore.receive."},
     {"forward", (PyCFunction)Router_forward, METH_VARARGS,
      "forward(timeout_ms) -> int: wait for the socket, forward what it holds (GIL released)."},
+    {"serve", (PyCFunction)Router_serve, METH_VARARGS,
+     "serve(poll_ms): forward until stop() (GIL released throughout; the socket made blocking)."},
+    {"stop", (PyCFunction)Router_stop, METH_NOARGS, "stop(): serve() returns within its poll_ms."},
     {"counters", (PyCFunction)Router_counters, METH_NOARGS, "The non-zero counters by name."},
     {NULL, NULL, 0, NULL},
 };

@@ -5,12 +5,13 @@
  *
  * Engine(my_id, peers, ii, timeout_s) is a sans-IO core with a lock:
  *   receive(fabric, datagram, now)  one datagram: answered here (a WRITE/READ/BARRIER to
- *       a plain window, an ACK of a block WRITE this engine sent) or kept for Python
+ *       a plain window, an answer to a block WRITE, single WRITE or READ this engine sent) or kept for Python
  *       (everything else: bad or odd packets, interrupt and per-source windows, DIAG,
  *       requests on a HARD_DOWN path, responses to Python's own TIDs)
  *   tick(now)            a block WRITE past its deadline hands its block back to Python
  *   set_windows([...]), set_path(peer, fabric, state), lend(tids), want() (a TID back soon),
- *   start_block(key, peer, address, data, prefer, toggle, now)
+ *   start_block(key, peer, address, data, prefer, toggle, now) (a single WRITE too: one packet),
+ *   start_read(key, peer, address, length, prefer, toggle, now) (a single READ)
  *   take() -> events for Python, in order; take_out() -> [(fabric, datagram)] (sans-IO use)
  *   attach(fd_x, router_x, fd_y, router_y, notify_fd) and serve(poll_ms) (until stop()): the
  *       I/O loop (recvmmsg on both fabrics, the core, sendmmsg to the routers) run without
@@ -29,6 +30,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h> /* offsetof */
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -121,10 +123,17 @@ typedef struct {
     size_t len, next_off;
     int inflight, acked, prefer, error_nak;
     long long packets[2];
+    double done_at; /* when its last ACK came (a single WRITE or READ ends there: no trio pass in its time) */
+    int read;       /* a single READ of len bytes (Python's Op "read"): its answer lands in result */
+    int bell, rang; /* a doorbell WRITE goes once every data WRITE is ACKed; it was sent */
+    uint32_t bell_address;
+    size_t bell_len;
+    unsigned char bell_data[MAX_DATA_II];
+    unsigned char result[MAX_DATA_II];
 } Block;
 
 typedef struct {
-    int owned, busy, block, fabric;
+    int owned, busy, block, fabric, is_bell;
     uint32_t address;
     size_t off, len;
     double deadline;
@@ -247,10 +256,17 @@ static void keep_for_python(Engine *e, int fabric, const unsigned char *buf, siz
     notify(e);
 }
 
+/* the block has a packet to send now: a data WRITE, or its doorbell once every data WRITE is ACKed */
+static int sendable(const Block *b)
+{
+    return b->state == B_ACTIVE && (b->next_off < b->len || (b->bell && !b->rang && !b->inflight));
+}
+
+/* a block still has something to send (its TIDs stay here until then) */
 static int work_left(Engine *e)
 {
     for (int i = 0; i < MAX_BLOCKS; i++)
-        if (e->blk[i].state == B_ACTIVE && e->blk[i].next_off < e->blk[i].len)
+        if (e->blk[i].state == B_ACTIVE && (e->blk[i].next_off < e->blk[i].len || (e->blk[i].bell && !e->blk[i].rang)))
             return 1;
     return 0;
 }
@@ -262,10 +278,11 @@ static void hand_back(Engine *e, Block *b, int nak)
     notify(e);
 }
 
-static void finish_if_done(Engine *e, Block *b)
+static void finish_if_done(Engine *e, Block *b, double now)
 {
-    if (b->state == B_ACTIVE && b->next_off >= b->len && b->inflight == 0) {
+    if (b->state == B_ACTIVE && b->next_off >= b->len && b->inflight == 0 && (!b->bell || b->rang)) {
         b->state = B_DONE;
+        b->done_at = now;
         notify(e);
     }
 }
@@ -294,7 +311,7 @@ static void pump(Engine *e, double now)
         int bi = -1;
         for (int k = 0; k < MAX_BLOCKS; k++) {
             int i = (e->rr + k) % MAX_BLOCKS;
-            if (e->blk[i].state == B_ACTIVE && e->blk[i].next_off < e->blk[i].len) {
+            if (sendable(&e->blk[i])) {
                 b = &e->blk[i], bi = i;
                 break;
             }
@@ -316,20 +333,35 @@ static void pump(Engine *e, double now)
             hand_back(e, b, 0); /* no UP path: the Python BTE chooses among SUSPECT ones */
             continue;
         }
+        Tid *x = &e->tid[t];
+        if (b->next_off >= b->len) { /* every data WRITE ACKed: the doorbell (Bte._next) */
+            x->busy = 1, x->block = bi, x->fabric = fabric, x->is_bell = 1;
+            x->address = b->bell_address, x->off = 0, x->len = b->bell_len;
+            x->deadline = now + e->timeout;
+            b->rang = 1;
+            b->inflight++;
+            b->packets[fabric]++;
+            e->counters[fabric ? B_TX_Y : B_TX_X]++;
+            emit(e, b->peer_id, TT_WRITE, 0, t, fabric, 0, 1, b->bell_address, b->bell_data, b->bell_len, b->bell_len);
+            continue;
+        }
         uint32_t addr = b->address + (uint32_t)b->next_off;
         size_t n = b->len - b->next_off;
         if (n > (size_t)e->max_data)
             n = (size_t)e->max_data;
-        if (n > PAGE_BYTES - (addr % PAGE_BYTES))
-            n = PAGE_BYTES - (addr % PAGE_BYTES);
-        Tid *x = &e->tid[t];
-        x->busy = 1, x->block = bi, x->fabric = fabric, x->address = addr, x->off = b->next_off, x->len = n;
+        if (!b->read && n > PAGE_BYTES - (addr % PAGE_BYTES))
+            n = PAGE_BYTES - (addr % PAGE_BYTES); /* a READ is one packet as asked (Bte._next) */
+        x->busy = 1, x->block = bi, x->fabric = fabric, x->is_bell = 0, x->address = addr, x->off = b->next_off;
+        x->len = n;
         x->deadline = now + e->timeout;
         b->next_off += n;
         b->inflight++;
         b->packets[fabric]++;
         e->counters[fabric ? B_TX_Y : B_TX_X]++;
-        emit(e, b->peer_id, TT_WRITE, 0, t, fabric, 0, 1, addr, b->ptr + x->off, n, n);
+        if (b->read)
+            emit(e, b->peer_id, TT_READ, 0, t, fabric, 0, 1, addr, NULL, 0, n);
+        else
+            emit(e, b->peer_id, TT_WRITE, 0, t, fabric, 0, 1, addr, b->ptr + x->off, n, n);
         int busy = 0;
         for (int i = 0; i < TIDS; i++)
             busy += e->tid[i].busy;
@@ -338,13 +370,14 @@ static void pump(Engine *e, double now)
     }
     if (!work_left(e)) {
         e->wanted = 0; /* all of them go back */
+        unsigned before = e->returned;
         for (int i = 0; i < TIDS; i++)
             if (e->tid[i].owned && !e->tid[i].busy) {
                 e->tid[i].owned = 0;
                 e->returned |= 1u << i;
             }
-        if (e->returned)
-            notify(e);
+        if (e->returned != before)
+            notify(e); /* only for TIDs newly returned: take() pumps too, and must not wake Python again */
     }
 }
 
@@ -364,12 +397,14 @@ static void respond(Engine *e, uint32_t sid, int ttype, int tid, int fabric, int
     e->counters[ack ? N_ACK : N_NAK]++;
 }
 
-/* a response to one of the engine's TIDs (Bte.on_response for a block's data WRITE) */
-static void on_response(Engine *e, int p, int fabric, int ttype, int tid, int ack, double now)
+/* a response to one of the engine's TIDs (Bte.on_response for a block's data WRITE, a
+ * single WRITE or a single READ: data, length its answer's) */
+static void on_response(Engine *e, int p, int fabric, int ttype, int tid, int ack, const unsigned char *data,
+                        size_t length, double now)
 {
     Tid *x = &e->tid[tid];
     Block *b = &e->blk[x->block];
-    if (!x->busy || b->peer != p || ttype != TT_WRITE) {
+    if (!x->busy || b->peer != p || ttype != (b->read ? TT_READ : TT_WRITE) || (b->read && ack && length != x->len)) {
         e->counters[B_UNEXPECTED]++;
         return;
     }
@@ -386,8 +421,10 @@ static void on_response(Engine *e, int p, int fabric, int ttype, int tid, int ac
         else
             b->error_nak = 1;
     } else {
+        if (b->read)
+            memcpy(b->result, data, length);
         b->acked++;
-        finish_if_done(e, b);
+        finish_if_done(e, b, now);
     }
     pump(e, now);
 }
@@ -419,7 +456,7 @@ static void receive(Engine *e, int fabric, const unsigned char *buf, size_t n, d
         if (!e->tid[tid].owned)
             goto slow; /* one of Python's TIDs */
         e->counters[fabric ? N_RX_Y : N_RX_X]++;
-        on_response(e, p, fabric, ttype, tid, ack, now);
+        on_response(e, p, fabric, ttype, tid, ack, pk + 8, length, now);
         return;
     }
     if (e->state[p][fabric] == ST_HARD_DOWN)
@@ -836,23 +873,30 @@ static PyObject *Engine_lend(Engine *e, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* start_block(key, peer, address, data, prefer, toggle, now) -> bool (False: no room) */
-static PyObject *Engine_start_block(Engine *e, PyObject *args)
+/* a block, or a single READ (data NULL, n its length), starts: False when no slot is free */
+static PyObject *start(Engine *e, long long key, unsigned long peer, unsigned long address, PyObject *data,
+                       Py_ssize_t n, int prefer, int toggle, double now, PyObject *bell_address, PyObject *bell)
 {
-    long long key;
-    unsigned long peer, address;
-    PyObject *data;
-    int prefer, toggle;
-    double now;
-    if (!ready(e) || !PyArg_ParseTuple(args, "LkkSiid", &key, &peer, &address, &data, &prefer, &toggle, &now))
-        return NULL;
     int p = peer_index(e, peer);
     if (p < 0)
         return NULL;
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    unsigned long bell_at = 0;
+    if (bell_address != Py_None) {
+        bell_at = PyLong_AsUnsignedLong(bell_address);
+        if (PyErr_Occurred())
+            return NULL;
+        if (!PyBytes_Check(bell) || bell_at > 0xFFFFFFFFul || PyBytes_GET_SIZE(bell) > e->max_data ||
+            (unsigned long long)bell_at + (unsigned long long)PyBytes_GET_SIZE(bell) > (1ull << 32) ||
+            (e->ii && (bell_at % 8 || PyBytes_GET_SIZE(bell) % 8))) {
+            PyErr_SetString(PyExc_ValueError, "a doorbell is one WRITE's bytes at a 32-bit address");
+            return NULL;
+        }
+    }
     if (prefer < -1 || prefer > 1 || (toggle != 0 && toggle != 1) || n < 1 || address > 0xFFFFFFFFul ||
-        (unsigned long long)address + (unsigned long long)n > (1ull << 32) || (e->ii && (address % 8 || n % 8))) {
-        PyErr_SetString(PyExc_ValueError, "a block is 1.. bytes inside the 32-bit space (8-byte units in II mode)");
+        (unsigned long long)address + (unsigned long long)n > (1ull << 32) || (e->ii && (address % 8 || n % 8)) ||
+        (data == NULL && n > e->max_data)) {
+        PyErr_SetString(PyExc_ValueError, "a block is 1.. bytes inside the 32-bit space (8-byte units in II mode), "
+                                          "a READ at most one packet's data");
         return NULL;
     }
     LOCK(e);
@@ -867,16 +911,50 @@ static PyObject *Engine_start_block(Engine *e, PyObject *args)
         Py_RETURN_FALSE;
     }
     Block *b = &e->blk[slot];
-    memset(b, 0, sizeof *b);
-    Py_INCREF(data);
-    b->data = data, b->ptr = (const unsigned char *)PyBytes_AS_STRING(data), b->len = (size_t)n;
+    memset(b, 0, offsetof(Block, bell_data));
+    b->read = data == NULL;
+    Py_XINCREF(data);
+    b->data = data, b->ptr = data ? (const unsigned char *)PyBytes_AS_STRING(data) : NULL, b->len = (size_t)n;
     b->key = key, b->peer = p, b->peer_id = (uint32_t)peer, b->address = (uint32_t)address, b->prefer = prefer;
+    if (bell_address != Py_None) {
+        b->bell = 1, b->bell_address = (uint32_t)bell_at, b->bell_len = (size_t)PyBytes_GET_SIZE(bell);
+        memcpy(b->bell_data, PyBytes_AS_STRING(bell), b->bell_len);
+    }
     e->toggle[p] = (unsigned char)toggle;
     b->state = B_ACTIVE;
     pump(e, now);
     flush(e);
     UNLOCK(e);
     Py_RETURN_TRUE;
+}
+
+/* start_block(key, peer, address, data, prefer, toggle, now[, bell_address, bell]) -> bool
+ * (False: no room); with a doorbell, it is sent here once every data WRITE is ACKed and
+ * the block is done at its ACK; a single WRITE is a block of one packet without one */
+static PyObject *Engine_start_block(Engine *e, PyObject *args)
+{
+    long long key;
+    unsigned long peer, address;
+    PyObject *data, *bell_address = Py_None, *bell = Py_None;
+    int prefer, toggle;
+    double now;
+    if (!ready(e) || !PyArg_ParseTuple(args, "LkkSiid|OO", &key, &peer, &address, &data, &prefer, &toggle, &now,
+                                       &bell_address, &bell))
+        return NULL;
+    return start(e, key, peer, address, data, PyBytes_GET_SIZE(data), prefer, toggle, now, bell_address, bell);
+}
+
+/* start_read(key, peer, address, length, prefer, toggle, now) -> bool (False: no room) */
+static PyObject *Engine_start_read(Engine *e, PyObject *args)
+{
+    long long key;
+    unsigned long peer, address;
+    Py_ssize_t n;
+    int prefer, toggle;
+    double now;
+    if (!ready(e) || !PyArg_ParseTuple(args, "Lkkniid", &key, &peer, &address, &n, &prefer, &toggle, &now))
+        return NULL;
+    return start(e, key, peer, address, NULL, n, prefer, toggle, now, Py_None, Py_None);
 }
 
 /* want(): the Python BTE has requests waiting: the next TID freed goes back to it */
@@ -930,7 +1008,7 @@ static PyObject *Engine_next_deadline(Engine *e, PyObject *Py_UNUSED(x))
 }
 
 /* take(now) -> [event]: ("back", key, nak, next_off, acked, px, py, toggle, [(tid, fabric, address, off, len,
- * deadline)]), ("done", key, px, py, toggle), ("ack", peer, fabric), ("tids", [tid]), ("rx", fabric, datagram) */
+ * deadline, is_bell)]), ("done", key, px, py, toggle, when the last ACK came, a READ's bytes | None), ("ack", peer, fabric), ("tids", [tid]), ("rx", fabric, datagram) */
 static PyObject *Engine_take(Engine *e, PyObject *args)
 {
     double now;
@@ -945,14 +1023,17 @@ static PyObject *Engine_take(Engine *e, PyObject *args)
     for (int i = 0; i < MAX_BLOCKS; i++) {
         Block *b = &e->blk[i];
         if (b->state == B_DONE) {
-            o = Py_BuildValue("(sLLLi)", "done", b->key, b->packets[0], b->packets[1], (int)e->toggle[b->peer]);
+            o = Py_BuildValue("(sLLLidN)", "done", b->key, b->packets[0], b->packets[1], (int)e->toggle[b->peer],
+                              b->done_at,
+                              b->read ? PyBytes_FromStringAndSize((const char *)b->result, (Py_ssize_t)b->len)
+                                      : Py_NewRef(Py_None));
         } else if (b->state == B_BACK) {
             PyObject *txns = PyList_New(0);
             for (int t = 0; txns != NULL && t < TIDS; t++) {
                 Tid *x = &e->tid[t];
                 if (x->owned && x->busy && x->block == i) {
-                    PyObject *one = Py_BuildValue("(iiknnd)", t, x->fabric, (unsigned long)x->address,
-                                                  (Py_ssize_t)x->off, (Py_ssize_t)x->len, x->deadline);
+                    PyObject *one = Py_BuildValue("(iiknndi)", t, x->fabric, (unsigned long)x->address,
+                                                  (Py_ssize_t)x->off, (Py_ssize_t)x->len, x->deadline, x->is_bell);
                     if (one == NULL || PyList_Append(txns, one) < 0)
                         Py_CLEAR(txns);
                     Py_XDECREF(one);
@@ -1115,16 +1196,16 @@ static PyObject *Engine_serve(Engine *e, PyObject *args)
             wait = ms < 0 ? 0 : ms < wait ? (int)ms : wait;
         }
         struct pollfd pfd[2];
-        int np = 0;
+        int np = 0, fab[2];
         for (int f = 0; f < 2; f++)
             if (e->fd[f] >= 0)
-                pfd[np].fd = e->fd[f], pfd[np].events = POLLIN, pfd[np].revents = 0, np++;
+                fab[np] = f, pfd[np].fd = e->fd[f], pfd[np].events = POLLIN, pfd[np].revents = 0, np++;
         poll(pfd, (nfds_t)np, wait);
         LOCK(e);
         now = mono();
-        for (int f = 0; f < 2; f++)
-            if (e->fd[f] >= 0)
-                drain(e, f, now);
+        for (int i = 0; i < np; i++)
+            if (pfd[i].revents) /* only the fabric that woke us: no recvmmsg just to hear EAGAIN */
+                drain(e, fab[i], now);
         tick(e, now);
         flush(e);
         UNLOCK(e);
@@ -1147,7 +1228,9 @@ static PyMethodDef Engine_methods[] = {
     {"set_path", (PyCFunction)Engine_set_path, METH_VARARGS, "set_path(peer, fabric, state 0..3): UP..PROBING"},
     {"lend", (PyCFunction)Engine_lend, METH_VARARGS, "lend(tids, now): TIDs for the blocks here"},
     {"start_block", (PyCFunction)Engine_start_block, METH_VARARGS,
-     "start_block(key, peer, address, data, prefer, toggle, now) -> False when full"},
+     "start_block(key, peer, address, data, prefer, toggle, now[, bell_address, bell]) -> False when full"},
+    {"start_read", (PyCFunction)Engine_start_read, METH_VARARGS,
+     "start_read(key, peer, address, length, prefer, toggle, now) -> False when full"},
     {"want", (PyCFunction)Engine_want, METH_NOARGS, "want(): give the next TID freed back"},
     {"receive", (PyCFunction)Engine_receive, METH_VARARGS, "receive(fabric, datagram, now)"},
     {"tick", (PyCFunction)Engine_tick, METH_VARARGS, "tick(now): deadlines"},

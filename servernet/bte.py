@@ -109,11 +109,13 @@ class Bte:
         self.counters: Counter[str] = Counter()
         self.seq = 0
         self.in_use = 0
-        self.high_water = 0  # most TIDs ever in use at once
-        # a compiled engine that takes whole blocks (servernet.fastnode): offload(op, now) is
-        # True when it took one; the TIDs lent to it (a bit each) are not this BTE's meanwhile
+        self.high_water = 0  # most TIDs ever in use at once (with lent_busy: a single op's in the engine)
+        # a compiled engine that takes whole blocks and single reads and writes (servernet.fastnode):
+        # offload(op, now) is True when it took one; the TIDs lent to it (a bit each) are not this
+        # BTE's meanwhile
         self.offload: Callable[[Op, float], bool] | None = None
         self.lent = 0
+        self.lent_busy = 0  # lent TIDs that a single READ or WRITE holds in the engine
         self.reclaim: Callable[[], None] | None = None  # asks it for a TID back (requests wait here)
 
     # --- the host's requests ------------------------------------------------------------------
@@ -205,9 +207,13 @@ class Bte:
         if op.inflight or op.rang or op.doorbell is None:  # (submit refused a block without one)
             return None
         op.rang = True
-        bell = op.bell_data if op.bell_data is not None else doorbell(op.address, len(op.data), op.seq,
+        return TType.WRITE, op.doorbell, self.bell_of(op), 0, True
+
+    @staticmethod
+    def bell_of(op: Op) -> bytes:
+        """What a block's doorbell WRITE carries."""
+        return op.bell_data if op.bell_data is not None else doorbell(op.address, len(op.data), op.seq,
                                                                       zlib.crc32(op.data))
-        return TType.WRITE, op.doorbell, bell, 0, True
 
     def _free_tid(self, now: float) -> int | None:
         for tid, slot in enumerate(self.slots):
@@ -229,7 +235,8 @@ class Bte:
             op = self.ready.popleft()
             if op.done:
                 continue
-            if op.kind == "block" and not op.next_off and self.offload is not None and self.offload(op, now):
+            if (op.kind != "barrier" and not op.next_off and not op.inflight and self.offload is not None
+                    and self.offload(op, now)):
                 continue
             nxt = self._next(op)
             if nxt is None:
@@ -243,7 +250,7 @@ class Bte:
             txn = Txn(tid, op, ttype, address, data, length, fabric, now + self.timeout, is_doorbell=bell)
             self.slots[tid] = txn
             self.in_use += 1
-            self.high_water = max(self.high_water, self.in_use)
+            self.high_water = max(self.high_water, self.in_use + self.lent_busy)
             op.inflight += 1
             self._send(txn)
             if op.kind == "block" and not op.rang:

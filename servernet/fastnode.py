@@ -5,9 +5,12 @@ everything else.
 The engine answers the peers' WRITEs, READs and BARRIERs to plain and per-source windows
 (into each source's own memory, shared with the Python AVT), and runs
 whole blocks: the BTE offloads a block with every TID it has free; the engine sends
-its data WRITEs on UP paths and gives TIDs back when no block needs them.  What the
-engine keeps for Python comes back from ``take`` as events, in order: a block done
-(every data WRITE ACKed: the BTE sends the doorbell), a block handed back (a NAK, a
+its data WRITEs on UP paths and gives TIDs back when no block needs them.  A single
+WRITE or READ goes the same way (a block of one packet, on one lent TID) while no block
+holds TIDs here, so its time is request to ACK in the engine, not to the trio pass
+that hears of it.  What the engine keeps for Python comes back from ``take`` as
+events, in order: a block done (every data WRITE ACKed: the BTE sends the doorbell; a
+single WRITE or READ ends, at the ACK's time), a block handed back (a NAK, a
 timeout, or no UP path: its WRITEs in flight become the BTE's, which retries and fails
 over as before), an ACK on a path that is not UP, TIDs returned, and datagrams the
 engine does not handle (odd or bad packets, interrupt windows, DIAG,
@@ -42,6 +45,7 @@ class FastNode:
              None if w.interrupt else [w.memory_of(p) for p in peers] if w.per_source else w.memory)
             for w in core.avt.windows])
         self.blocks: dict[int, Op] = {}
+        self.bells: dict[int, bytes] = {}  # the doorbell bytes of each block here
         self.keys = 0
         self.pushed: dict[tuple[int, int], State] = {}
         self.sync_paths()
@@ -60,19 +64,38 @@ class FastNode:
 
     def _offload(self, op: Op, now: float) -> bool:
         bte = self.core.bte
+        single = op.kind != "block"
+        if single and (bte.lent or bte.out or op.kind not in ("read", "write") or not (op.length or op.data)):
+            return False  # one at a time, while no block holds TIDs here and nothing waits to leave before it
         paths = (bte.paths[op.peer, Fabric.X], bte.paths[op.peer, Fabric.Y])
         if not any(p.state is State.UP for p in paths) or (self.core.ii and (op.address % 8 or len(op.data) % 8)):
             return False
         self.sync_paths()
         self.keys += 1
         t = self.engine_now(now)
-        if not self.engine.start_block(self.keys, op.peer, op.address, op.data,
-                                       -1 if op.fabric is None else op.fabric, bte.toggle[op.peer], t):
+        prefer = -1 if op.fabric is None else op.fabric
+        bell = None
+        if op.kind == "read":
+            started = self.engine.start_read(self.keys, op.peer, op.address, op.length, prefer, bte.toggle[op.peer], t)
+        elif op.kind == "write":
+            started = self.engine.start_block(self.keys, op.peer, op.address, op.data, prefer, bte.toggle[op.peer], t)
+        else:
+            bell = bte.bell_of(op)
+            started = self.engine.start_block(self.keys, op.peer, op.address, op.data, prefer, bte.toggle[op.peer], t,
+                                              op.doorbell, bell)
+        if not started:
             return False
         self.blocks[self.keys] = op
-        tids = bte.free_tids(now)
+        if bell is not None:
+            self.bells[self.keys] = bell
+        if single:
+            bte.choose(op.peer, op.fabric)  # the X/Y turn the engine just took, taken here too
+        tids = bte.free_tids(now)[:1] if single else bte.free_tids(now)
         for tid in tids:
             bte.lent |= 1 << tid
+        if single:
+            bte.lent_busy += 1
+            bte.high_water = max(bte.high_water, bte.in_use + bte.lent_busy)
         self.engine.lend(tids, t)
         return True
 
@@ -96,21 +119,32 @@ class FastNode:
             elif kind == "ack":
                 bte.paths[ev[1], ev[2]].on_ack(now)
             elif kind == "done":
-                _, key, px, py, toggle = ev
+                _, key, px, py, toggle, when, result = ev
                 op = self.blocks.pop(key)
+                self.bells.pop(key, None)
+                bte.lent_busy -= op.kind != "block"
                 self._count(op, px, py, toggle)
                 op.next_off = len(op.data)
                 op.acked += px + py
-                bte.ready.append(op)  # every data WRITE ACKed: the doorbell may go
+                op.rang = op.kind == "block"
+                op.finish(when + offset, result=result)  # at its last ACK (a block's: the doorbell's), not this pass
             else:  # "back"
                 _, key, nak, next_off, acked, px, py, toggle, txns = ev
                 op = self.blocks.pop(key)
+                bell = self.bells.pop(key, None)
+                bte.lent_busy -= op.kind != "block"
                 self._count(op, px, py, toggle)
                 op.next_off, op.acked = next_off, op.acked + acked
-                for tid, fabric, address, off, n, deadline in txns:
+                for tid, fabric, address, off, n, deadline, is_bell in txns:
                     bte.lent &= ~(1 << tid)
-                    bte.slots[tid] = Txn(tid, op, TType.WRITE, address, op.data[off:off + n], 0, fabric,
-                                         deadline + offset)
+                    if op.kind == "read":
+                        txn = Txn(tid, op, TType.READ, address, b"", n, fabric, deadline + offset)
+                    else:
+                        data = bell if is_bell and bell is not None else op.data[off:off + n]
+                        txn = Txn(tid, op, TType.WRITE, address, data, 0, fabric, deadline + offset,
+                                  is_doorbell=bool(is_bell))
+                        op.rang |= bool(is_bell)
+                    bte.slots[tid] = txn
                     bte.in_use += 1
                     op.inflight += 1
                     bte._moved(deadline + offset)
@@ -130,7 +164,8 @@ class FastNode:
         for name, n in zip(FABRIC_NAMES, (px, py)):
             if n:
                 op.packets[name] += n
-        self.core.bte.toggle[op.peer] = toggle
+        if op.kind == "block":  # a single op's one turn was taken when it started (the BTE has sent since)
+            self.core.bte.toggle[op.peer] = toggle
 
     def counters(self) -> dict[str, Counter[str]]:
         """The core's counters with the engine's added, by group: node, avt, bte."""

@@ -76,7 +76,8 @@ def parse(fabric: str, listen: str, ports, routes, enables, control: str | None,
 
 class Routerd:
     """The forwarding loop is compiled (servernet/_snetfwd.c) and runs in a thread of its
-    own without the GIL; trio serves the control socket and logs the drops."""
+    own that stays in C without the GIL (Router.serve, on a socket it makes blocking);
+    trio serves the control socket and logs the drops."""
 
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
@@ -87,9 +88,8 @@ class Routerd:
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
         self.sock.bind(cfg.listen)
-        self.sock.setblocking(False)
         self.fwd = Router(self.sock.fileno(), cfg.fabric, cfg.ports, route_table(cfg.routes), cfg.enables)
-        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._forward, name="snet-forward", daemon=True)
 
     async def _control(self, req: dict) -> dict:
         host, port = self.cfg.listen
@@ -99,11 +99,10 @@ class Routerd:
                 "counters": self.fwd.counters(), "control": dict(self.control_counters)}
 
     def _forward(self) -> None:
-        while not self.stopping.is_set():
-            self.fwd.forward(FORWARD_POLL_MS)
+        self.fwd.serve(FORWARD_POLL_MS)  # in C until stop(): no Python per wake-up
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        thread = threading.Thread(target=self._forward, name="snet-forward", daemon=True)
+        thread = self.thread
         try:
             async with trio.open_nursery() as nursery:
                 if self.cfg.control:
@@ -121,7 +120,7 @@ class Routerd:
                     if not thread.is_alive():  # it never ends on its own: stop, so that systemd restarts us
                         raise RuntimeError("snet-router: the forwarding thread ended")
         finally:
-            self.stopping.set()
+            self.fwd.stop()
             if thread.is_alive():
                 thread.join()  # at most FORWARD_POLL_MS: the socket outlives the loop using its fd
             self.sock.close()

@@ -46,6 +46,6 @@ async def test_router_daemon_forwards_and_reports(tmp_path):
         assert st["counters"] == {"port0_rx": 1, "port1_tx": 1, "drop_runt": 1} and st["fabric"] == "X"
         assert st["routes"] == ["0x04001/20=0", "0x08001/20=1"]
         nursery.cancel_scope.cancel()
-    assert r.stopping.is_set() and r.sock.fileno() == -1  # the thread was joined, then the socket closed
+    assert not r.thread.is_alive() and r.sock.fileno() == -1  # the thread was stopped and joined, then the socket closed
     a.close()
     b.close()

@@ -122,9 +122,11 @@ def write(did, sid=N1, fabric=0, data=b"x" * 64):
     return envelope(Packet(did, sid, TType.WRITE, False, 1, fabric, address=0x100000, data=data).encode(), fabric)
 
 
-def test_forwarding_loop_on_sockets():
+@pytest.mark.parametrize("kind", ["forward", "serve"])
+def test_forwarding_loop_on_sockets(kind):
     """Two nodes on loopback through the compiled loop: a burst both ways, a bad CRC
-    tagged, drops counted; forward() gives the GIL away while it waits."""
+    tagged, drops counted; forward() gives the GIL away while it waits; serve() (snet-
+    router's) stays in C until stop(), which it hears within its poll_ms."""
     router, a, b, stranger = udp(), udp(), udp(), udp()
     router.setblocking(False)
     ra = router.getsockname()
@@ -134,6 +136,8 @@ def test_forwarding_loop_on_sockets():
     stop = threading.Event()
 
     def loop():
+        if kind == "serve":
+            fwd.serve(20)
         while not stop.is_set():
             fwd.forward(20)
 
@@ -167,7 +171,9 @@ def test_forwarding_loop_on_sockets():
                 fwd.receive(ports[0], write(N2))
     finally:
         stop.set()
-        t.join()
+        fwd.stop()
+        t.join(5)
+        assert not t.is_alive(), "serve() did not hear stop()"
         for s in (router, a, b, stranger):
             s.close()
 
