@@ -270,7 +270,7 @@ def lcrc_scan(data: bytes) -> None:
 
 @target("txfast", seeds=[bytes([i, 9, 0, 0, 1, 3, 0x23, 0, 1, 2, 3, 4, 1, 2, 7, 3, 0]) for i in range(3)])
 def txfast(data: bytes) -> None:
-    """The link's send path (_txfast.h: TAP frames encoded into datagrams, stamping) against Link (tests/fuzz/txfast_target.py)."""
+    """The link's send path (_txfast.h: frames encoded into datagrams, stamping) against Link (tests/fuzz/txfast_target.py)."""
     from tests.fuzz.txfast_target import one_input
 
     one_input(data)
