@@ -11,14 +11,21 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-RUNS = int(os.environ.get("GSN_FUZZ_RUNS", "300"))
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def random_inputs(max_size: int):
-    """Decorates ``test(data)``: RUNS Hypothesis inputs of up to max_size bytes."""
+def runs(default: int = 300) -> int:
+    """GSN_FUZZ_RUNS, or a test file's own default."""
+    return int(os.environ.get("GSN_FUZZ_RUNS", str(default)))
+
+
+RUNS = runs()
+
+
+def random_inputs(max_size: int, examples: int = RUNS):
+    """Decorates ``test(data)``: ``examples`` Hypothesis inputs of up to max_size bytes."""
     def wrap(test):
-        return settings(max_examples=RUNS, deadline=None, suppress_health_check=list(HealthCheck),
+        return settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck),
                         database=None)(given(st.binary(max_size=max_size))(test))
     return wrap
 
