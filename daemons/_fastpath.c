@@ -78,31 +78,46 @@ static PyObject *fp_crc16(PyObject *self, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(lcrc_check_doc,
-             "lcrc_check(mps, ok=None) -> int\n\n"
+             "lcrc_check(mps, ok=None[, blocks]) -> int\n\n"
              "Check the LCRC of every micropacket of ``mps`` (n*40 bytes) individually and return\n"
              "how many are bad.  If ``ok`` (a writable buffer of at least n bytes) is given,\n"
-             "ok[i] is set to 1 for a good micropacket and 0 for a bad one.");
+             "ok[i] is set to 1 for a good micropacket and 0 for a bad one.  If ``blocks`` (a\n"
+             "writable buffer of at least 2n bytes) is given, blocks[i] (native uint16) is set to\n"
+             "the zero-init CRC of micropacket i's data, which the receive path's ECRC check uses.");
 
 static PyObject *fp_lcrc_check(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"mps", "ok", NULL};
+    static char *kwlist[] = {"mps", "ok", "blocks", NULL};
     PyObject *mobj, *okobj = Py_None;
-    Py_buffer m, o = {0};
+    Py_buffer m, o = {0}, bl = {0};
     Py_ssize_t n, bad = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:lcrc_check", kwlist, &mobj, &okobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Ow*:lcrc_check", kwlist, &mobj, &okobj, &bl))
         return NULL;
-    if (get_mps(mobj, &m, 0, &n) < 0)
+    const int blocks = bl.obj != NULL; /* bl is released on every path below (a zeroed view: a no-op) */
+    uint8_t *blp = bl.buf;
+    if (get_mps(mobj, &m, 0, &n) < 0) {
+        PyBuffer_Release(&bl);
         return NULL;
+    }
+    if (blocks && (bl.len < 2 * n || overlaps(bl.buf, bl.len, m.buf, m.len))) {
+        PyErr_Format(PyExc_ValueError, "blocks buffer of %zd bytes is shorter than 2 x %zd micropackets or overlaps them",
+                     bl.len, n);
+        PyBuffer_Release(&bl);
+        PyBuffer_Release(&m);
+        return NULL;
+    }
     uint8_t *okp = NULL;
     if (okobj != Py_None) {
         if (PyObject_GetBuffer(okobj, &o, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&bl);
             PyBuffer_Release(&m);
             return NULL;
         }
-        if (o.len < n || overlaps(o.buf, n, m.buf, m.len)) {
+        if (o.len < n || overlaps(o.buf, n, m.buf, m.len) || (blocks && overlaps(o.buf, n, bl.buf, bl.len))) {
             PyErr_Format(PyExc_ValueError, "ok buffer of %zd bytes is shorter than %zd micropackets or overlaps them",
                          o.len, n);
             PyBuffer_Release(&o);
+            PyBuffer_Release(&bl);
             PyBuffer_Release(&m);
             return NULL;
         }
@@ -117,11 +132,14 @@ static PyObject *fp_lcrc_check(PyObject *self, PyObject *args, PyObject *kw)
         bad += lcrc_scan(p, k, bs, good); /* the link's receive check (_crcvec.h) */
         if (okp)
             memcpy(okp + i, good, (size_t)k);
+        if (blocks)
+            memcpy(blp + 2 * i, bs, 2 * (size_t)k);
     }
     if (ts)
         PyEval_RestoreThread(ts);
     if (okp)
         PyBuffer_Release(&o);
+    PyBuffer_Release(&bl);
     PyBuffer_Release(&m);
     return PyLong_FromSsize_t(bad);
 }

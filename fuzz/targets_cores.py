@@ -131,6 +131,20 @@ def _switch(forwarder=None, fabric_ports=(), seed=5, plane=False):
     return sw, attacker, other, now
 
 
+def _switch_answers(sw, attacker, other, now) -> None:
+    """What the switch sends after a hostile round: port 2 and its well-behaved neighbour
+    both ways, port 1's datagrams to the attacker."""
+    for dg in sw.ports[2].link.handle_timer(now) + sw.ports[2].link.datagrams(now):
+        other.receive(dg, now)
+    for dg in other.handle_timer(now) + other.datagrams(now):
+        sw.ports[2].link.receive(dg, now)
+        sw.process(2, now)
+    _drain_received(other)
+    for dg in sw.ports[1].link.handle_timer(now) + sw.ports[1].link.datagrams(now):
+        attacker.receive(dg, now)
+    _drain_received(attacker)
+
+
 @target("switch.core", seeds=[b"", b"\x03\x00\x01", b"\x06\x01" * 30])
 def switch_core(data: bytes) -> None:
     """The switch core: hostile datagrams on port 1, a well-behaved neighbour on port 2."""
@@ -142,15 +156,7 @@ def switch_core(data: bytes) -> None:
         for dgram in attack(d, attacker, sw.ports[1].link, targets, now, history):
             sw.ports[1].link.receive(dgram, now)
             sw.process(1, now)
-        for dg in sw.ports[2].link.handle_timer(now) + sw.ports[2].link.datagrams(now):
-            other.receive(dg, now)
-        for dg in other.handle_timer(now) + other.datagrams(now):
-            sw.ports[2].link.receive(dg, now)
-            sw.process(2, now)
-        _drain_received(other)
-        for dg in sw.ports[1].link.handle_timer(now) + sw.ports[1].link.datagrams(now):
-            attacker.receive(dg, now)
-        _drain_received(attacker)
+        _switch_answers(sw, attacker, other, now)
         now += d.choice([0.0, 0.01, 1.0])
     for p in (1, 2):
         sw.ports[p].link.handle_timer(now + 5.0)
@@ -209,15 +215,7 @@ def switch_fabric(data: bytes) -> None:
         for dgram in dgrams:
             sw.ports[1].link.receive(dgram, now)
             sw.process(1, now)
-        for dg in sw.ports[2].link.handle_timer(now) + sw.ports[2].link.datagrams(now):
-            other.receive(dg, now)
-        for dg in other.handle_timer(now) + other.datagrams(now):
-            sw.ports[2].link.receive(dg, now)
-            sw.process(2, now)
-        _drain_received(other)
-        for dg in sw.ports[1].link.handle_timer(now) + sw.ports[1].link.datagrams(now):
-            attacker.receive(dg, now)
-        _drain_received(attacker)
+        _switch_answers(sw, attacker, other, now)
         now += d.choice([0.0, 0.06, 1.1])
     sw.handle_timer(now + 5.0)
     sw.status()

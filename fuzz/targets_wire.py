@@ -260,6 +260,22 @@ def fastpath(data: bytes) -> None:
     one_input(data)
 
 
+@target("lcrc_scan", seeds=[bytes([i, 200, 1]) + b"\x5a" * 8 + bytes([4, i, 0, 7, 0x20, 1]) * 4 for i in range(3)])
+def lcrc_scan(data: bytes) -> None:
+    """The link's per-micropacket LCRC check (lcrc_scan) under every block CRC, against Python (tests/fuzz/lcrc_target.py)."""
+    from tests.fuzz.lcrc_target import one_input
+
+    one_input(data)
+
+
+@target("txfast", seeds=[bytes([i, 9, 0, 0, 1, 3, 0x23, 0, 1, 2, 3, 4, 1, 2, 7, 3, 0]) for i in range(3)])
+def txfast(data: bytes) -> None:
+    """The link's send path (_txfast.h: frames encoded into datagrams, stamping) against Link (tests/fuzz/txfast_target.py)."""
+    from tests.fuzz.txfast_target import one_input
+
+    one_input(data)
+
+
 _AUTH_KEY = bytes(range(32))
 _AUTH_T0 = 1 << 60  # the receiver's session; the peer's sessions are drawn around it
 

@@ -71,6 +71,22 @@ static int parse_addr(PyObject *tuple, Addr *out)
     return 0;
 }
 
+/* A recvmmsg batch made ready: header i takes a datagram of up to len bytes into
+ * buf + i * len (a [n][len] array) and its sender's address into from[i]. */
+static void rx_batch_setup(struct mmsghdr *msg, struct iovec *iov, struct sockaddr_storage *from, unsigned char *buf,
+                           size_t len, int n)
+{
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = buf + (size_t)i * len;
+        iov[i].iov_len = len;
+        memset(&msg[i].msg_hdr, 0, sizeof msg[i].msg_hdr);
+        msg[i].msg_hdr.msg_iov = &iov[i];
+        msg[i].msg_hdr.msg_iovlen = 1;
+        msg[i].msg_hdr.msg_name = &from[i];
+        msg[i].msg_hdr.msg_namelen = sizeof from[i];
+    }
+}
+
 /* the sender's address is this one (address and port; IPv6 flow and scope ignored) */
 static int addr_is(const Addr *want, const struct sockaddr_storage *sa)
 {

@@ -298,15 +298,7 @@ static long forward_rounds(Router *self, int first, uint64_t *c)
 {
     long total = 0;
     for (int round = 0; round < RX_ROUNDS; round++) {
-        for (int i = 0; i < BATCH; i++) {
-            self->rx_iov[i].iov_base = self->buf[i];
-            self->rx_iov[i].iov_len = BUF_BYTES;
-            memset(&self->rx[i].msg_hdr, 0, sizeof self->rx[i].msg_hdr);
-            self->rx[i].msg_hdr.msg_iov = &self->rx_iov[i];
-            self->rx[i].msg_hdr.msg_iovlen = 1;
-            self->rx[i].msg_hdr.msg_name = &self->from[i];
-            self->rx[i].msg_hdr.msg_namelen = sizeof self->from[i];
-        }
+        rx_batch_setup(self->rx, self->rx_iov, self->from, (unsigned char *)self->buf, BUF_BYTES, BATCH);
         int got = recvmmsg(self->fd, self->rx, BATCH, round ? MSG_DONTWAIT : first, NULL);
         if (got < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)

@@ -574,15 +574,7 @@ static void flush(Engine *e)
 static void drain(Engine *e, int f, double now)
 {
     for (int round = 0; round < RX_ROUNDS; round++) {
-        for (int i = 0; i < BATCH; i++) {
-            e->iov[i].iov_base = e->rxbuf[i];
-            e->iov[i].iov_len = BUF_BYTES;
-            memset(&e->msg[i].msg_hdr, 0, sizeof e->msg[i].msg_hdr);
-            e->msg[i].msg_hdr.msg_iov = &e->iov[i];
-            e->msg[i].msg_hdr.msg_iovlen = 1;
-            e->msg[i].msg_hdr.msg_name = &e->from[i];
-            e->msg[i].msg_hdr.msg_namelen = sizeof e->from[i];
-        }
+        rx_batch_setup(e->msg, e->iov, e->from, (unsigned char *)e->rxbuf, BUF_BYTES, BATCH);
         int got = recvmmsg(e->fd[f], e->msg, BATCH, MSG_DONTWAIT, NULL);
         if (got < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)

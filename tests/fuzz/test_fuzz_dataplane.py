@@ -5,26 +5,14 @@ fuzz_dataplane.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from tests.fuzz.dataplane_target import one_input
-
-RUNS = int(os.environ.get("GSN_FUZZ_RUNS", "300"))
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fuzz.shortrun import atheris_short_run, random_inputs
 
 
-@settings(max_examples=RUNS, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(st.binary(max_size=400))
+@random_inputs(400)
 def test_random_inputs(data):
     one_input(data)
 
 
 def test_atheris_short_run():
-    run = subprocess.run([sys.executable, "-m", "tests.fuzz.fuzz_dataplane", f"-atheris_runs={RUNS}",
-                          "-max_len=400"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    atheris_short_run("tests.fuzz.fuzz_dataplane", 400, timeout=300)

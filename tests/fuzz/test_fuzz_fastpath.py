@@ -6,22 +6,13 @@ fuzz_fastpath.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.fuzz.fastpath_target import one_input
-
-RUNS = int(os.environ.get("GSN_FUZZ_RUNS", "300"))
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fuzz.shortrun import RUNS, atheris_short_run, random_inputs
 
 
-@settings(max_examples=RUNS, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(st.binary(max_size=600))
+@random_inputs(600)
 def test_random_inputs_agree_with_oracles_or_are_rejected(data):
     one_input(data)
 
@@ -33,7 +24,5 @@ def test_seed_inputs(seed):
     one_input(bytes([seed[0], 1, 0, 3]) + seed[1:])
 
 
-def test_atheris_short_run(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "tests.fuzz.fuzz_fastpath", f"-atheris_runs={RUNS * 5}",
-                          "-max_len=600"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-3000:]
+def test_atheris_short_run():
+    atheris_short_run("tests.fuzz.fuzz_fastpath", 600, RUNS * 5)

@@ -7,28 +7,20 @@ fuzz_switchloop.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tests.fuzz.shortrun import atheris_short_run, random_inputs, runs
 from tests.fuzz.switchloop_target import hostile_input, one_input
 
-RUNS = int(os.environ.get("GSN_FUZZ_RUNS", "100"))
-ROOT = Path(__file__).resolve().parents[2]
+RUNS = runs(100)
 
 
-@settings(max_examples=RUNS, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(st.binary(max_size=600))
+@random_inputs(600, RUNS)
 def test_traffic_with_faults_agrees_with_the_python_switch(data):
     one_input(data)
 
 
-@settings(max_examples=RUNS, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(st.binary(max_size=600))
+@random_inputs(600, RUNS)
 def test_hostile_cable_through_the_c_receive_agrees(data):
     hostile_input(data)
 
@@ -40,6 +32,4 @@ def test_seed_inputs(seed):
 
 
 def test_atheris_short_run():
-    run = subprocess.run([sys.executable, "-m", "tests.fuzz.fuzz_switchloop", f"-atheris_runs={RUNS}",
-                          "-max_len=600"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    atheris_short_run("tests.fuzz.fuzz_switchloop", 600, RUNS, timeout=300)

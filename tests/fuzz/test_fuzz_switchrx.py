@@ -8,21 +8,11 @@ fuzz_switchrx.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from hypothesis import HealthCheck, given, settings, strategies as st
-
+from tests.fuzz.shortrun import atheris_short_run, random_inputs
 from tests.fuzz.switchrx_target import one_input
 
-RUNS = int(os.environ.get("GSN_FUZZ_RUNS", "300"))
-ROOT = Path(__file__).resolve().parents[2]
 
-
-@settings(max_examples=RUNS, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(st.binary(max_size=600))
+@random_inputs(600)
 def test_hostile_datagrams_through_the_c_receive(data):
     one_input(data)
 
@@ -33,6 +23,4 @@ def test_seed_inputs():
 
 
 def test_atheris_short_run():
-    run = subprocess.run([sys.executable, "-m", "tests.fuzz.fuzz_switchrx", f"-atheris_runs={RUNS}",
-                          "-max_len=600"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    atheris_short_run("tests.fuzz.fuzz_switchrx", 600, timeout=300)

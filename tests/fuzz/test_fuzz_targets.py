@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fuzz.draw import Draw
 from fuzz.registry import load
@@ -29,7 +30,7 @@ def test_every_decoder_and_handler_has_a_target():
         "fastpath", "wire.cableauth", "ib.packet", "ib.sm", "ib.port", "ib.switch",
         "servernet.codec", "servernet.router", "servernet.crouter", "servernet.node", "servernet.cnode",
         "servernet.cengine", "gsnd.dataplane", "switchfwd",
-        "ib.fastpath", "switchloop", "switchloop.rx", "pktwayd.fastpath"}
+        "ib.fastpath", "switchloop", "switchloop.rx", "pktwayd.fastpath", "lcrc_scan", "txfast"}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

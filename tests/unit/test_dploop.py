@@ -280,21 +280,22 @@ class _Stop(Exception):
     pass
 
 
+class _IdleLink:
+    max_mps = 1
+
+    def timer(self):
+        return float("inf")
+
+    def handle_timer(self, now):
+        return []
+
+
 def test_a_task_woken_with_a_control_return_runs_before_the_next_dp_run():
     """dp_run returns CONTROL when one of trio's descriptors is ready; trio then wakes that
     task into the runner's own batch, in either order.  The runner must let it run before
     it blocks in dp_run again (it used to wait for the loop's slice: a ULP round trip took
     2.8 ms instead of 0.5).  Trio orders a batch at random, so this runs 40 times."""
     from daemons.gsnd.dataplane import Ran
-
-    class Link:
-        max_mps = 1
-
-        def timer(self):
-            return float("inf")
-
-        def handle_timer(self, now):
-            return []
 
     async def once():
         a, b = socket.socketpair()
@@ -315,7 +316,7 @@ def test_a_task_woken_with_a_control_return_runs_before_the_next_dp_run():
                     return Ran(CONTROL, 0, 0)
                 raise _Stop
 
-        runner = LinkRunner(Link(), None, lambda now: None, lambda now: None)
+        runner = LinkRunner(_IdleLink(), None, lambda now: None, lambda now: None)
         runner.use(DataPlane(), 0, lambda: float("inf"))
         with reader, b:
             async with trio.open_nursery() as n:
@@ -351,21 +352,31 @@ class _Recorder:
         return Ran(IDLE, 0, 0)
 
 
-class _IdleLink:
-    max_mps = 1
-
-    def timer(self):
-        return float("inf")
-
-    def handle_timer(self, now):
-        return []
-
-
 def _recording_runner(calls: int) -> tuple[LinkRunner, _Recorder]:
     dp = _Recorder(calls)
     runner = LinkRunner(_IdleLink(), None, lambda now: None, lambda now: None)
     runner.use(dp, 0, lambda: float("inf"))
     return runner, dp
+
+
+def _idle_waits(calls: int, configure=lambda runner, dp: None, beside=None) -> list[float]:
+    """How long the runner let an idle loop wait, run by run, for ``calls`` runs of a
+    _Recorder (``configure(runner, dp)`` first): beside ``beside`` (a task that never
+    blocks), or else beside a 0.5 s sleep that every task has blocked on first."""
+    async def main():
+        runner, dp = _recording_runner(calls)
+        configure(runner, dp)
+        async with trio.open_nursery() as n:
+            if beside is None:
+                n.start_soon(trio.sleep, 0.5)
+                await trio.testing.wait_all_tasks_blocked()
+            else:
+                n.start_soon(beside)
+            with pytest.raises(_Stop):
+                await runner.run()
+            n.cancel_scope.cancel()
+        return dp.waits
+    return trio.run(main)
 
 
 def test_an_idle_loop_waits_in_c_until_trios_next_deadline_when_no_task_can_run():
@@ -375,17 +386,9 @@ def test_an_idle_loop_waits_in_c_until_trios_next_deadline_when_no_task_can_run(
     at its deadline)."""
     from daemons.constants import DP_SLICE_S
 
-    async def main():
-        runner, dp = _recording_runner(3)
-        async with trio.open_nursery() as n:
-            n.start_soon(trio.sleep, 0.5)
-            await trio.testing.wait_all_tasks_blocked()
-            with pytest.raises(_Stop):
-                await runner.run()
-            n.cancel_scope.cancel()
-        assert dp.waits[0] == pytest.approx(DP_SLICE_S)
-        assert 0.3 < dp.waits[1] <= 0.5 and 0.3 < dp.waits[2] <= 0.5, dp.waits
-    trio.run(main)
+    waits = _idle_waits(3)
+    assert waits[0] == pytest.approx(DP_SLICE_S)
+    assert 0.3 < waits[1] <= 0.5 and 0.3 < waits[2] <= 0.5, waits
 
 
 def test_an_idle_loop_keeps_its_slice_while_another_task_keeps_running():
@@ -393,19 +396,10 @@ def test_an_idle_loop_keeps_its_slice_while_another_task_keeps_running():
     waits longer than its slice then."""
     from daemons.constants import DP_SLICE_S
 
-    async def main():
-        runner, dp = _recording_runner(4)
-
-        async def busy():
-            while True:
-                await trio.lowlevel.checkpoint()
-        async with trio.open_nursery() as n:
-            n.start_soon(busy)
-            with pytest.raises(_Stop):
-                await runner.run()
-            n.cancel_scope.cancel()
-        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 4
-    trio.run(main)
+    async def busy():
+        while True:
+            await trio.lowlevel.checkpoint()
+    assert _idle_waits(4, beside=busy) == [pytest.approx(DP_SLICE_S)] * 4
 
 
 def test_an_idle_loop_keeps_its_slice_while_a_task_waits_for_what_only_a_return_tells():
@@ -414,17 +408,9 @@ def test_an_idle_loop_keeps_its_slice_while_a_task_waits_for_what_only_a_return_
     waited for trio's next deadline: 64 KiB ULP Messages fell from ~930 to ~12 a second)."""
     from daemons.constants import DP_SLICE_S
 
-    async def main():
-        runner, dp = _recording_runner(3)
+    def waiting(runner, dp):
         runner.use(dp, 0, lambda: float("inf"), waiting=lambda: True)
-        async with trio.open_nursery() as n:
-            n.start_soon(trio.sleep, 0.5)
-            await trio.testing.wait_all_tasks_blocked()
-            with pytest.raises(_Stop):
-                await runner.run()
-            n.cancel_scope.cancel()
-        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 3
-    trio.run(main)
+    assert _idle_waits(3, waiting) == [pytest.approx(DP_SLICE_S)] * 3
 
 
 def test_two_idle_loops_in_one_run_keep_their_slices():
@@ -450,18 +436,10 @@ def test_an_idle_loop_without_trios_descriptor_waits_in_trio():
     descriptor get ready, so it never waits in C beyond its slice."""
     from daemons.constants import DP_SLICE_S
 
-    async def main():
-        runner, dp = _recording_runner(2)
+    def no_trio_fd(runner, dp):
         dp.trio_fd = -1
         dp.wait_readable = trio.lowlevel.checkpoint  # the cable or TAP "became readable"
-        async with trio.open_nursery() as n:
-            n.start_soon(trio.sleep, 0.5)
-            await trio.testing.wait_all_tasks_blocked()
-            with pytest.raises(_Stop):
-                await runner.run()
-            n.cancel_scope.cancel()
-        assert dp.waits == [pytest.approx(DP_SLICE_S)] * 2
-    trio.run(main)
+    assert _idle_waits(2, no_trio_fd) == [pytest.approx(DP_SLICE_S)] * 2
 
 
 def test_the_daemons_do_not_import_trio_testing_or_pytest():

@@ -26,7 +26,7 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "--deselect", "tests/unit/test_dploop.py::test_control_socket_and_trio_timers_are_served_under_full_load",
          "tests/unit/test_ulp_send.py", "tests/unit/test_ulp_dataplane.py", "tests/unit/test_txfast.py",
          "tests/unit/test_rx_checks.py", "tests/unit/test_cableauth_compiled.py", "tests/fuzz/test_fuzz_cableauth.py",
-         "tests/unit/test_vnet.py",
+         "tests/unit/test_vnet.py", "tests/fuzz/test_fuzz_lcrc.py", "tests/fuzz/test_fuzz_txfast.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
          "--deselect", "tests/fuzz/test_fuzz_fastpath.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_link.py::test_atheris_short_run",
@@ -34,7 +34,9 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "--deselect", "tests/fuzz/test_fuzz_switchfwd.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_switchloop.py::test_atheris_short_run",
          "--deselect", "tests/fuzz/test_fuzz_switchrx.py::test_atheris_short_run",
-         "--deselect", "tests/fuzz/test_fuzz_cableauth.py::test_atheris_short_run"]
+         "--deselect", "tests/fuzz/test_fuzz_cableauth.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_lcrc.py::test_atheris_short_run",
+         "--deselect", "tests/fuzz/test_fuzz_txfast.py::test_atheris_short_run"]
 
 
 def test_kernels_clean_under_asan_and_ubsan(tmp_path):
