@@ -7,8 +7,9 @@ The input picks one of three decoders per operation:
      against wire/ether.py (what arrives must be what the Python path would write);
   2  cable datagrams (real ones mutated, raw bytes) into rx_pump from the peer's
      address: nothing may raise, the credit ledger must stay balanced;
-  3  ULP client frames (real SENDs and BINDs mutated, raw bytes) read by dp_run
-     (daemons/_ulploop.h): every frame is queued in C or handed to the Python server,
+  3  ULP client frames (real SENDs and BINDs mutated, raw bytes; SENDs of every size
+     class: encoded at once, read raw into a pool buffer, spilled) read by dp_run
+     (daemons/_ulploop.h, _ulpraw.h): every frame is queued in C or handed to the Python server,
      which answers it; nothing may raise.
 ``one_input(data)`` is driven by atheris (fuzz_dataplane.py), Hypothesis
 (test_fuzz_dataplane.py) and ./gsn fuzz (target gsnd.dataplane).  GSN_DP_FUZZ_OPS
@@ -107,6 +108,21 @@ def _datagrams(r: Reader) -> None:
     assert b.link.ledger.balanced() and a.link.ledger.balanced()
 
 
+# SEND payload sizes at the edges of daemons/_ulpraw.h (queued raw from 1024 micropackets,
+# 32,713 bytes; a pool buffer holds 65,618; larger spills), one in four draws
+_ULP_EDGES = ((32700, 30), (65600, 40), (131180, 29))
+
+
+def _ulp_payload(r: Reader) -> bytes:
+    pick = r.int(1) % 12
+    if pick >= len(_ULP_EDGES):
+        return r.take(r.int(2) % 3000)
+    base, spread = _ULP_EDGES[pick]
+    size = base + r.int(1) % spread
+    fill = r.take(1 + r.int(1) % 8) or b"\0"
+    return (fill * (size // len(fill) + 1))[:size]
+
+
 def _ulp_frames(r: Reader) -> None:
     global _ulp
     g = rig()
@@ -122,7 +138,7 @@ def _ulp_frames(r: Reader) -> None:
     sent = 0
     for _ in range(1 + r.int(1) % 4):
         real = Frame([Op.SEND, Op.BIND, Op.UNBIND][r.int(1) % 3], r.int(1) % 4, [0x88B5, 0x0800, 0x88B7][r.int(1) % 3],
-                     ULAS[1], r.take(r.int(2) % 3000)).encode()
+                     ULAS[1], _ulp_payload(r)).encode()
         f = r.take(r.int(1) % 40) if r.int(1) % 4 == 0 else _mutate(r, real)
         try:
             pair.app.send(f)
