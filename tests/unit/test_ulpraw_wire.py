@@ -14,7 +14,7 @@ import time
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from daemons.io import pmtu
-from daemons.constants import AUTH_TRAILER_BYTES
+from daemons.constants import AUTH_TRAILER_BYTES, ETHERTYPE_IPV4, ETHERTYPE_IPV6
 from daemons.wire.cableauth import CableAuth, direction
 from daemons.wire.message import max_payload
 from daemons.wire.ulp import Frame, Op
@@ -27,7 +27,7 @@ KEY = bytes(range(32))
 # 65,618 bytes (more spills into the receive buffer); VC0's largest is 2,184
 EDGES = st.one_of(st.integers(0, 41), st.integers(32708, 32718), st.integers(32742, 32748),
                   st.integers(65612, 65624), st.sampled_from([2183, 2184, 131207, 131208, 200_001]))
-ETHERTYPES = st.sampled_from([0x88B5, 0x1234, 0xFFFF, 0x0000, 0x88B7])
+ETHERTYPES = st.sampled_from([0x88B5, 0x1234, 0xFFFF, 0x0000, 0x88B7, ETHERTYPE_IPV4, ETHERTYPE_IPV6])
 SENDS = st.lists(st.tuples(st.integers(0, 3), EDGES, ETHERTYPES, st.binary(min_size=1, max_size=7)),
                  min_size=1, max_size=4)
 
@@ -68,7 +68,8 @@ def through_the_loop(msgs, key: bytes | None) -> tuple[list[bytes], dict, CableA
         r.bring_up()
         cable = _capture(r)
         srv = server(r, 0)
-        attach(srv, tx)
+        attach(srv, tx).privileged = True  # may send IP's EtherTypes too
+        srv._sync(srv.clients[0])
         for vc, et, payload in msgs:
             tx.app.send(Frame(Op.SEND, vc, et, ULAS[1], payload).encode())
         ran = r.dps[0].run(r.now, r.now + 0.02, 1 << 30, -1)
