@@ -109,8 +109,9 @@ def _datagrams(r: Reader) -> None:
 
 
 # SEND payload sizes at the edges of daemons/_ulpraw.h (queued raw from 1024 micropackets,
-# 32,713 bytes; a pool buffer holds 65,618; larger spills), one in four draws
-_ULP_EDGES = ((32700, 30), (65600, 40), (131180, 29))
+# 32,713 bytes; a pool buffer holds 65,618; larger spills), one in four draws; a short
+# input (zeros once it is read) draws a raw one
+_ULP_EDGES = ((65600, 40), (32700, 30), (131180, 29))
 
 
 def _ulp_payload(r: Reader) -> bytes:

@@ -59,13 +59,15 @@ def messages(sends) -> list[tuple[int, int, bytes]]:
             for vc, size, et, fill in sends]
 
 
-def through_the_loop(msgs, key: bytes | None) -> tuple[list[bytes], dict, CableAuth | None]:
+def through_the_loop(msgs, key: bytes | None, max_mps: int | None = None) -> tuple[list[bytes], dict, CableAuth | None]:
     """The datagrams gsnd's loop sends for the clients' SENDs msgs (read by dp_run), its
     ULP counters and, on a keyed cable, the Python oracle of its sealing end."""
     r = Rig(seed=5, key=key)
     tx = Pair(4 << 20)
     try:
         r.bring_up()
+        if max_mps:  # datagrams cut a raw chunk at other places (a smaller path MTU)
+            r.eps[0].link.max_mps = max_mps
         cable = _capture(r)
         srv = server(r, 0)
         attach(srv, tx).privileged = True  # may send IP's EtherTypes too
@@ -82,11 +84,13 @@ def through_the_loop(msgs, key: bytes | None) -> tuple[list[bytes], dict, CableA
         r.close()
 
 
-def through_the_oracle(msgs, key: bytes | None) -> list[bytes]:
+def through_the_oracle(msgs, key: bytes | None, max_mps: int | None = None) -> list[bytes]:
     """The datagrams the Python path sends for the same Messages, in the same link state."""
     r = Rig(seed=5, key=key)
     try:
         r.bring_up()
+        if max_mps:  # datagrams cut a raw chunk at other places (a smaller path MTU)
+            r.eps[0].link.max_mps = max_mps
         cable = _capture(r)
         # dp_run looks for datagrams to send once before it reads the clients; that turn
         # moves the link's round robin on (_link.c), as this one does
@@ -100,16 +104,16 @@ def through_the_oracle(msgs, key: bytes | None) -> list[bytes]:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-@example(sends=[(1, 32712, 0x88B5, b"a"), (2, 32713, 0x1234, b"bc")], keyed=False)
-@example(sends=[(3, 65618, 0x88B5, b"\x00\xff"), (1, 65619, 0x0800 ^ 1, b"z")], keyed=True)
-@example(sends=[(0, 2184, 0x88B5, b"q"), (3, 200_001, 0xFFFF, b"xyz")], keyed=False)
-@given(sends=SENDS, keyed=st.booleans())
-def test_the_loops_datagrams_for_ulp_sends_equal_the_python_encoding(sends, keyed):
+@example(sends=[(1, 32712, 0x88B5, b"a"), (2, 32713, 0x1234, b"bc")], keyed=False, max_mps=None)
+@example(sends=[(3, 65618, 0x88B5, b"\x00\xff"), (1, 65619, 0x0800 ^ 1, b"z")], keyed=True, max_mps=333)
+@example(sends=[(0, 2184, 0x88B5, b"q"), (3, 200_001, 0xFFFF, b"xyz")], keyed=False, max_mps=None)
+@given(sends=SENDS, keyed=st.booleans(), max_mps=st.sampled_from([None, None, 1000, 333, 37]))
+def test_the_loops_datagrams_for_ulp_sends_equal_the_python_encoding(sends, keyed, max_mps):
     key = KEY if keyed else None
     msgs = messages(sends)
-    looped, counters, sealer = through_the_loop(msgs, key)
+    looped, counters, sealer = through_the_loop(msgs, key, max_mps)
     assert counters["tx_direct"] == len(msgs)  # every SEND read and queued in C
-    expected = through_the_oracle(msgs, key)
+    expected = through_the_oracle(msgs, key, max_mps)
     assert expected, "nothing was sent"
     if sealer is not None:  # the oracle's rig has its own session and direction: seal as the loop's end
         sealer.counter = int.from_bytes(expected[0][-24:-16], "big")
