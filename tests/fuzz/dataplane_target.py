@@ -7,8 +7,9 @@ The input picks one of three decoders per operation:
      against wire/ether.py (what arrives must be what the Python path would write);
   2  cable datagrams (real ones mutated, raw bytes) into rx_pump from the peer's
      address: nothing may raise, the credit ledger must stay balanced;
-  3  ULP client frames (real SENDs and BINDs mutated, raw bytes) read by dp_run
-     (daemons/_ulploop.h): every frame is queued in C or handed to the Python server,
+  3  ULP client frames (real SENDs and BINDs mutated, raw bytes; SENDs of every size
+     class: encoded at once, read raw into a pool buffer, spilled) read by dp_run
+     (daemons/_ulploop.h, _ulpraw.h): every frame is queued in C or handed to the Python server,
      which answers it; nothing may raise;
   4  TAP reads with a virtio_net_hdr (any header, real and random frames) through a
      vnet rig, differential against wire/vnet.py (take, then to_tap on the other side).
@@ -144,6 +145,22 @@ def _datagrams(r: Reader) -> None:
     assert b.link.ledger.balanced() and a.link.ledger.balanced()
 
 
+# SEND payload sizes at the edges of daemons/_ulpraw.h (queued raw from 1024 micropackets,
+# 32,713 bytes; a pool buffer holds 65,618; larger spills), one in four draws; a short
+# input (zeros once it is read) draws a raw one
+_ULP_EDGES = ((65600, 40), (32700, 30), (131180, 29))
+
+
+def _ulp_payload(r: Reader) -> bytes:
+    pick = r.int(1) % 12
+    if pick >= len(_ULP_EDGES):
+        return r.take(r.int(2) % 3000)
+    base, spread = _ULP_EDGES[pick]
+    size = base + r.int(1) % spread
+    fill = r.take(1 + r.int(1) % 8) or b"\0"
+    return (fill * (size // len(fill) + 1))[:size]
+
+
 def _ulp_frames(r: Reader) -> None:
     global _ulp
     g = rig()
@@ -159,7 +176,7 @@ def _ulp_frames(r: Reader) -> None:
     sent = 0
     for _ in range(1 + r.int(1) % 4):
         real = Frame([Op.SEND, Op.BIND, Op.UNBIND][r.int(1) % 3], r.int(1) % 4, [0x88B5, 0x0800, 0x88B7][r.int(1) % 3],
-                     ULAS[1], r.take(r.int(2) % 3000)).encode()
+                     ULAS[1], _ulp_payload(r)).encode()
         f = r.take(r.int(1) % 40) if r.int(1) % 4 == 0 else _mutate(r, real)
         try:
             pair.app.send(f)
@@ -178,6 +195,9 @@ def _ulp_frames(r: Reader) -> None:
     _drain(pair)  # gsnd's answers
     for _ in range(3):
         g.step()
+    for i in (0, 1):  # what came up to Python (the peer binds none of it) is not kept: 64 KiB SENDs
+        g.messages[i].clear()  # would grow the process by megabytes a second
+        g.up_events[i].clear()
     assert g.eps[0].link.ledger.balanced()
 
 

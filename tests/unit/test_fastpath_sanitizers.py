@@ -24,7 +24,8 @@ TESTS = ["tests/unit/test_fastpath.py", "tests/unit/test_link_lcrc.py", "tests/f
          "tests/unit/test_dploop.py", "tests/unit/test_switchrun.py", "tests/fuzz/test_fuzz_switchrx.py",
          # its bounds are wall-clock latencies, which the instrumented build stretches
          "--deselect", "tests/unit/test_dploop.py::test_control_socket_and_trio_timers_are_served_under_full_load",
-         "tests/unit/test_ulp_send.py", "tests/unit/test_ulp_dataplane.py", "tests/unit/test_txfast.py",
+         "tests/unit/test_ulp_send.py", "tests/unit/test_ulp_dataplane.py", "tests/unit/test_ulpraw_wire.py",
+         "tests/unit/test_txfast.py",
          "tests/unit/test_rx_checks.py", "tests/unit/test_cableauth_compiled.py", "tests/fuzz/test_fuzz_cableauth.py",
          "tests/unit/test_vnet.py", "tests/fuzz/test_fuzz_lcrc.py", "tests/fuzz/test_fuzz_txfast.py",
          # atheris runs its own interpreter child, which would not carry the instrumented module
