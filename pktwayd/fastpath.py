@@ -52,6 +52,17 @@ def _oserror(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+def _handed_up(slow: list[bytes], rerr: int, eof: bool) -> list[Frame]:
+    """What a burst left for Python: the frames C did not take, decoded; a read error or
+    gsnd's end of the socket is raised instead (the session then ends, as on the Python path)."""
+    frames = [Frame.decode(f) for f in slow]
+    if rerr:
+        raise _oserror(rerr)
+    if eof:
+        raise UlpError("gsnd closed the ULP socket")
+    return frames
+
+
 def _queue(client: AsyncUlpClient, frames: list[bytes]) -> None:
     """SEND frames the socket had no room for: the client's backlog, as send_nowait does."""
     client._backlog.extend(frames)
@@ -133,12 +144,7 @@ class RouterFast:
                 _queue(out, blocked)
             if serr:
                 raise _oserror(serr)
-            frames = [Frame.decode(f) for f in slow]
-            if rerr:
-                raise _oserror(rerr)
-            if eof:
-                raise UlpError("gsnd closed the ULP socket")
-            return frames
+            return _handed_up(slow, rerr, eof)
 
         return drain
 
@@ -227,10 +233,5 @@ class IpFast:
             tun_counters["tx_dropped_tap_full"] += full
         for code in werrs:
             tun_counters[f"tx_error_{_errno_name(code)}"] += 1
-        frames = [Frame.decode(f) for f in slow]
-        if rerr:
-            raise _oserror(rerr)
-        if eof:
-            raise UlpError("gsnd closed the ULP socket")
-        return frames
+        return _handed_up(slow, rerr, eof)
 

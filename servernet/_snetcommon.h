@@ -6,6 +6,7 @@
 
 #include <Python.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -84,6 +85,39 @@ static void rx_batch_setup(struct mmsghdr *msg, struct iovec *iov, struct sockad
         msg[i].msg_hdr.msg_iovlen = 1;
         msg[i].msg_hdr.msg_name = &from[i];
         msg[i].msg_hdr.msg_namelen = sizeof from[i];
+    }
+}
+
+/* Send header i: the len bytes at buf, to one address. */
+static void tx_hdr_setup(struct mmsghdr *msg, struct iovec *iov, void *buf, size_t len, const Addr *to)
+{
+    iov->iov_base = buf;
+    iov->iov_len = len;
+    memset(&msg->msg_hdr, 0, sizeof msg->msg_hdr);
+    msg->msg_hdr.msg_iov = iov;
+    msg->msg_hdr.msg_iovlen = 1;
+    msg->msg_hdr.msg_name = (void *)&to->sa;
+    msg->msg_hdr.msg_namelen = to->len;
+}
+
+/* msg[0..n) out by sendmmsg, never blocking. A datagram the kernel refuses is lost and
+ * counted (*full: the socket buffer was full; *errors: anything else, e.g. the ICMP error
+ * of an earlier send while the peer is gone), and the rest still go. */
+static void tx_batch_send(int fd, struct mmsghdr *msg, int n, uint64_t *full, uint64_t *errors)
+{
+    for (int off = 0; off < n;) {
+        int sent = sendmmsg(fd, msg + off, (unsigned)(n - off), MSG_DONTWAIT);
+        if (sent > 0) {
+            off += sent;
+            continue;
+        }
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            (*full)++;
+        else
+            (*errors)++;
+        off++;
     }
 }
 

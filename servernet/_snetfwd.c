@@ -316,29 +316,10 @@ static long forward_rounds(Router *self, int first, uint64_t *c)
             int out = route_one(self, slot_from(self, &self->from[i]), self->buf[i], n, c);
             if (out < 0)
                 continue;
-            self->tx_iov[nout].iov_base = self->buf[i];
-            self->tx_iov[nout].iov_len = n;
-            memset(&self->tx[nout].msg_hdr, 0, sizeof self->tx[nout].msg_hdr);
-            self->tx[nout].msg_hdr.msg_iov = &self->tx_iov[nout];
-            self->tx[nout].msg_hdr.msg_iovlen = 1;
-            self->tx[nout].msg_hdr.msg_name = &self->addr[out].sa;
-            self->tx[nout].msg_hdr.msg_namelen = self->addr[out].len;
+            tx_hdr_setup(&self->tx[nout], &self->tx_iov[nout], self->buf[i], n, &self->addr[out]);
             nout++;
         }
-        for (int off = 0; off < nout;) {
-            int sent = sendmmsg(self->fd, self->tx + off, (unsigned)(nout - off), MSG_DONTWAIT);
-            if (sent > 0) {
-                off += sent;
-                continue;
-            }
-            if (sent < 0 && errno == EINTR)
-                continue;
-            if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                c[C_TX_FULL]++;
-            else
-                c[C_TX_ERROR]++;
-            off++; /* that datagram is lost; the rest still go */
-        }
+        tx_batch_send(self->fd, self->tx, nout, &c[C_TX_FULL], &c[C_TX_ERROR]);
         if (got < BATCH)
             break;
     }
@@ -498,7 +479,7 @@ static PyObject *FabricSocket_send(FabricSocket *self, PyObject *arg)
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int full = 0, errors = 0;
+    uint64_t full = 0, errors = 0;
     for (Py_ssize_t base = 0; base < n; base += NODE_BATCH) {
         int k = (int)(n - base < NODE_BATCH ? n - base : NODE_BATCH);
         for (int i = 0; i < k; i++) {
@@ -508,31 +489,13 @@ static PyObject *FabricSocket_send(FabricSocket *self, PyObject *arg)
                 PyErr_SetString(PyExc_TypeError, "a datagram is bytes");
                 return NULL;
             }
-            self->iov[i].iov_base = PyBytes_AS_STRING(item);
-            self->iov[i].iov_len = (size_t)PyBytes_GET_SIZE(item);
-            memset(&self->msg[i].msg_hdr, 0, sizeof self->msg[i].msg_hdr);
-            self->msg[i].msg_hdr.msg_iov = &self->iov[i];
-            self->msg[i].msg_hdr.msg_iovlen = 1;
-            self->msg[i].msg_hdr.msg_name = &self->peer.sa;
-            self->msg[i].msg_hdr.msg_namelen = self->peer.len;
+            tx_hdr_setup(&self->msg[i], &self->iov[i], PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item),
+                         &self->peer);
         }
-        for (int off = 0; off < k;) {
-            int sent = sendmmsg(self->fd, self->msg + off, (unsigned)(k - off), MSG_DONTWAIT);
-            if (sent > 0) {
-                off += sent;
-                continue;
-            }
-            if (sent < 0 && errno == EINTR)
-                continue;
-            if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                full++;
-            else
-                errors++; /* e.g. an ICMP error while the router is gone */
-            off++;
-        }
+        tx_batch_send(self->fd, self->msg, k, &full, &errors);
     }
     Py_DECREF(seq);
-    return Py_BuildValue("(ii)", full, errors);
+    return Py_BuildValue("(KK)", (unsigned long long)full, (unsigned long long)errors);
 }
 
 static PyMethodDef FabricSocket_methods[] = {

@@ -537,30 +537,12 @@ static void flush(Engine *e)
         int k = 0;
         for (int i = 0; i <= e->out_n; i++) {
             if (i < e->out_n && e->out[i].fabric == f) {
-                v[k].iov_base = e->out[i].buf;
-                v[k].iov_len = e->out[i].len;
-                memset(&m[k].msg_hdr, 0, sizeof m[k].msg_hdr);
-                m[k].msg_hdr.msg_iov = &v[k];
-                m[k].msg_hdr.msg_iovlen = 1;
-                m[k].msg_hdr.msg_name = &e->router[f].sa;
-                m[k].msg_hdr.msg_namelen = e->router[f].len;
+                tx_hdr_setup(&m[k], &v[k], e->out[i].buf, e->out[i].len, &e->router[f]);
                 k++;
             }
             if (k == BATCH || (i == e->out_n && k)) {
-                for (int off = 0; off < k;) {
-                    int sent = sendmmsg(e->fd[f], m + off, (unsigned)(k - off), MSG_DONTWAIT);
-                    if (sent > 0) {
-                        off += sent;
-                        continue;
-                    }
-                    if (sent < 0 && errno == EINTR)
-                        continue;
-                    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                        e->counters[f ? N_TXFULL_Y : N_TXFULL_X]++;
-                    else
-                        e->counters[f ? N_TXERR_Y : N_TXERR_X]++; /* e.g. ICMP unreachable: router gone */
-                    off++;
-                }
+                tx_batch_send(e->fd[f], m, k, &e->counters[f ? N_TXFULL_Y : N_TXFULL_X],
+                              &e->counters[f ? N_TXERR_Y : N_TXERR_X]);
                 k = 0;
             }
         }
