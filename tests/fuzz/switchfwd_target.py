@@ -130,7 +130,7 @@ def _switch_run(impl, data: bytes, plane: bool = False) -> list:
                     rtx += len(out)
                 if plane and p == 1:  # SwitchPlane.flush builds and sends them: read them off the wire
                     assert sw.plane.flush(now) == {}
-                    out += _received(socks[1])
+                    out += recv_all(socks[1])
                 else:
                     out += sw.ports[p].link.datagrams(now)
                 for dg in out:
@@ -154,7 +154,8 @@ def _switch_run(impl, data: bytes, plane: bool = False) -> list:
     return [seen, st]
 
 
-def _received(sock) -> list[bytes]:
+def recv_all(sock) -> list[bytes]:
+    """Every datagram waiting on a non-blocking socket."""
     out = []
     while True:
         try:

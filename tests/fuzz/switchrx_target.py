@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 from daemons import constants as C
 from fuzz.draw import Draw
+from tests.fuzz.switchfwd_target import recv_all
 
 RIG_INPUTS = 64  # inputs per rig before it is rebuilt (a fresh switch now and then)
 STRANGER_EVERY = 5  # every 5th datagram is preceded by a stranger's (not drawn: cheap)
@@ -70,15 +71,6 @@ def _rig() -> Rig:
     return _RIG[0]
 
 
-def _read_all(sock) -> list[bytes]:
-    out = []
-    while True:
-        try:
-            out.append(sock.recv(65536))
-        except BlockingIOError:
-            return out
-
-
 def one_input(data: bytes) -> None:
     from fuzz.frames import attack
     from fuzz.targets_cores import _drain_received
@@ -100,7 +92,7 @@ def one_input(data: bytes) -> None:
         tx0 = rig.cable["tx_datagrams"]
         out = sw.ports[1].link.handle_timer(now)
         assert sw.plane.flush(now) == {}
-        wire = _read_all(rig.socks[1])
+        wire = recv_all(rig.socks[1])
         assert rig.cable["tx_datagrams"] - tx0 == len(wire)
         for dg in [*out, *wire]:
             rig.attacker.receive(dg, now)
