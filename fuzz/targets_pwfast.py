@@ -14,6 +14,7 @@ def pwfast(data: bytes) -> None:
     from daemons.wire.ulp import HEADER, Op
     from pktwayd.constants import ETHERTYPE_PKTWAY
     from pktwayd.eep import Packet
+    from pktwayd.fastpath import ip_peers, router_table
     from tests.unit.test_pw_ip import v4, v6
     from tests.unit.test_pwfast_differential import (H_A, H_B, H_B2, ROUTER_ULA, ULA, ip_loop, ip_node, pair,
                                                      python_forward, recv_frame, router)
@@ -32,6 +33,7 @@ def pwfast(data: bytes) -> None:
         before = a.counters["l3_forwarded"]
         want = python_forward(a, b, frame)
         assert fast is None or (fast == want and a.counters["l3_forwarded"] == before + 1), "router differs"
+        r.set_table(router_table(a, b), sorted(a.routers))  # as pktwayd does after every engine action
     core = ip_node(d.choice([None, 0, 600, 65535]), d.below(4) == 0)
     loop, _ipsocks = ip_loop(core)
     for _ in range(1 + d.below(4)):
@@ -43,8 +45,10 @@ def pwfast(data: bytes) -> None:
         acts = core.from_tun(ip, 0.0)
         assert fast is None or [fast] == [HEADER.pack(Op.SEND, 1, ETHERTYPE_PKTWAY, ROUTER_ULA) + p.encode()
                                           for w, p, route in acts if w == "pw" and route is None], "pw0 tx differs"
+        loop.set_peers(ip_peers(core))  # as pw0 does after every core action
         payload = Packet(dt=d.choice([0x40, 0x41]), sa=0x60, pt=d.choice([0x0800, 0x86DD, 6]), data=ip).encode()
         payload = mutate_bytes(d, payload, offsets=list(range(24))) if d.bool() else payload
         fast = loop.rx_one(recv_frame(ROUTER_ULA, payload))
         acts = core.from_pw_bytes(payload, "pw0", ROUTER_ULA, 0.0)
         assert fast is None or acts == [("tun", fast)], "pw0 rx differs"
+        loop.set_peers(ip_peers(core))
