@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU cost per frame of gsnd's IP path, compiled data plane against the Python path.
 
-    .venv/bin/python bench/dataplane_cost.py [--frames 2000]
+    .venv/bin/python bench/dataplane_cost.py [--frames 2000] [--underlay-mtu 9000]
 
 No namespaces, no root: two Endpoints on 127.0.0.1 UDP sockets, each "TAP" an
 AF_UNIX datagram socketpair (tests/unit/dprig.py).  For a 64 KiB IPv4 frame and a
@@ -13,15 +13,19 @@ AVX-512 VPCLMULQDQ, one at a time by carry-less multiply, then by the tables, as
 CPU has them: daemons/_gsncrc.h, daemons/_crcvec.h) and once through the Python
 path gsnd used before (Tap-style read, frame_to_message, Endpoint.send, link.datagrams,
 UdpTransport.send_many / drain, receive, Endpoint.process, message_to_frame, write).
-Syscalls are included in both; trio's scheduling is not.  Times are the thread's CPU
-time (user + system, time.thread_time), so a machine busy with other work inflates
-them less than it would wall-clock times.
+With --underlay-mtu the links cut their datagrams for that path MTU (micropackets per
+datagram as gsnd's transport would learn it: io/pmtu.py), so a 64 KiB frame takes several
+datagrams, as on a 9000- or 1500-byte underlay.  Syscalls are included in both;
+trio's scheduling is not.  Times are the thread's CPU time (user + system,
+time.thread_time), so a machine busy with other work inflates them less than it would
+wall-clock times.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import struct
 import sys
 import time
@@ -30,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons import _link  # noqa: E402
 from daemons.constants import ETHERTYPE_IPV4  # noqa: E402
 from daemons.endpoint.core import MessageIn  # noqa: E402
+from daemons.io.pmtu import max_mps_for  # noqa: E402
 from daemons.wire.ether import frame_to_message, message_to_frame  # noqa: E402
 from tests.unit.dprig import ULAS, Rig  # noqa: E402
 
@@ -102,8 +107,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=2000)
     ap.add_argument("--compiled-only", action="store_true", help="leave out the Python path's rows")
+    ap.add_argument("--underlay-mtu", type=int, default=0,
+                    help="cut datagrams for this path MTU (576..65535; default: loopback's)")
     args = ap.parse_args()
-    print(f"load average {os.getloadavg()[0]:.2f}")
+    if args.underlay_mtu and not 576 <= args.underlay_mtu <= 65535:
+        ap.error(f"--underlay-mtu {args.underlay_mtu}: not in 576..65535")
+    print(f"load average {os.getloadavg()[0]:.2f}"
+          + (f"; underlay MTU {args.underlay_mtu}" if args.underlay_mtu else ""))
     default = _link.crc_impl()
     print(f"{'frame':<22}{'path':<18}{'send us':>10}{'receive us':>12}")
     for label, size in (("64 KiB IPv4", 65280 + 14), ("52-byte TCP ACK", 66)):
@@ -114,6 +124,9 @@ def main() -> int:
             r = Rig(dataplane=fn is compiled)
             try:
                 r.bring_up()
+                if args.underlay_mtu:
+                    for ep in r.eps:
+                        ep.link.max_mps = max_mps_for(args.underlay_mtu, socket.AF_INET)
                 fn(r, f, 50)  # warm up
                 s, rv = fn(r, f, args.frames)
             finally:

@@ -14,10 +14,10 @@
 #define GSN_CRCVEC_H
 
 #ifdef GSN_CLMUL
-/* n a multiple of 4 */
-__attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void block_crcs_vpclmul(const uint8_t *p,
-                                                                                       Py_ssize_t stride,
-                                                                                       Py_ssize_t n, uint16_t *out)
+/* The block CRCs of four blocks, lane k of ab holding block k's first 16 bytes and lane k
+ * of cd its last 16 (as loaded), stored at out[0..3]. */
+__attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static inline void crc4_vpclmul(__m512i ab, __m512i cd,
+                                                                                        uint16_t *out)
 {
     /* per 128-bit lane: both 64-bit words byte-reversed (the words are big-endian) */
     const __m512i bswap = _mm512_broadcast_i32x4(_mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
@@ -26,6 +26,23 @@ __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void block_crcs_vp
     const __m512i mu = _mm512_broadcast_i32x4(_mm_set_epi64x(0, (long long)MU80));
     const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(0, CRC_POLY));
     const __m128i pick = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    ab = _mm512_shuffle_epi8(ab, bswap); /* lane k: A (low word), B of block k */
+    cd = _mm512_shuffle_epi8(cd, bswap); /* C, D */
+    __m512i s = _mm512_xor_si512(_mm512_clmulepi64_epi128(ab, kab, 0x00), _mm512_clmulepi64_epi128(ab, kab, 0x11));
+    s = _mm512_ternarylogic_epi64(s, _mm512_clmulepi64_epi128(cd, kcd, 0x00),
+                                  _mm512_clmulepi64_epi128(cd, kcd, 0x11), 0x96); /* three-way XOR */
+    const __m512i top = _mm512_bsrli_epi128(s, 2);                              /* floor(S / x^16) */
+    const __m512i q = _mm512_xor_si512(top, _mm512_bsrli_epi128(_mm512_clmulepi64_epi128(top, mu, 0x00), 8));
+    const __m512i r = _mm512_xor_si512(s, _mm512_clmulepi64_epi128(q, poly, 0x00));
+    /* the low 16 bits of each lane's low word: words 0, 2, 4, 6 of the narrowed vector */
+    _mm_storel_epi64((__m128i *)out, _mm_shuffle_epi8(_mm512_cvtepi64_epi16(r), pick));
+}
+
+/* n a multiple of 4 */
+__attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void block_crcs_vpclmul(const uint8_t *p,
+                                                                                       Py_ssize_t stride,
+                                                                                       Py_ssize_t n, uint16_t *out)
+{
     for (Py_ssize_t i = 0; i < n; i += 4, p += 4 * stride) {
         __m512i ab = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
         __m512i cd = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 16)));
@@ -35,23 +52,34 @@ __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void block_crcs_vp
         cd = _mm512_inserti32x4(cd, _mm_loadu_si128((const __m128i *)(p + 2 * stride + 16)), 2);
         ab = _mm512_inserti32x4(ab, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
         cd = _mm512_inserti32x4(cd, _mm_loadu_si128((const __m128i *)(p + 3 * stride + 16)), 3);
-        ab = _mm512_shuffle_epi8(ab, bswap); /* lane k: A (low word), B of block k */
-        cd = _mm512_shuffle_epi8(cd, bswap); /* C, D */
-        __m512i s = _mm512_xor_si512(_mm512_clmulepi64_epi128(ab, kab, 0x00), _mm512_clmulepi64_epi128(ab, kab, 0x11));
-        s = _mm512_ternarylogic_epi64(s, _mm512_clmulepi64_epi128(cd, kcd, 0x00),
-                                      _mm512_clmulepi64_epi128(cd, kcd, 0x11), 0x96); /* three-way XOR */
-        const __m512i top = _mm512_bsrli_epi128(s, 2);                              /* floor(S / x^16) */
-        const __m512i q = _mm512_xor_si512(top, _mm512_bsrli_epi128(_mm512_clmulepi64_epi128(top, mu, 0x00), 8));
-        const __m512i r = _mm512_xor_si512(s, _mm512_clmulepi64_epi128(q, poly, 0x00));
-        /* the low 16 bits of each lane's low word: words 0, 2, 4, 6 of the narrowed vector */
-        _mm_storel_epi64((__m128i *)(out + i), _mm_shuffle_epi8(_mm512_cvtepi64_epi16(r), pick));
+        crc4_vpclmul(ab, cd, out + i);
+    }
+}
+
+/* n a multiple of 4: the n 32-byte blocks at src (contiguous) copied to dst, one every
+ * `stride` bytes, and their block CRCs in out: the copy rides on the loads the CRCs need. */
+__attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static inline void block_crcs_copy_vpclmul(const uint8_t *src,
+                                                                                            uint8_t *dst,
+                                                                                            Py_ssize_t stride,
+                                                                                            Py_ssize_t n,
+                                                                                            uint16_t *out)
+{
+    for (Py_ssize_t i = 0; i < n; i += 4, src += 128, dst += 4 * stride) {
+        const __m512i v0 = _mm512_loadu_si512(src), v1 = _mm512_loadu_si512(src + 64); /* blocks 0, 1 and 2, 3 */
+        _mm256_storeu_si256((__m256i *)dst, _mm512_castsi512_si256(v0));
+        _mm256_storeu_si256((__m256i *)(dst + stride), _mm512_extracti64x4_epi64(v0, 1));
+        _mm256_storeu_si256((__m256i *)(dst + 2 * stride), _mm512_castsi512_si256(v1));
+        _mm256_storeu_si256((__m256i *)(dst + 3 * stride), _mm512_extracti64x4_epi64(v1, 1));
+        /* lane k: block k's first 16 bytes (ab), its last 16 (cd) */
+        crc4_vpclmul(_mm512_shuffle_i64x2(v0, v1, 0x88), _mm512_shuffle_i64x2(v0, v1, 0xDD), out + i);
     }
 }
 
 /* n a multiple of 4: b[i] as block_crcs, and ok[i] = 1 when micropacket i's LCRC is right.
  * The LCRC (from 0xFFFF over the data and the control word's first six bytes) is
- * 0xFFFF x^304 + (A x^256 + B x^192 + C x^128 + D x^64 + (ctrl with the LCRC cleared)) mod P:
- * four more multiplies and a second reduction on the words already loaded, no table. */
+ * 0xFFFF x^304 + (A x^256 + B x^192 + C x^128 + D x^64 + (ctrl with the LCRC cleared)) mod P,
+ * and A x^256 + .. + D x^64 is the block CRC's S times x^48: one shift and a second
+ * reduction on the block CRC and the control word already loaded, no table. */
 __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void lcrc_scan_vpclmul(const uint8_t *p,
                                                                                       Py_ssize_t n, uint16_t *b,
                                                                                       uint8_t *ok)
@@ -59,8 +87,6 @@ __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void lcrc_scan_vpc
     const __m512i bswap = _mm512_broadcast_i32x4(_mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
     const __m512i kab = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)KX144, (long long)KX208));
     const __m512i kcd = _mm512_broadcast_i32x4(_mm_set_epi64x(1ll << 16, (long long)KX80));
-    const __m512i lab = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)KX192, (long long)KX256));
-    const __m512i lcd = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)KX64, (long long)KX128));
     const __m512i mu = _mm512_broadcast_i32x4(_mm_set_epi64x(0, (long long)MU80));
     const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(0, CRC_POLY));
     const __m512i clear = _mm512_broadcast_i32x4(_mm_set_epi64x(0, ~0xFFFFll)); /* the control word less LCRC */
@@ -83,14 +109,16 @@ __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void lcrc_scan_vpc
         __m512i s = _mm512_xor_si512(_mm512_clmulepi64_epi128(ab, kab, 0x00), _mm512_clmulepi64_epi128(ab, kab, 0x11));
         s = _mm512_ternarylogic_epi64(s, _mm512_clmulepi64_epi128(cd, kcd, 0x00),
                                       _mm512_clmulepi64_epi128(cd, kcd, 0x11), 0x96);
-        __m512i l = _mm512_xor_si512(_mm512_clmulepi64_epi128(ab, lab, 0x00), _mm512_clmulepi64_epi128(ab, lab, 0x11));
-        l = _mm512_ternarylogic_epi64(l, _mm512_clmulepi64_epi128(cd, lcd, 0x00),
-                                      _mm512_clmulepi64_epi128(cd, lcd, 0x11), 0x96);
-        l = _mm512_ternarylogic_epi64(l, cw, clear, 0x78); /* l ^ (cw & clear) */
-        const __m512i ts = _mm512_bsrli_epi128(s, 2), tl = _mm512_bsrli_epi128(l, 2);
+        const __m512i ts = _mm512_bsrli_epi128(s, 2);
         const __m512i qs = _mm512_xor_si512(ts, _mm512_bsrli_epi128(_mm512_clmulepi64_epi128(ts, mu, 0x00), 8));
-        const __m512i ql = _mm512_xor_si512(tl, _mm512_bsrli_epi128(_mm512_clmulepi64_epi128(tl, mu, 0x00), 8));
         const __m512i rs = _mm512_xor_si512(s, _mm512_clmulepi64_epi128(qs, poly, 0x00));
+        /* the data's part of the LCRC sum is S x^48 (each of A..D 48 places higher), so
+           mod P it is b x^48: (b << 48) ^ (cw & clear), one 64-bit word to reduce instead
+           of four more multiplies on the data */
+        __m512i l = _mm512_slli_epi64(_mm512_and_si512(rs, low16), 48);
+        l = _mm512_ternarylogic_epi64(l, cw, clear, 0x78); /* l ^ (cw & clear) */
+        const __m512i tl = _mm512_bsrli_epi128(l, 2);
+        const __m512i ql = _mm512_xor_si512(tl, _mm512_bsrli_epi128(_mm512_clmulepi64_epi128(tl, mu, 0x00), 8));
         const __m512i rl = _mm512_xor_si512(l, _mm512_clmulepi64_epi128(ql, poly, 0x00));
         _mm_storel_epi64((__m128i *)(b + i), _mm_shuffle_epi8(_mm512_cvtepi64_epi16(rs), pick));
         /* a lane is bad when its computed LCRC ^ 0xFFFF x^304 differs from the stored one */
@@ -122,6 +150,21 @@ static void block_crcs(const uint8_t *p, Py_ssize_t stride, Py_ssize_t n, uint16
 #endif
     for (Py_ssize_t i = 0; i < n; i++, p += stride)
         out[i] = block_crc0_tables(p);
+}
+
+/* block_crcs of n 32-byte blocks copied from src (contiguous) to dst, one every stride bytes. */
+static inline void block_crcs_copy(const uint8_t *src, uint8_t *dst, Py_ssize_t stride, Py_ssize_t n, uint16_t *out)
+{
+#ifdef GSN_CLMUL
+    if (crc_vec && n >= 4) {
+        Py_ssize_t k = n & ~(Py_ssize_t)3;
+        block_crcs_copy_vpclmul(src, dst, stride, k, out);
+        src += k * MP_DATA, dst += k * stride, out += k, n -= k;
+    }
+#endif
+    for (Py_ssize_t i = 0; i < n; i++)
+        memcpy(dst + i * stride, src + i * MP_DATA, MP_DATA);
+    block_crcs(dst, stride, n, out);
 }
 
 /* n micropackets at p: b[i] their data's block CRC, ok[i] 1 when the LCRC is right; how

@@ -29,7 +29,7 @@ static uint16_t K32;                      /* M32(0xFFFF) */
  * the CPU has them, unless GSN_CRC=tables or GSN_CRC=clmul; crc_use() switches (tests). */
 static int crc_clmul, crc_vec;
 static uint64_t KX208, KX144, KX80, MU80; /* x^n mod P; floor(x^80 / P) without its x^64 */
-static uint64_t KX256, KX192, KX128, KX64, KL38; /* x^n mod P (lcrc_scan); 0xFFFF x^304 mod P */
+static uint64_t KL38; /* 0xFFFF x^304 mod P (lcrc_scan) */
 
 static uint16_t advance_slow(uint16_t x, int nbytes)
 {
@@ -71,7 +71,6 @@ static void init_tables(void)
         }
     K32 = advance_slow(CRC_INIT, 32);
     KX208 = advance_slow(1, 26), KX144 = advance_slow(1, 18), KX80 = advance_slow(1, 10);
-    KX256 = advance_slow(1, 32), KX192 = advance_slow(1, 24), KX128 = advance_slow(1, 16), KX64 = advance_slow(1, 8);
     KL38 = advance_slow(CRC_INIT, 38);
     unsigned __int128 num = (unsigned __int128)1 << 80, p = (1u << 16) | CRC_POLY, q = 0;
     for (int d = 80; d >= 16; d--) /* polynomial long division x^80 / P */

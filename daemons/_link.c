@@ -25,7 +25,7 @@
 #define SHIM_MAGIC 0x4753
 #define SHIM_VERSION 1
 #define FLAG_SEQ 0x01
-#define MAX_DGRAM_MPS 1600
+#define MAX_DGRAM_MPS 1600 /* below 65536: run_scan_add counts them in 16-bit fields */
 #define VC_QUANTUM 512
 #define CR_MAX 63
 #define NO_ACK UINT64_MAX
@@ -143,7 +143,7 @@ typedef struct {
 } Core;
 
 typedef struct SwitchPlane SwitchPlane;
-static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n);
+static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n, int plain);
 static int sw_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t first, Py_ssize_t acc, int contiguous, double now);
 
 /* --- small helpers ---------------------------------------------------------- */
@@ -554,8 +554,41 @@ static PyObject *recs_array(PyObject *buf, Py_ssize_t count, Py_ssize_t offset)
     return PyObject_CallFunction(np_frombuffer, "OOnn", buf, mp_dtype, count, offset);
 }
 
+/* What accept_run needs of a run of micropackets, found in one pass over their control
+ * words: the credits granted per VC, and per VC its data micropackets (not CREDIT): how
+ * many, the first and the last; plain: none is a HEADER or an ADMIN or has the tail bit
+ * (the reassembly need not look for a Message's end in them: ra_feed). */
+typedef struct {
+    int64_t credit[NUM_VCS];
+    Py_ssize_t count[NUM_VCS], first[NUM_VCS], last[NUM_VCS];
+    int plain;
+} RunScan;
+
+/* One micropacket's control word c (index i) into r; *counts holds the counts so far as
+ * four 16-bit fields (a datagram has at most MAX_DGRAM_MPS micropackets), kept in a
+ * register by the caller's loop: a count in memory made each micropacket wait for the
+ * previous one's store. */
+static inline void run_scan_add(RunScan *r, uint64_t *counts, uint64_t c, Py_ssize_t i)
+{
+    if (c & (0x3Full << 48)) /* credits (VCR/CR) ride only on the first micropackets */
+        r->credit[(c >> 54) & 3] += (c >> 48) & 0x3F;
+    if (((c >> 58) & 0xF) != T_CREDIT) {
+        const int vc = (int)(c >> 62);
+        if (!((*counts >> (16 * vc)) & 0xFFFF))
+            r->first[vc] = i;
+        r->last[vc] = i;
+        *counts += 1ull << (16 * vc);
+    }
+}
+
+static inline void run_scan_done(RunScan *r, uint64_t counts)
+{
+    for (int v = 0; v < NUM_VCS; v++)
+        r->count[v] = (Py_ssize_t)((counts >> (16 * v)) & 0xFFFF);
+}
+
 static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
-                  const uint16_t *b0_run, double now);
+                      const uint16_t *b0_run, const RunScan *scan, double now);
 
 /* dgram: the object holding shim.. (numpy views of it go up), or NULL: copies go up. */
 static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
@@ -567,14 +600,21 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     /* TYPE, TSEQ and RSEQ of every micropacket in one pass; the reasons in this order,
        RSEQ's after process_ack's own check of the ack */
     const uint64_t ack0 = ack == NO_ACK ? 0 : ack, rseq = (ack0 - 1) & 0xFF;
-    int bad_type = 0, bad_tseq = 0, bad_rseq = 0;
+    RunScan scan = {{0}}; /* accept_run's pass, in this one: used when the whole datagram is new */
+    uint64_t counts = 0, seqs = 0; /* seqs: the RSEQ and TSEQ bits that differ from the expected */
+    uint64_t tails = 0;            /* the tail bits */
+    unsigned types = 0;            /* bit t: a micropacket of TYPE t */
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint64_t c = load_be64(mps + i * MP_BYTES + MP_DATA);
-        const unsigned t = (unsigned)(c >> 58) & 0xF;
-        bad_type |= t < T_DATA || t > T_CREDIT;
-        bad_tseq |= ((c >> 32) & 0xFF) != ((seq + (uint64_t)i) & 0xFF);
-        bad_rseq |= ((c >> 40) & 0xFF) != rseq;
+        types |= 1u << ((c >> 58) & 0xF);
+        seqs |= c ^ ((rseq << 40) | (((seq + (uint64_t)i) & 0xFF) << 32));
+        tails |= c & (1ull << 57);
+        run_scan_add(&scan, &counts, c, i);
     }
+    run_scan_done(&scan, counts);
+    scan.plain = !(tails & (1ull << 57)) && !(types & ((1u << T_HEADER) | (1u << T_ADMIN)));
+    const int bad_type = (types & ~(((2u << T_CREDIT) - 1) & ~((1u << T_DATA) - 1))) != 0;
+    const int bad_tseq = (seqs & (0xFFull << 32)) != 0, bad_rseq = (seqs & (0xFFull << 40)) != 0;
     if (bad_type || bad_tseq) {
         s->counters[bad_type ? C_UNSEQ_IN_SEQ : C_TSEQ_MISMATCH]++;
         return 0;
@@ -597,7 +637,7 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     }
     int holes = s->ooo_len > 0;
     const uint16_t *b0 = !dgram && s->dp ? s->dp->b0 + start : NULL;
-    if (accept_run(s, dgram, shim, mps + start * MP_BYTES, n - (Py_ssize_t)start, b0, now) < 0)
+    if (accept_run(s, dgram, shim, mps + start * MP_BYTES, n - (Py_ssize_t)start, b0, start ? NULL : &scan, now) < 0)
         return -1;
     Py_ssize_t done = 0; /* the hole is filled: what waited behind it, in sequence order */
     for (; done < s->ooo_len && s->ooo[done].seq <= s->expected; done++) {
@@ -611,7 +651,7 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
         } else {
             const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(e.b);
             s->counters[C_OOO_DELIVERED] += e.n - skip;
-            r = accept_run(s, e.b, p, p + SHIM_BYTES + skip * MP_BYTES, e.n - (Py_ssize_t)skip, NULL, now);
+            r = accept_run(s, e.b, p, p + SHIM_BYTES + skip * MP_BYTES, e.n - (Py_ssize_t)skip, NULL, NULL, now);
         }
         Py_DECREF(e.b);
         if (r < 0) {
@@ -630,23 +670,23 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
  * receive_sequenced; b0: their block CRCs from rx_pump, or NULL): credits granted to
  * us, then each VC's. */
 static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
-                  const uint16_t *b0_run, double now)
+                      const uint16_t *b0_run, const RunScan *scan, double now)
 {
     s->expected += n;
     s->unacked_rx += n;
     s->counters[C_RX_MPS] += n;
     want_ack(s, now, s->unacked_rx >= s->window / 4);
-    Py_ssize_t count[NUM_VCS] = {0}, first[NUM_VCS], last[NUM_VCS];
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t c = load_be64(mps + i * MP_BYTES + MP_DATA);
-        s->tx[(c >> 54) & 3] += (c >> 48) & 0x3F; /* credits ride on every accepted micropacket */
-        if (((c >> 58) & 0xF) != T_CREDIT) {
-            int vc = (int)(c >> 62);
-            if (!count[vc]++)
-                first[vc] = i;
-            last[vc] = i;
-        }
+    RunScan own = {{0}};
+    if (!scan) { /* the caller's pass covered other micropackets too */
+        uint64_t counts = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            run_scan_add(&own, &counts, load_be64(mps + i * MP_BYTES + MP_DATA), i);
+        run_scan_done(&own, counts);
+        scan = &own;
     }
+    const Py_ssize_t *count = scan->count, *first = scan->first, *last = scan->last;
+    for (int v = 0; v < NUM_VCS; v++)
+        s->tx[v] += scan->credit[v];
     for (int vc = 0; vc < NUM_VCS; vc++) {
         Py_ssize_t k = count[vc];
         if (!k)
@@ -676,7 +716,7 @@ static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8
             } else if (b0) {
                 b0 += first[vc];
             }
-            if (dp_take(s, vc, run, b0, acc) < 0)
+            if (dp_take(s, vc, run, b0, acc, scan->plain) < 0)
                 return -1;
             continue;
         }

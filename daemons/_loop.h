@@ -105,6 +105,8 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
     double tap_retry = INFINITY; /* ... until then: a long idle call must not leave the TAP unread */
     struct pollfd fds[3 + UL_CLIENTS] = {{dp->sock_fd, POLLIN, 0}, {-1, POLLIN, 0}, {trio_fd, POLLIN, 0}};
     Py_ssize_t ulp = 0; /* frames read from ULP clients (_ulploop.h) */
+    uint64_t polls = 0, rx_at = 0; /* ppoll returns; the one the cable was last read at */
+    int rx_lone = 0;               /* the cable's last read was one datagram: read one, no probe */
     /* what Python queued or freed since the last call (a ULP SEND, credits a delivery
      * returned) leaves now, not at the first wake-up: an idle call may wait until trio's
      * next deadline */
@@ -128,6 +130,7 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
         Py_BEGIN_ALLOW_THREADS rc = ppoll(fds, (nfds_t)nfds, &ts, NULL);
         Py_END_ALLOW_THREADS
         now = now0 + (loop_clock() - t0);
+        polls++;
         if (now >= tap_retry)
             tap_ok = 1, tap_retry = INFINITY;
         if (rc < 0) {
@@ -144,10 +147,15 @@ static PyObject *Core_dp_run(Core *s, PyObject *args)
             reason = LOOP_CONTROL;
             break;
         }
-        if (fds[0].revents) {
-            Py_ssize_t n = dp_rx_read(s, now, LOOP_DATAGRAMS);
+        if (fds[0].revents) { /* one datagram a time while they come one by one: no EAGAIN recvmsg (_ulploop.h ul_read) */
+            if (rx_lone && rx_at + 1 == polls)
+                rx_lone = 0;
+            rx_at = polls;
+            Py_ssize_t limit = rx_lone ? 1 : LOOP_DATAGRAMS, n = dp_rx_read(s, now, limit);
             if (n < 0)
                 goto error;
+            if (n < limit)
+                rx_lone = n == 1;
             got += n;
         }
         if (fds[1].fd >= 0 && fds[1].revents) {

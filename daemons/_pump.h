@@ -113,10 +113,10 @@ static int dp_sink(void *ctx, int vc, uint8_t *data, uint64_t mps)
 
 /* n micropackets the link accepted on vc (their buffers are in use): reassemble, then
  * return the buffers to the peer unless the upper layer holds the VC. */
-static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n)
+static int dp_take(Core *s, int vc, const uint8_t *mps, const uint16_t *b0, Py_ssize_t n, int plain)
 {
     DataPlane *dp = s->dp;
-    if (ra_feed(&dp->ra, vc, mps, n, b0, dp_sink, s) < 0)
+    if (ra_feed(&dp->ra, vc, mps, n, b0, plain, dp_sink, s) < 0)
         return -1;
     if (dp->hold[vc]) {
         dp->withheld[vc] += n;
@@ -557,7 +557,7 @@ static PyObject *mod_reassemble(PyObject *self, PyObject *args)
             PyErr_Format(PyExc_ValueError, "batch %zd: VC 0..3 and whole micropackets", i);
             goto done_r;
         }
-        int rc = ra_feed(r, vc, v.buf, v.len / MP_BYTES, NULL, collect_sink, out);
+        int rc = ra_feed(r, vc, v.buf, v.len / MP_BYTES, NULL, 0, collect_sink, out);
         PyBuffer_Release(&v);
         if (rc < 0)
             goto done_r;

@@ -196,9 +196,11 @@ static int ra_admin(Reasm *r, int vc, const uint8_t *mp, ra_sink sink, void *ctx
 }
 
 /* Feed n micropackets received in order on vc (one batch, as the link hands them up);
- * b0: the zero-init CRC of each one's data, computed by the LCRC check (or NULL). */
-static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, const uint16_t *b0, ra_sink sink,
-                   void *ctx)
+ * b0: the zero-init CRC of each one's data, computed by the LCRC check (or NULL); plain:
+ * the caller saw that none of them is a HEADER or an ADMIN or has the tail bit (the
+ * bulk of a large Message), so an open Message takes them all without a scan. */
+static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, const uint16_t *b0, int plain,
+                   ra_sink sink, void *ctx)
 {
     Py_ssize_t pos = 0;
     while (pos < n) {
@@ -223,13 +225,23 @@ static int ra_feed(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t n, const uin
             ra_start(r, vc, mps + pos * MP_BYTES);
             first = pos + 1;
         }
-        Py_ssize_t end = pos, tail = 0;
-        while (end < n && !tail)
-            tail = (load_be64(mps + (end++) * MP_BYTES + MP_DATA) >> 57) & 1;
-        Py_ssize_t j = first;
-        while (j < end && ra_type(mps + j * MP_BYTES) != T_HEADER && ra_type(mps + j * MP_BYTES) != T_ADMIN)
-            j++;
-        if (j < end) {
+        /* one pass to the Message's tail (end: one past it, or n) or to a HEADER or ADMIN
+           inside it (j), whichever comes first */
+        Py_ssize_t end = plain ? n : pos, tail = 0, j = -1;
+        while (end < n) {
+            const uint64_t c = load_be64(mps + end * MP_BYTES + MP_DATA);
+            const unsigned t = (unsigned)(c >> 58) & 0xF;
+            if (end >= first && (t == T_HEADER || t == T_ADMIN)) {
+                j = end;
+                break;
+            }
+            end++;
+            if ((c >> 57) & 1) {
+                tail = 1;
+                break;
+            }
+        }
+        if (j >= 0) {
             r->counters[RA_D_HDR_OPEN]++;
             st->open = 0;
             pos = j + 1;

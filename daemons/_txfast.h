@@ -115,17 +115,17 @@ static void tx_encode(Chunk *ch, int vc, Py_ssize_t i0, Py_ssize_t k, uint8_t *d
     for (Py_ssize_t c0 = 0; c0 < k; c0 += ENC_CHUNK) {
         const Py_ssize_t cn = k - c0 < ENC_CHUNK ? k - c0 : ENC_CHUNK;
         uint8_t *m = dst + c0 * MP_BYTES;
-        for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES) {
-            const Py_ssize_t off = (i0 + c0 + j) * MP_DATA;
-            if (off + MP_DATA <= slen) {
-                memcpy(m, stream + off, MP_DATA);
-            } else { /* the last: zero-filled */
-                memset(m, 0, MP_DATA);
-                memcpy(m, stream + off, (size_t)(slen - off));
-            }
+        const Py_ssize_t off = (i0 + c0) * MP_DATA;
+        Py_ssize_t full = (slen - off) / MP_DATA; /* whole blocks left in the stream */
+        if (full > cn)
+            full = cn;
+        block_crcs_copy(stream + off, m, MP_BYTES, full, bs); /* copied and CRCed in one pass */
+        if (full < cn) { /* the last: zero-filled */
+            uint8_t *last = m + full * MP_BYTES;
+            memset(last, 0, MP_DATA);
+            memcpy(last, stream + off + full * MP_DATA, (size_t)(slen - off - full * MP_DATA));
+            block_crcs(last, MP_BYTES, cn - full, bs + full);
         }
-        m = dst + c0 * MP_BYTES;
-        block_crcs(m, MP_BYTES, cn, bs);
         ch->ecrc = ecrc_run(ch->ecrc, bs, cn, es);
         for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES) {
             const Py_ssize_t i = i0 + c0 + j;

@@ -97,7 +97,9 @@ static Py_ssize_t vnet_take(DataPlane *dp, uint8_t *buf, Py_ssize_t len)
     }
     if (!(buf[0] & VNET_F_NEEDS_CSUM))
         return flen;
-    /* csum_start and csum_offset: little-endian (virtio 1.0 on x86, the TAP's default) */
+    /* csum_start and csum_offset: little-endian on every host (io/tap.py sets TUNSETVNETLE
+       where the kernel has it, so a big-endian host's TAP speaks little-endian too; without
+       it the TAP uses the host's order, which is little-endian on x86) */
     const Py_ssize_t start = buf[6] | (buf[7] << 8), at = start + (buf[8] | (buf[9] << 8));
     if (at + 2 > flen) {
         dp->counters[DP_TAP_BAD_CSUM]++;

@@ -34,6 +34,20 @@ TUN_DEVICE = "/dev/net/tun"
 CAP_NET_ADMIN = 12  # bit in /proc/self/status CapEff
 
 
+def set_vnet_le(fd: int) -> bool:
+    """Make the virtio_net_hdr little-endian (TUNSETVNETLE), as wire/vnet.py and
+    daemons/_vnet.h write and read it on every host; a big-endian host's default is its
+    own order.  False when the kernel has no such ioctl (EINVAL, ENOTTY: before 4.2, or
+    not a TUN/TAP descriptor): its header is then the host's order, little-endian on x86."""
+    try:
+        fcntl.ioctl(fd, TUNSETVNETLE, struct.pack("i", 1))
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTTY):
+            raise
+        return False
+    return True
+
+
 def _has_cap_net_admin() -> bool:
     try:
         with open("/proc/self/status") as f:
@@ -98,12 +112,14 @@ class Tap:
             raise explain_tunsetiff(exc, name) from None
         if vnet:
             fcntl.ioctl(self.fd, TUNSETVNETHDRSZ, struct.pack("i", vnet_hdr.HDR_BYTES))
-            fcntl.ioctl(self.fd, TUNSETVNETLE, struct.pack("i", 1))
+            vnet_le = set_vnet_le(self.fd)
         # also without vnet: a persistent TAP keeps the offloads an earlier attach set
         fcntl.ioctl(self.fd, TUNSETOFFLOAD, TUN_F_CSUM if vnet else 0)
         if persist:  # the interface and its addresses outlive a crash, like a NIC's
             fcntl.ioctl(self.fd, TUNSETPERSIST, 1)
         self.counters: Counter[str] = Counter()
+        if vnet and not vnet_le:
+            self.counters["vnet_le_unsupported"] = 1
         with IPRoute() as ipr:
             self.index = ipr.link_lookup(ifname=name)[0]
 

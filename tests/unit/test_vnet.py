@@ -7,12 +7,15 @@ are dropped and counted."""
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemons.constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6
+from daemons.io.tap import set_vnet_le
 from daemons.wire import vnet
 from tests.unit.dprig import ULAS, Rig
 from tests.unit.test_dataplane import expect, frame, ipv4
@@ -162,3 +165,19 @@ def test_a_checksummed_segment_left_partial_completes_to_itself(payload, proto):
         done = bytearray(vnet.take(vnet.HDR.pack(vnet.F_NEEDS_CSUM, 0, 0, 0, 34, 6) + bytes(done)))
     out = vnet.to_tap(bytes(done))
     assert out[0] == vnet.F_NEEDS_CSUM and vnet.take(out) == bytes(done)
+
+
+def test_vnet_le_is_skipped_where_the_kernel_has_no_such_ioctl():
+    r, w = os.pipe()  # not a TUN/TAP descriptor: the kernel answers ENOTTY, as one without TUNSETVNETLE does
+    try:
+        assert set_vnet_le(r) is False
+    finally:
+        os.close(r), os.close(w)
+
+
+def test_vnet_le_other_errors_are_raised():
+    r, w = os.pipe()
+    os.close(r), os.close(w)
+    with pytest.raises(OSError) as exc:
+        set_vnet_le(r)  # a closed descriptor is a bug, not a missing ioctl
+    assert exc.value.errno == errno.EBADF
