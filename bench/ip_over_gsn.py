@@ -4,7 +4,8 @@
     sudo .venv/bin/python bench/ip_over_gsn.py [--seconds 5] [--underlay-mtu 1500|9000|65280] [--impair]
 
 Cases, each between two network namespaces joined by a veth underlay (MTU
---underlay-mtu, default 65280; (a), (c) and (d) use it, (b)'s fabric keeps its own):
+--underlay-mtu, default 65280; (b)'s fabric uses it on every veth too, so that (b)/(a)
+compares like with like):
   (a) gsnd <-> gsnd over one cable (back-to-back, gsn0 MTU 65280)
   (b) gsnd -> gsn-switch -> gsnd (the switch's compiled data path; (b-py) its Python one)
   (c) OpenVPN 2.6 p2p TAP, --cipher none --auth none, TAP MTU 65280, 4 MiB socket buffers
@@ -142,10 +143,11 @@ def case_a(seconds: float, mtu: int = 65280, impair: tuple[float, float, float] 
         p.close()
 
 
-def case_b(seconds: float, data_path: str = "compiled") -> dict:
+def case_b(seconds: float, data_path: str = "compiled", mtu: int = 65280) -> dict:
     """gsnd -> gsn-switch -> gsnd; CPU s/GB is the switch's alone (its [switch] data_path:
     "compiled", the C SwitchPlane, or "python", its oracle)."""
-    with Fabric(2, prefix="b", keys=False, switch_data_path=data_path) as fab:  # plain cables, like OpenVPN
+    with Fabric(2, prefix="b", keys=False, switch_data_path=data_path,
+                underlay_mtu=mtu) as fab:  # plain cables, like OpenVPN
         fab.up(v6=False)
         run = lambda i, *a: fab.ns_exec(i, *a, check=False, timeout=120)  # noqa: E731
         poll(lambda: run(1, "ping", "-c", "1", "-W", "1", "192.0.2.2").returncode == 0, 15, what="gsn ping")
@@ -189,7 +191,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--underlay-mtu", type=int, default=65280, metavar="MTU",
-                    help="the veth underlay's MTU for (a), (c), (d) (1500, 9000, ...; default 65280)")
+                    help="the veth underlay's MTU for every case (1500, 9000, ...; default 65280)")
     ap.add_argument("--impair", action="store_true",
                     help="also (a) through the impairer (tests/netns/impair.c): with no loss, 1%% loss "
                          "(neither delayed), and 5%% loss + 1%% dup + 25%% reordering (netem's "
@@ -209,8 +211,8 @@ def main() -> int:
         print("bench/ip_over_gsn.py: needs openvpn and iperf3 (apt-get install openvpn iperf3)", file=sys.stderr)
         return 1
     mtu = args.underlay_mtu
-    cases = {"(a) gsnd<->gsnd": lambda s: case_a(s, mtu), "(b) via gsn-switch": case_b,
-             "(b-py) switch in Python": lambda s: case_b(s, "python"),
+    cases = {"(a) gsnd<->gsnd": lambda s: case_a(s, mtu), "(b) via gsn-switch": lambda s: case_b(s, mtu=mtu),
+             "(b-py) switch in Python": lambda s: case_b(s, "python", mtu),
              "(c) OpenVPN TAP": lambda s: case_c(s, mtu), "(d) plain veth": lambda s: case_d(s, mtu)}
     cases = {name: fn for name, fn in cases.items() if name[1] in args.cases}
     if args.impair:

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_switchfwdapi.h"
+
 #define MP_BYTES 40
 #define MP_DATA_BYTES 32
 #define NUM_VCS 4
@@ -225,10 +227,9 @@ static PyObject *route(Forwarder *self, PyObject *port, long in_no, const unsign
 
 static inline uint64_t ctrl_at(const unsigned char *rec)
 {
-    uint64_t c = 0;
-    for (int i = 0; i < 8; i++)
-        c = c << 8 | rec[MP_DATA_BYTES + i];
-    return c;
+    uint64_t c;
+    memcpy(&c, rec + MP_DATA_BYTES, 8); /* big-endian on the wire */
+    return __builtin_bswap64(c);
 }
 
 #define TYPE_OF(c) ((int)((c) >> 58 & 0xF))
@@ -237,6 +238,91 @@ static inline uint64_t ctrl_at(const unsigned char *rec)
 static PyObject *seg_tuple(Py_ssize_t start, Py_ssize_t end, PyObject *targets, int tail)
 {
     return Py_BuildValue("nnON", start, end, targets, PyBool_FromLong(tail));
+}
+
+/* The walk (SwitchFwdApi.walk, _switchfwdapi.h): buf's n micropackets from *pos until the
+ * end or an ADMIN micropacket (*pos points at it), segments to sink. */
+static int fwd_walk(PyObject *fwd, PyObject *in_obj, const unsigned char *buf, Py_ssize_t n, Py_ssize_t *pos_io,
+                    PyObject **current_io, int broadcast, unsigned long long tree, Py_ssize_t *counts,
+                    Py_ssize_t *strays, fwd_sink sink, void *ctx)
+{
+    Forwarder *self = (Forwarder *)fwd;
+    if (!self->ports || !self->table) {
+        PyErr_SetString(PyExc_RuntimeError, "Forwarder not initialised");
+        return -1;
+    }
+    long in_no = PyLong_AsLong(in_obj);
+    if (in_no == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *port = port_of(self, in_obj);
+    if (!port)
+        return -1;
+    Py_ssize_t pos = *pos_io;
+    int rc = -1;
+    while (pos < n) {
+        uint64_t c = ctrl_at(buf + pos * MP_BYTES);
+        int kind = TYPE_OF(c);
+        if (kind == T_ADMIN)
+            break;
+        if (kind == T_HEADER) {
+            if (*current_io != Py_None) {
+                counts[C_HEADER_INSIDE]++;
+                /* the input broke a Message off: terminate it downstream */
+                if (PyTuple_GET_SIZE(*current_io) && sink(ctx, pos, pos, *current_io, 1) < 0)
+                    goto done;
+            }
+            PyObject *t = route(self, port, in_no, buf + pos * MP_BYTES, broadcast, tree, counts);
+            if (!t)
+                goto done;
+            Py_SETREF(*current_io, t);
+            counts[C_RX_MESSAGES]++;
+        } else if (*current_io == Py_None) {
+            counts[C_STRAY_DATA]++;
+            (*strays)++;
+            pos++;
+            continue;
+        }
+        /* the segment ends after a TAIL, before the next HEADER/ADMIN, or at the end: one
+           read of each control word */
+        Py_ssize_t k = pos, end;
+        int tail = 0;
+        for (uint64_t ck = c;;) {
+            if (TAIL_OF(ck)) {
+                end = k + 1;
+                tail = 1;
+                break;
+            }
+            if (++k == n) {
+                end = n;
+                break;
+            }
+            ck = ctrl_at(buf + k * MP_BYTES);
+            if (TYPE_OF(ck) == T_HEADER || TYPE_OF(ck) == T_ADMIN) {
+                end = k;
+                break;
+            }
+        }
+        if (sink(ctx, pos, end, *current_io, tail) < 0)
+            goto done;
+        if (tail) {
+            Py_INCREF(Py_None);
+            Py_SETREF(*current_io, Py_None);
+        }
+        pos = end;
+    }
+    rc = 0;
+done:
+    *pos_io = pos;
+    return rc;
+}
+
+/* Forwarder.ingress's sink: a (start, end, targets, tail) tuple appended to a list. */
+static int list_sink(void *ctx, Py_ssize_t start, Py_ssize_t end, PyObject *targets, int tail)
+{
+    PyObject *s = seg_tuple(start, end, targets, tail);
+    int r = s ? PyList_Append((PyObject *)ctx, s) : -1;
+    Py_XDECREF(s);
+    return r;
 }
 
 /* ingress(recs, vc, in_port, current, pos, broadcast, tree_ports)
@@ -261,8 +347,7 @@ static PyObject *Forwarder_ingress(Forwarder *self, PyObject *const *args, Py_ss
         return NULL;
     }
     PyObject *in_obj = args[2], *current = args[3];
-    long in_no = PyLong_AsLong(in_obj);
-    if (in_no == -1 && PyErr_Occurred())
+    if (PyLong_AsLong(in_obj) == -1 && PyErr_Occurred()) /* the port number first, as before */
         return NULL;
     Py_ssize_t pos = PyLong_AsSsize_t(args[4]);
     if (pos == -1 && PyErr_Occurred())
@@ -277,8 +362,7 @@ static PyObject *Forwarder_ingress(Forwarder *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "current must be None or a tuple of ports");
         return NULL;
     }
-    PyObject *port = port_of(self, in_obj);
-    if (!port)
+    if (!port_of(self, in_obj))
         return NULL;
 
     Py_buffer view;
@@ -296,73 +380,11 @@ static PyObject *Forwarder_ingress(Forwarder *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_ValueError, "pos out of range");
         goto done;
     }
-    const unsigned char *buf = view.buf;
     if (!(segs = PyList_New(0)))
         goto done;
-    while (pos < n) {
-        uint64_t c = ctrl_at(buf + pos * MP_BYTES);
-        int kind = TYPE_OF(c);
-        if (kind == T_ADMIN)
-            break;
-        if (kind == T_HEADER) {
-            if (current != Py_None) {
-                counts[C_HEADER_INSIDE]++;
-                /* the input broke a Message off: terminate it downstream */
-                if (PyTuple_GET_SIZE(current)) {
-                    PyObject *s = seg_tuple(pos, pos, current, 1);
-                    if (!s || PyList_Append(segs, s) < 0) {
-                        Py_XDECREF(s);
-                        goto done;
-                    }
-                    Py_DECREF(s);
-                }
-            }
-            PyObject *t = route(self, port, in_no, buf + pos * MP_BYTES, broadcast, tree, counts);
-            if (!t)
-                goto done;
-            Py_SETREF(current, t);
-            counts[C_RX_MESSAGES]++;
-        } else if (current == Py_None) {
-            counts[C_STRAY_DATA]++;
-            strays++;
-            pos++;
-            continue;
-        }
-        /* the segment ends after a TAIL, before the next HEADER/ADMIN, or at the end */
-        Py_ssize_t k = pos, end;
-        int tail;
-        for (;;) {
-            uint64_t ck = ctrl_at(buf + k * MP_BYTES);
-            if (TAIL_OF(ck)) {
-                end = k + 1;
-                tail = 1;
-                break;
-            }
-            if (k + 1 == n) {
-                end = n;
-                tail = 0;
-                break;
-            }
-            int nk = TYPE_OF(ctrl_at(buf + (k + 1) * MP_BYTES));
-            if (nk == T_HEADER || nk == T_ADMIN) {
-                end = k + 1;
-                tail = 0;
-                break;
-            }
-            k++;
-        }
-        PyObject *s = seg_tuple(pos, end, current, tail);
-        if (!s || PyList_Append(segs, s) < 0) {
-            Py_XDECREF(s);
-            goto done;
-        }
-        Py_DECREF(s);
-        if (tail) {
-            Py_INCREF(Py_None);
-            Py_SETREF(current, Py_None);
-        }
-        pos = end;
-    }
+    if (fwd_walk((PyObject *)self, in_obj, view.buf, n, &pos, &current, broadcast, tree, counts, &strays, list_sink,
+                 segs) < 0)
+        goto done;
     PyObject *ct = PyTuple_New(N_COUNTERS);
     if (!ct)
         goto done;
@@ -432,6 +454,12 @@ PyMODINIT_FUNC PyInit__switchfwd(void)
     Py_INCREF(&ForwarderType);
     if (PyModule_AddObject(m, "Forwarder", (PyObject *)&ForwarderType) < 0) {
         Py_DECREF(&ForwarderType);
+        goto fail;
+    }
+    static SwitchFwdApi api = {&ForwarderType, N_COUNTERS, fwd_walk};
+    PyObject *cap = PyCapsule_New(&api, SWITCHFWD_CAPSULE, NULL);
+    if (!cap || PyModule_AddObject(m, "_walk_api", cap) < 0) {
+        Py_XDECREF(cap);
         goto fail;
     }
     return m;

@@ -22,14 +22,23 @@
 #define GSN_SWITCHLOOP_H
 
 #include "_udpio.h"
+#include "_switchfwdapi.h"
 
 static PyTypeObject CoreType; /* defined after this header, in _link.c */
 
 #define SW_MAX_PORTS 64 /* targets are a bitmask of port indices (constants.SWITCH_PLANE_PORTS) */
 #define SW_FREE (-1)    /* owner of an output VC: none */
+#define SW_WALK_COUNTERS 16 /* room for the walk's counters (daemons._switchfwd.COUNTERS: 10) */
+
+/* PROJECT CHOICE: a segment of at least this many bytes is forwarded out of the received
+ * datagram's own buffer (a reference to it, no copy); a smaller one is copied, so that a
+ * few micropackets never hold a whole receive buffer: what waits in the queues holds at
+ * most 4x its own size (bench/ip_over_gsn.py (b): the copy was ~7% of the switch's CPU). */
+#define SW_REF_MIN_BYTES (DP_RECV_BYTES / 4)
 
 typedef struct {
-    uint8_t *buf; /* PyMem: n micropackets */
+    uint8_t *buf;  /* n micropackets: in own, or a PyMem block when own is NULL */
+    PyObject *own; /* the bytes object holding buf (a reference), or NULL */
     Py_ssize_t n;
     uint64_t targets; /* bitmask of port indices */
     int tail;
@@ -45,12 +54,14 @@ struct SwitchPlane {
     PyObject_HEAD
     int n;                                  /* ports; index n is the Switch's Admin engine */
     PyObject *sw;                           /* the Switch */
-    PyObject *walk;                         /* sw.forwarder.ingress */
+    PyObject *fwd;                          /* sw.forwarder: a daemons._switchfwd.Forwarder */
+    const SwitchFwdApi *api;                /* its walk, called directly */
     PyObject *on_admin, *on_events, *shuffle;
     PyObject *names;                        /* the walk's counter names */
     PyObject *sw_counters;                  /* Switch.counters */
     PyObject *s_tx_mps, *s_dropped, *s_aborted, *s_rx_dgrams, *s_foreign, *s_trunc, *s_gro;
     PyObject *s_tx_dgrams, *s_gso_sends, *s_gso_dgrams;
+    PyObject *s_broadcast, *s_tree, *s_gso, *s_max_sent; /* attribute names, per batch */
     PyObject *numbers[SW_MAX_PORTS];        /* port numbers (int) */
     long nums[SW_MAX_PORTS];
     PyObject *pcounters[SW_MAX_PORTS];      /* Port.counters */
@@ -64,7 +75,8 @@ struct SwitchPlane {
     struct sockaddr_storage peer[SW_MAX_PORTS];
     PyObject *ccounters[SW_MAX_PORTS];      /* the cable transport's counters */
     PyObject *cables[SW_MAX_PORTS];         /* the cable transports (io/udp.py UdpTransport) */
-    uint8_t *rx;                            /* DP_RECV_BYTES */
+    PyObject *rxobj;                        /* bytes of DP_RECV_BYTES: the receive buffer */
+    uint8_t *rx;                            /* its bytes; a new one when segments hold the old */
     int64_t py_calls;                       /* calls into the Switch (events, ADMIN): run() returns */
 };
 
@@ -107,17 +119,27 @@ static void link_release(Core *c, int vc, int64_t n)
     c->pending[vc] += n;
 }
 
-/* Core.enqueue(vc, recs) of a PyMem block the link takes over. */
-static int link_push(Core *c, int vc, uint8_t *buf, Py_ssize_t n)
+/* A segment's micropackets given up: the reference to what holds them, or the block. */
+static void seg_free(uint8_t *buf, PyObject *own)
+{
+    if (own)
+        Py_DECREF(own);
+    else
+        PyMem_Free(buf);
+}
+
+/* Core.enqueue(vc, recs) of micropackets the link takes over: a PyMem block (own NULL)
+ * or buf inside own (the reference is the link's now; chunk_release drops it). */
+static int link_push(Core *c, int vc, uint8_t *buf, PyObject *own, Py_ssize_t n)
 {
     VcQueue *q = &c->q[vc];
     if (q_room(q) < 0) {
-        PyMem_Free(buf);
+        seg_free(buf, own);
         return -1;
     }
     Chunk *ch = &q->c[q->end++];
-    memset(ch, 0, sizeof *ch);
-    ch->obj = NULL, ch->view.buf = buf, ch->view.len = n * MP_BYTES, ch->n = n;
+    memset(ch, 0, sizeof *ch); /* view.obj NULL: PyBuffer_Release leaves own to chunk_release */
+    ch->obj = own, ch->view.buf = buf, ch->view.len = n * MP_BYTES, ch->n = n;
     q->count += n;
     return 0;
 }
@@ -132,7 +154,7 @@ static uint8_t *mp_copy(const uint8_t *src, Py_ssize_t n)
     return b;
 }
 
-static int swq_push(SwQ *q, uint8_t *buf, Py_ssize_t n, uint64_t targets, int tail, int credit)
+static int swq_push(SwQ *q, uint8_t *buf, PyObject *own, Py_ssize_t n, uint64_t targets, int tail, int credit)
 {
     if (q->end == q->cap) {
         if (q->start > 0) {
@@ -143,21 +165,21 @@ static int swq_push(SwQ *q, uint8_t *buf, Py_ssize_t n, uint64_t targets, int ta
             Py_ssize_t cap = q->cap ? 2 * q->cap : 16;
             SwSeg *s = PyMem_Realloc(q->s, cap * sizeof(SwSeg));
             if (!s) {
-                PyMem_Free(buf);
+                seg_free(buf, own);
                 PyErr_NoMemory();
                 return -1;
             }
             q->s = s, q->cap = cap;
         }
     }
-    q->s[q->end++] = (SwSeg){buf, n, targets, tail, credit};
+    q->s[q->end++] = (SwSeg){buf, own, n, targets, tail, credit};
     return 0;
 }
 
 static void swq_clear(SwQ *q)
 {
     for (Py_ssize_t i = q->start; i < q->end; i++)
-        PyMem_Free(q->s[i].buf);
+        seg_free(q->s[i].buf, q->s[i].own);
     q->start = q->end = 0;
 }
 
@@ -189,64 +211,66 @@ static int targets_mask(SwitchPlane *pl, PyObject *t, uint64_t *mask)
 
 /* --- ingress: Switch._ingress -------------------------------------------------------- */
 
-/* n micropackets at buf, accepted by port idx's link on vc; recs: a buffer object over
- * them for the walk (it does not keep it). */
-static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssize_t n, PyObject *recs, double now)
+/* What the walk's segments go into: the input queue of (port idx, VC vc). */
+typedef struct {
+    SwitchPlane *pl;
+    int idx, vc;
+    const uint8_t *buf;
+    Py_ssize_t n;
+    PyObject *owner;
+} SwWalk;
+
+static int sw_sink(void *ctx, Py_ssize_t start, Py_ssize_t end, PyObject *targets, int tail)
+{
+    SwWalk *w = ctx;
+    SwQ *q = &w->pl->inq[w->idx][w->vc];
+    uint64_t mask;
+    if (targets_mask(w->pl, targets, &mask) < 0)
+        return -1;
+    if (start < 0 || end > w->n || start > end) {
+        PyErr_SetString(PyExc_ValueError, "the walk returned a segment out of range");
+        return -1;
+    }
+    if (start == end) {
+        uint8_t *b = mp_copy(w->pl->abort_mp[w->vc], 1);
+        return b ? swq_push(q, b, NULL, 1, mask, 1, -1) : -1;
+    }
+    if (w->owner && (end - start) * MP_BYTES >= SW_REF_MIN_BYTES) { /* no copy */
+        Py_INCREF(w->owner);
+        return swq_push(q, (uint8_t *)w->buf + start * MP_BYTES, w->owner, end - start, mask, tail, w->idx);
+    }
+    uint8_t *b = mp_copy(w->buf + start * MP_BYTES, end - start);
+    return b ? swq_push(q, b, NULL, end - start, mask, tail, w->idx) : -1;
+}
+
+/* n micropackets at buf, accepted by port idx's link on vc, through the compiled walk
+ * (Forwarder.ingress without its Python tuples); owner: a bytes object holding buf,
+ * whose large segments are queued by reference (NULL: every segment is copied). */
+static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssize_t n, PyObject *owner, double now)
 {
     Py_ssize_t pos = 0;
     Core *link = pl->links[idx];
-    PyObject *bc = PyObject_GetAttrString(pl->sw, "broadcast");
-    PyObject *tree = bc ? PyObject_GetAttrString(pl->sw, "tree_ports") : NULL;
-    PyObject *vco = PyLong_FromLong(vc);
-    int rc = -1;
-    if (!bc || !tree || !vco)
+    PyObject *bc = PyObject_GetAttr(pl->sw, pl->s_broadcast);
+    PyObject *tree = bc ? PyObject_GetAttr(pl->sw, pl->s_tree) : NULL;
+    int rc = -1, broadcast = bc ? PyObject_IsTrue(bc) : -1;
+    unsigned long long tree_bits = tree ? PyLong_AsUnsignedLongLong(tree) : 0;
+    if (broadcast < 0 || !tree || (tree_bits == (unsigned long long)-1 && PyErr_Occurred()))
         goto done;
+    SwWalk w = {pl, idx, vc, buf, n, owner};
     while (pos < n) {
-        PyObject *poso = PyLong_FromSsize_t(pos);
-        if (!poso)
-            goto done;
-        PyObject *args[7] = {recs, vco, pl->numbers[idx], pl->current[idx][vc], poso, bc, tree};
-        PyObject *res = PyObject_Vectorcall(pl->walk, args, 7, NULL);
-        Py_DECREF(poso);
-        if (!res)
-            goto done;
-        PyObject *segs, *cur, *counts;
-        Py_ssize_t strays;
-        if (!PyArg_ParseTuple(res, "O!nOO!n", &PyList_Type, &segs, &pos, &cur, &PyTuple_Type, &counts, &strays)) {
-            Py_DECREF(res);
-            goto done;
-        }
+        Py_ssize_t counts[SW_WALK_COUNTERS] = {0}, strays = 0;
+        PyObject *cur = pl->current[idx][vc];
         Py_INCREF(cur);
+        int r = pl->api->walk(pl->fwd, pl->numbers[idx], buf, n, &pos, &cur, broadcast, tree_bits, counts, &strays,
+                              sw_sink, &w);
         Py_SETREF(pl->current[idx][vc], cur);
-        int bad = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts) && i < PyTuple_GET_SIZE(pl->names) && !bad; i++) {
-            long long k = PyLong_AsLongLong(PyTuple_GET_ITEM(counts, i));
-            PyObject *name = PyTuple_GET_ITEM(pl->names, i);
-            if ((k == -1 && PyErr_Occurred()) || (k && cnt_add(pl->pcounters[idx], name, k) < 0))
-                bad = 1;
-        }
+        if (r < 0)
+            goto done;
+        for (int i = 0; i < pl->api->n_counters; i++)
+            if (counts[i] && cnt_add(pl->pcounters[idx], PyTuple_GET_ITEM(pl->names, i), counts[i]) < 0)
+                goto done;
         if (strays)
             link_release(link, vc, strays);
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(segs) && !bad; i++) {
-            Py_ssize_t start, end;
-            PyObject *targets;
-            int tail;
-            uint64_t mask;
-            if (!PyArg_ParseTuple(PyList_GET_ITEM(segs, i), "nnO!p", &start, &end, &PyTuple_Type, &targets, &tail)
-                || targets_mask(pl, targets, &mask) < 0 || start < 0 || end > n || start > end) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_ValueError, "the walk returned a segment out of range");
-                bad = 1;
-                break;
-            }
-            uint8_t *b = start == end ? mp_copy(pl->abort_mp[vc], 1) : mp_copy(buf + start * MP_BYTES, end - start);
-            if (!b || (start == end ? swq_push(&pl->inq[idx][vc], b, 1, mask, 1, -1)
-                                    : swq_push(&pl->inq[idx][vc], b, end - start, mask, tail, idx)) < 0)
-                bad = 1;
-        }
-        Py_DECREF(res);
-        if (bad)
-            goto done;
         if (pos < n) { /* an ADMIN micropacket: the Switch handles it (it may change the table) */
             link_release(link, vc, 1);
             pl->py_calls++;
@@ -263,7 +287,6 @@ static int sw_walk(SwitchPlane *pl, int idx, int vc, const uint8_t *buf, Py_ssiz
 done:
     Py_XDECREF(bc);
     Py_XDECREF(tree);
-    Py_XDECREF(vco);
     return rc;
 }
 
@@ -271,16 +294,11 @@ done:
  * contiguous from mps + first, or to be gathered. */
 static int sw_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t first, Py_ssize_t acc, int contiguous, double now)
 {
-    if (contiguous) { /* walked where they lie: the segments are copied out of them */
+    if (contiguous) { /* walked where they lie */
         const uint8_t *run = mps + first * MP_BYTES;
-        PyObject *view = PyMemoryView_FromMemory((char *)run, acc * MP_BYTES, PyBUF_READ);
-        if (!view)
-            return -1;
-        int r = sw_walk(s->sw, s->sw_idx, vc, run, acc, view, now);
-        PyObject *ok = r < 0 ? NULL : PyObject_CallMethod(view, "release", NULL); /* nothing keeps it */
-        Py_XDECREF(ok);
-        Py_DECREF(view);
-        return ok ? 0 : -1;
+        SwitchPlane *pl = s->sw; /* in the receive buffer: large segments are forwarded from it */
+        PyObject *own = pl->rxobj && run >= pl->rx && run < pl->rx + DP_RECV_BYTES ? pl->rxobj : NULL;
+        return sw_walk(pl, s->sw_idx, vc, run, acc, own, now);
     }
     PyObject *recs = PyBytes_FromStringAndSize(NULL, acc * MP_BYTES);
     if (!recs)
@@ -299,9 +317,22 @@ static int sw_take(Core *s, int vc, const uint8_t *mps, Py_ssize_t first, Py_ssi
 
 /* --- pump: Switch.pump ----------------------------------------------------------------- */
 
-static int sw_pump(SwitchPlane *pl)
+/* The sources in the order the oracle's rng shuffles them, when two or more have
+ * segments waiting (Switch.pump: the order of one does not matter, and the rng draws
+ * only then); -1 on error, 0 when none waits. */
+static int sw_order(SwitchPlane *pl, int *order, int ns)
 {
-    int order[SW_MAX_PORTS + 1], ns = pl->n + 1;
+    int waiting = 0;
+    for (int i = 0; i < ns; i++) {
+        order[i] = i;
+        for (int vc = 0; vc < NUM_VCS; vc++)
+            if (pl->inq[i][vc].start < pl->inq[i][vc].end) {
+                waiting++;
+                break;
+            }
+    }
+    if (waiting < 2)
+        return waiting;
     PyObject *src = PyList_New(ns);
     if (!src)
         return -1;
@@ -316,6 +347,25 @@ static int sw_pump(SwitchPlane *pl)
     for (int i = 0; i < ns; i++)
         order[i] = (int)PyLong_AsLong(PyList_GET_ITEM(src, i));
     Py_DECREF(src);
+    return waiting;
+}
+
+/* Switch.pump's counters, added once per pump (not per segment). */
+static int sw_count_tx(SwitchPlane *pl, const int64_t *tx, int64_t dropped)
+{
+    for (int t = 0; t < pl->n; t++)
+        if (tx[t] && cnt_add(pl->pcounters[t], pl->s_tx_mps, tx[t]) < 0)
+            return -1;
+    return dropped ? cnt_add(pl->sw_counters, pl->s_dropped, dropped) : 0;
+}
+
+static int sw_pump(SwitchPlane *pl)
+{
+    int order[SW_MAX_PORTS + 1], ns = pl->n + 1;
+    int waiting = sw_order(pl, order, ns);
+    if (waiting <= 0)
+        return waiting;
+    int64_t tx[SW_MAX_PORTS] = {0}, dropped = 0;
     for (int vc = 0; vc < NUM_VCS; vc++) {
         int64_t limit = pl->buffers[vc];
         for (int o = 0; o < ns; o++) {
@@ -346,27 +396,25 @@ static int sw_pump(SwitchPlane *pl)
                     if (!(live >> t & 1))
                         continue;
                     uint8_t *b = t == last ? seg.buf : mp_copy(seg.buf, seg.n);
+                    PyObject *own = t == last ? seg.own : NULL;
                     if (t == last)
-                        seg.buf = NULL;
-                    if (!b || link_push(pl->links[t], vc, b, seg.n) < 0) {
-                        PyMem_Free(seg.buf);
+                        seg.buf = NULL, seg.own = NULL;
+                    if (!b || link_push(pl->links[t], vc, b, own, seg.n) < 0) {
+                        seg_free(seg.buf, seg.own);
                         return -1;
                     }
                     pl->owner[t][vc] = seg.tail ? SW_FREE : si;
-                    if (cnt_add(pl->pcounters[t], pl->s_tx_mps, seg.n) < 0) {
-                        PyMem_Free(seg.buf);
-                        return -1;
-                    }
+                    tx[t] += seg.n;
                 }
                 if (seg.credit >= 0)
                     link_release(pl->links[seg.credit], vc, seg.n);
-                PyMem_Free(seg.buf);
-                if (!live && cnt_add(pl->sw_counters, pl->s_dropped, seg.n) < 0)
-                    return -1;
+                seg_free(seg.buf, seg.own);
+                if (!live)
+                    dropped += seg.n;
             }
         }
     }
-    return 0;
+    return sw_count_tx(pl, tx, dropped);
 }
 
 /* --- Python type ----------------------------------------------------------------------- */
@@ -381,7 +429,7 @@ static void sw_detach(SwitchPlane *pl)
 static int Plane_traverse(SwitchPlane *pl, visitproc visit, void *arg)
 {
     Py_VISIT(pl->sw);
-    Py_VISIT(pl->walk);
+    Py_VISIT(pl->fwd);
     Py_VISIT(pl->on_admin);
     Py_VISIT(pl->on_events);
     Py_VISIT(pl->shuffle);
@@ -401,7 +449,7 @@ static int Plane_clear(SwitchPlane *pl)
 {
     sw_detach(pl);
     Py_CLEAR(pl->sw);
-    Py_CLEAR(pl->walk);
+    Py_CLEAR(pl->fwd);
     Py_CLEAR(pl->on_admin);
     Py_CLEAR(pl->on_events);
     Py_CLEAR(pl->shuffle);
@@ -432,7 +480,9 @@ static void Plane_dealloc(SwitchPlane *pl)
     Py_XDECREF(pl->s_tx_mps), Py_XDECREF(pl->s_dropped), Py_XDECREF(pl->s_aborted);
     Py_XDECREF(pl->s_rx_dgrams), Py_XDECREF(pl->s_foreign), Py_XDECREF(pl->s_trunc), Py_XDECREF(pl->s_gro);
     Py_XDECREF(pl->s_tx_dgrams), Py_XDECREF(pl->s_gso_sends), Py_XDECREF(pl->s_gso_dgrams);
-    PyMem_Free(pl->rx);
+    Py_XDECREF(pl->s_broadcast), Py_XDECREF(pl->s_tree), Py_XDECREF(pl->s_gso);
+    Py_XDECREF(pl->s_max_sent);
+    Py_XDECREF(pl->rxobj);
     Py_TYPE(pl)->tp_free((PyObject *)pl);
 }
 
@@ -477,7 +527,8 @@ static int Plane_init(SwitchPlane *pl, PyObject *args, PyObject *kw)
     }
     Py_INCREF(sw), Py_INCREF(names);
     pl->sw = sw, pl->names = names;
-    pl->walk = getattr_chain(sw, "forwarder", "ingress");
+    pl->fwd = PyObject_GetAttrString(sw, "forwarder");
+    pl->api = PyCapsule_Import(SWITCHFWD_CAPSULE, 0);
     pl->on_admin = PyObject_GetAttrString(sw, "_admin_from_plane");
     pl->on_events = PyObject_GetAttrString(sw, "_link_events");
     pl->shuffle = getattr_chain(sw, "rng", "shuffle");
@@ -493,13 +544,24 @@ static int Plane_init(SwitchPlane *pl, PyObject *args, PyObject *kw)
     pl->s_tx_dgrams = PyUnicode_InternFromString("tx_datagrams");
     pl->s_gso_sends = PyUnicode_InternFromString("tx_gso_sends");
     pl->s_gso_dgrams = PyUnicode_InternFromString("tx_gso_datagrams");
+    pl->s_broadcast = PyUnicode_InternFromString("broadcast");
+    pl->s_tree = PyUnicode_InternFromString("tree_ports");
+    pl->s_gso = PyUnicode_InternFromString("gso");
+    pl->s_max_sent = PyUnicode_InternFromString("max_sent");
     int rc = -1;
-    if (!pl->walk || !pl->on_admin || !pl->on_events || !pl->shuffle || !pl->sw_counters || !bufs || !pl->s_tx_mps
+    if (!pl->fwd || !pl->api || !pl->on_admin || !pl->on_events || !pl->shuffle || !pl->sw_counters || !bufs || !pl->s_tx_mps
         || !pl->s_dropped || !pl->s_aborted || !pl->s_rx_dgrams || !pl->s_foreign || !pl->s_trunc || !pl->s_gro
-        || !pl->s_tx_dgrams || !pl->s_gso_sends || !pl->s_gso_dgrams)
+        || !pl->s_tx_dgrams || !pl->s_gso_sends || !pl->s_gso_dgrams || !pl->s_broadcast || !pl->s_tree
+        || !pl->s_gso || !pl->s_max_sent)
         goto done;
     if (!PyDict_Check(pl->sw_counters)) {
         PyErr_SetString(PyExc_TypeError, "switch.counters must be a dict (Counter)");
+        goto done;
+    }
+    if (Py_TYPE(pl->fwd) != pl->api->type || pl->api->n_counters != PyTuple_GET_SIZE(names)
+        || pl->api->n_counters > SW_WALK_COUNTERS) {
+        PyErr_SetString(PyExc_TypeError, "a switch plane needs the compiled Forwarder (daemons._switchfwd) and its "
+                                         "counter names");
         goto done;
     }
     for (int v = 0; v < NUM_VCS; v++) {
@@ -613,7 +675,7 @@ static PyObject *Plane_admin(SwitchPlane *pl, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "admin: VC 0..3 and whole micropackets");
     } else if (k >= 0) {
         uint8_t *buf = mp_copy(b.buf, b.len / MP_BYTES);
-        r = buf ? swq_push(&pl->inq[pl->n][vc], buf, b.len / MP_BYTES, (uint64_t)1 << k, 1, -1) : -1;
+        r = buf ? swq_push(&pl->inq[pl->n][vc], buf, NULL, b.len / MP_BYTES, (uint64_t)1 << k, 1, -1) : -1;
     }
     PyBuffer_Release(&b);
     if (r < 0)
@@ -636,7 +698,7 @@ static PyObject *Plane_port_down(SwitchPlane *pl, PyObject *po)
         for (int out = 0; out < pl->n; out++)
             if (pl->owner[out][vc] == k) {
                 uint8_t *b = mp_copy(pl->abort_mp[vc], 1);
-                if (!b || link_push(pl->links[out], vc, b, 1) < 0)
+                if (!b || link_push(pl->links[out], vc, b, NULL, 1) < 0)
                     return NULL;
                 pl->owner[out][vc] = SW_FREE;
                 if (cnt_add(pl->sw_counters, pl->s_aborted, 1) < 0)
@@ -728,8 +790,10 @@ static PyObject *Plane_cable(SwitchPlane *pl, PyObject *args)
             ok = 0, PyErr_Format(PyExc_ValueError, "cable: %s is not a numeric IP address", host);
     }
     Py_XDECREF(peer);
-    if (ok && !pl->rx && !(pl->rx = PyMem_Malloc(DP_RECV_BYTES)))
-        ok = 0, PyErr_NoMemory();
+    if (ok && !pl->rxobj && !(pl->rxobj = PyBytes_FromStringAndSize(NULL, DP_RECV_BYTES)))
+        ok = 0;
+    if (ok)
+        pl->rx = (uint8_t *)PyBytes_AS_STRING(pl->rxobj);
     if (!ok) {
         Py_XDECREF(cnt);
         return NULL;
@@ -752,6 +816,13 @@ static Py_ssize_t sw_rx_port(SwitchPlane *pl, int k, double now, Py_ssize_t limi
         struct sockaddr_storage from;
         socklen_t fromlen;
         int flags, gro;
+        if (Py_REFCNT(pl->rxobj) > 1) { /* queued segments hold it: receive into a new one */
+            PyObject *fresh = PyBytes_FromStringAndSize(NULL, DP_RECV_BYTES);
+            if (!fresh)
+                return -1;
+            Py_SETREF(pl->rxobj, fresh);
+            pl->rx = (uint8_t *)PyBytes_AS_STRING(fresh);
+        }
         ssize_t len = udpio_recv(pl->fd[k], pl->rx, DP_RECV_BYTES, &from, &fromlen, &flags, &gro);
         if (len < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -839,7 +910,7 @@ static PyObject *Plane_rx(SwitchPlane *pl, PyObject *args)
 static Py_ssize_t sw_send(SwitchPlane *pl, int k, PyObject *list)
 {
     PyObject *tr = pl->cables[k], *cnt = pl->ccounters[k];
-    PyObject *g = PyObject_GetAttrString(tr, "gso");
+    PyObject *g = PyObject_GetAttr(tr, pl->s_gso);
     int gso = g ? PyObject_IsTrue(g) : -1;
     Py_XDECREF(g);
     if (gso < 0)
@@ -862,14 +933,14 @@ static Py_ssize_t sw_send(SwitchPlane *pl, int k, PyObject *list)
         || (segs && cnt_add(cnt, pl->s_gso_dgrams, segs) < 0))
         return -1;
     if (biggest) {
-        PyObject *m = PyObject_GetAttrString(tr, "max_sent");
+        PyObject *m = PyObject_GetAttr(tr, pl->s_max_sent);
         long long was = m ? PyLong_AsLongLong(m) : -1;
         Py_XDECREF(m);
         if (was == -1 && PyErr_Occurred())
             return -1;
         if (biggest > was) {
             PyObject *b = PyLong_FromSsize_t(biggest);
-            int r = b ? PyObject_SetAttrString(tr, "max_sent", b) : -1;
+            int r = b ? PyObject_SetAttr(tr, pl->s_max_sent, b) : -1;
             Py_XDECREF(b);
             if (r < 0)
                 return -1;

@@ -230,7 +230,8 @@ class Switch:
             self.plane.pump()
             return
         sources = [(p.number, p.inq) for p in self.ports.values()] + [(ADMIN_SOURCE, self.admin_q)]
-        self.rng.shuffle(sources)  # fairness among inputs
+        if sum(any(inq) for _, inq in sources) > 1:  # the order of one waiting input does not matter
+            self.rng.shuffle(sources)  # fairness among inputs
         for vc in range(C.NUM_VCS):
             limit = self.buffers[vc]
             for src, inq in sources:

@@ -20,7 +20,7 @@ from ..runtime.log import CounterLog
 from ..runtime.metrics import Family, counter_families, link_families
 from ..runtime.notify import StatusLine, sd_notify
 from .. import constants as C
-from ..link.clink import CONTROL, IDLE, REASONS
+from ..link.clink import CONTROL, DEADLINE, IDLE, REASONS
 from ..wire.errors import LocalProtocolError
 from .config import SwitchConfig
 from .core import Switch
@@ -93,14 +93,15 @@ class SwitchDaemon:
         try:
             while True:
                 now = trio.current_time()
-                reason, got, refused = plane.run(now, min(now + C.DP_SLICE_S, self.core.agent.timer()), trio_fd)
+                reason, got, refused = plane.run(now, min(now + C.SWITCH_SLICE_S, self.core.agent.timer()), trio_fd)
                 now = trio.current_time()
                 self.loop_returns[REASONS[reason]] += 1
                 for n, dgrams in refused.items():
                     self.transports[n].send_many(dgrams)  # the Python path re-cuts, learns, counts
                 for n in got:
                     self.runners[n].last_heard = now
-                self._plane_pass(now)
+                if reason != DEADLINE:  # the slice only ran out: the plane pumped and sent all, no timer is due
+                    self._plane_pass(now)
                 if reason == IDLE:
                     with trio.move_on_at(min(link.timer() for link in links)):
                         await trio.lowlevel.wait_readable(ready.fileno())

@@ -80,7 +80,10 @@ def test_ring_idle_carries_only_keepalives_then_ping_and_broadcast(ring):
     assert m["manager"] == 1 and len(m["switches"]) == 3 and len(m["links"]) == 3
     assert sum(ln["tree"] for ln in m["links"]) == 2 and len(m["endpoints"]) == 3
     # idle loop: no Message and no Admin crosses any switch in 2 s (keepalives are link-level)
-    (upper0, dgrams0), t0 = through_switches(ring), time.monotonic()
+    # dt spans both reads of the counters, so it bounds the window each switch counted in
+    # (a read is slow on a loaded machine: the window is not just the sleep)
+    t0 = time.monotonic()
+    upper0, dgrams0 = through_switches(ring)
     time.sleep(2.0)
     (upper1, dgrams1), dt = through_switches(ring), time.monotonic() - t0
     print(f"idle ring of 3 switches: {upper1 - upper0} Messages/Admin, {dgrams1 - dgrams0} datagrams "

@@ -147,6 +147,42 @@ def test_messages_cross_in_c_with_their_acks_and_credits(rig):
     assert rig.sw.ports[2].counters["tx_mps"] == sum(len(w) for w in want) // C.MP_BYTES
 
 
+def test_segments_held_in_the_switch_keep_their_bytes_while_later_datagrams_arrive(rig):
+    """A large segment waits in the switch as a reference to the receive buffer it came
+    in (_switchloop.h SW_REF_MIN_BYTES), so the loop receives later datagrams into new
+    buffers: with host 2 silent (the switch's credits towards it run out), host 1's
+    Messages pile up in the switch's input queue while more arrive, and when host 2
+    wakes every Message reaches it exactly."""
+    payloads = [bytes((i * 13 + k) & 0xFF for i in range(60000)) for k in range(10)]
+    want = []
+    for pl in payloads:  # VC2: its buffers (C.VC_BUFFER_MPS, 4096 micropackets) fill before VC1's
+        recs = stream_records(2, encode_stream(2, ULAS[2], ULAS[1], 0x88B5, pl))
+        rig.hosts[1].enqueue(2, recs)
+        want.append(recs.tobytes())
+    h1, waited = rig.hosts[1], 0
+    for _ in range(100):  # host 1 alone: host 2 neither receives nor grants credits
+        now = time.monotonic()
+        for dg in rig.host_t[1].drain():
+            h1.receive(dg, now)
+        h1.events()
+        out = h1.handle_timer(now) + h1.datagrams(now)
+        if out:
+            rig.host_t[1].send_many(out)
+        rig.run(0.002)
+        rig.switch_pass(time.monotonic())
+        waited = max(waited, rig.sw.plane.state()[1]["inq"][2][1])
+        if waited and not h1.queued(2):
+            break
+    assert waited * C.MP_BYTES >= 16384  # a large segment waited in the switch's input queue
+    for _ in range(400):  # host 2 wakes
+        rig.hosts_step()
+        rig.run(0.002)
+        rig.switch_pass(time.monotonic())
+        if len(b"".join(r for vc, r in rig.got if vc == 2)) >= len(b"".join(want)):
+            break
+    assert data_areas(b"".join(r for vc, r in rig.got if vc == 2)) == data_areas(b"".join(want))
+
+
 def test_a_ready_control_descriptor_returns_at_once(rig):
     r, w = socket.socketpair()
     try:
