@@ -24,32 +24,36 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.ulpclient import UlpClient  # noqa: E402
-from daemons.wire.ulp import Op  # noqa: E402
+from daemons.constants import ULP_MAX_PAYLOAD  # noqa: E402
+from daemons.wire.ulp import HEADER, Op  # noqa: E402
 
 ETHERTYPE = 0x88B5
+FIRST_WAIT_S = 10.0  # the receiver waits this long for the first Message
 
 
 def _receiver(path, q, seconds, ethertype=ETHERTYPE, overhead=0, idle=1.0):
     """Count Messages of ``ethertype`` (payload bytes minus ``overhead`` each) for
-    ``seconds`` from the first; stop early after ``idle`` quiet seconds."""
+    ``seconds`` from the first; stop early after ``idle`` quiet seconds once they came
+    (the first may take longer: a loaded machine starts the sender slowly)."""
     c = UlpClient(path)
     c.bind(ethertype)
+    buf = bytearray(ULP_MAX_PAYLOAD + HEADER.size)  # every frame lands here: no copy, no allocation
     q.put("ready")
     n = nbytes = 0
     t0 = None
     deadline = None
     while True:
         try:
-            f = c.recv(timeout=idle)
+            op, _, _, size = c.recv_into(buf, timeout=idle if t0 is not None else max(idle, FIRST_WAIT_S))
         except TimeoutError:
             break
-        if f.op is not Op.RECV:
+        if op is not Op.RECV:
             continue
         if t0 is None:
             t0 = time.perf_counter()
             deadline = t0 + seconds
         n += 1
-        nbytes += len(f.payload) - overhead
+        nbytes += size - HEADER.size - overhead
         if time.perf_counter() > deadline:
             break
     q.put((n, nbytes, time.perf_counter() - (t0 or time.perf_counter())))
@@ -64,24 +68,47 @@ def _sender(path, peer, size, vc, seconds):
         c.send(peer, payload, vc=vc, ethertype=ETHERTYPE)
 
 
-def measure(rx_args: tuple, sender, tx_args: tuple, seconds: float, **rx_kw):
+def cpu_ns(pid: int) -> int:
+    """CPU time (ns) of every thread of ``pid`` so far (/proc/PID/task/*/schedstat)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended
+    return total
+
+
+def measure(rx_args: tuple, sender, tx_args: tuple, seconds: float, watch: tuple = (), **rx_kw):
     """A receiver process (``_receiver(*rx_args, q, seconds, **rx_kw)``) and a sender
-    process; messages/s and Gbit/s as the receiver saw them."""
+    process; messages/s and Gbit/s as the receiver saw them, and the CPU µs per Message
+    of the sender, of each pid in ``watch`` and of the receiver, from the sender's start
+    to the receiver's count."""
     q = mp.Queue()
     r = mp.Process(target=_receiver, args=(*rx_args, q, seconds), kwargs=rx_kw)
     r.start()
     q.get(timeout=10)
     s = mp.Process(target=sender, args=tx_args)
+    pids = [r.pid, *watch]
+    before = [cpu_ns(p) for p in pids]
     s.start()
+    pids.append(s.pid)
+    before.append(0)
     n, nbytes, dt = q.get(timeout=seconds + 30)
+    cpu = [cpu_ns(p) - b for p, b in zip(pids, before)]
     s.terminate()
     r.join()
     s.join()
-    return n / dt, nbytes * 8 / dt / 1e9
+    per = [c / 1e3 / max(n, 1) for c in (cpu[-1], *cpu[1:-1], cpu[0])]
+    return n / dt, nbytes * 8 / dt / 1e9, per
 
 
-def ulp_run(dirs, ulas, size, vc, seconds):
-    return measure((f"{dirs[1]}/gsn0.ulp",), _sender, (f"{dirs[0]}/gsn0.ulp", ulas[1], size, vc, seconds), seconds)
+def ulp_run(dirs, ulas, size, vc, seconds, gsnds=()):
+    """Rate of ``size``-byte Messages from a client of gsnd a to one of gsnd b (and CPU
+    µs per Message: sender, the ``gsnds`` pids, receiver)."""
+    return measure((f"{dirs[1]}/gsn0.ulp",), _sender, (f"{dirs[0]}/gsn0.ulp", ulas[1], size, vc, seconds), seconds,
+                   watch=gsnds)
 
 
 def _udp_rx(port, q, seconds):
@@ -139,14 +166,16 @@ def _ulp_echo(path, q, seconds):
     """Send every 64-byte Message straight back to its source."""
     c = UlpClient(path)
     c.bind(ECHO_ETHERTYPE)
+    buf = bytearray(2048)
+    view = memoryview(buf)
     q.put("ready")
     while True:
         try:
-            f = c.recv(timeout=seconds + 5)
+            op, vc, _, size = c.recv_into(buf, timeout=seconds + 5)
         except TimeoutError:
             return
-        if f.op is Op.RECV:
-            c.send(f.ula, f.payload, vc=f.vc, ethertype=ECHO_ETHERTYPE)
+        if op is Op.RECV:
+            c.send(bytes(view[4:10]), view[HEADER.size : size], vc=vc, ethertype=ECHO_ETHERTYPE)
 
 
 def _udp_echo(port, q, seconds):
@@ -167,8 +196,9 @@ def _median_us(samples):
     return samples[len(samples) // 2] * 1e6 if samples else float("nan")
 
 
-def rtt_ulp(dirs, ulas, seconds, size=64, vc=1):
-    """Median round trip of a ``size``-byte Message, client -> gsnd -> gsnd -> echo and back."""
+def rtt_ulp(dirs, ulas, seconds, size=64, vc=1, gsnds=(), cpu=None):
+    """Median round trip of a ``size``-byte Message, client -> gsnd -> gsnd -> echo and back
+    (and into ``cpu``, when given, the CPU µs per round trip of each pid in ``gsnds``)."""
     q = mp.Queue()
     e = mp.Process(target=_ulp_echo, args=(f"{dirs[1]}/gsn0.ulp", q, seconds))
     e.start()
@@ -176,16 +206,18 @@ def rtt_ulp(dirs, ulas, seconds, size=64, vc=1):
     c = UlpClient(f"{dirs[0]}/gsn0.ulp")
     c.bind(ECHO_ETHERTYPE)
     payload, samples = os.urandom(size), []
+    buf = bytearray(size + 2048)
+    before = [cpu_ns(p) for p in gsnds]
     end = time.perf_counter() + seconds
     try:
         while time.perf_counter() < end:
             t0 = time.perf_counter()
             c.send(ulas[1], payload, vc=vc, ethertype=ECHO_ETHERTYPE)
-            while True:
-                f = c.recv(timeout=2.0)
-                if f.op is Op.RECV:
-                    break
+            while c.recv_into(buf, timeout=2.0)[0] is not Op.RECV:
+                pass
             samples.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu += [(cpu_ns(p) - b) / 1e3 / max(len(samples), 1) for p, b in zip(gsnds, before)]
     finally:
         c.close()
         e.terminate()
@@ -278,21 +310,41 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--cable-mtu", type=int, help="passed to both gsnd (loopback's own MTU is 65536)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also print each process's CPU us per Message (sender, gsnd a, gsnd b, receiver)")
+    ap.add_argument("--sizes", default="1024,65536", help="Message sizes, comma-separated (default 1024,65536)")
+    ap.add_argument("--vcs", default="1,3", help="VCs, comma-separated (default 1,3)")
+    ap.add_argument("--no-rtt", action="store_true", help="skip the 64-byte round trip")
     args = ap.parse_args()
+    try:
+        sizes = [int(x) for x in args.sizes.split(",")]
+        vcs = [int(x) for x in args.vcs.split(",")]
+    except ValueError:
+        ap.error("--sizes and --vcs take comma-separated integers")
+    if not all(1 <= x <= ULP_MAX_PAYLOAD for x in sizes) or not all(0 <= v <= 3 for v in vcs):
+        ap.error(f"sizes are 1..{ULP_MAX_PAYLOAD} bytes, VCs 0..3")
     tmp = tempfile.mkdtemp(prefix="gsnbench-")
     procs: list = []
     try:
         procs, dirs, ulas = start_pair(tmp, procs, ["--cable-mtu", str(args.cable_mtu)] if args.cable_mtu else [])
         print(f"{'case':<22}{'msgs/s':>12}{'Gbit/s':>10}{'UDP msgs/s':>14}{'UDP Gbit/s':>12}{'ratio':>8}")
-        for size in (1024, 65536):
+        for size in sizes:
             anchor = udp_run(size, args.seconds)
-            for vc in (1, 3):
-                rate, gbps = ulp_run(dirs, ulas, size, vc, args.seconds)
-                print(f"{f'{size // 1024} KiB VC{vc}':<22}{rate:>12.0f}{gbps:>10.3f}{anchor[0]:>14.0f}"
+            for vc in vcs:
+                rate, gbps, per = ulp_run(dirs, ulas, size, vc, args.seconds, gsnds=(procs[0].pid, procs[1].pid))
+                name = f"{size // 1024} KiB" if size % 1024 == 0 else f"{size} B"
+                print(f"{f'{name} VC{vc}':<22}{rate:>12.0f}{gbps:>10.3f}{anchor[0]:>14.0f}"
                       f"{anchor[1]:>12.3f}{gbps / anchor[1]:>8.3f}")
-        ulp_us, udp_us = rtt_ulp(dirs, ulas, args.seconds), rtt_udp(args.seconds)
-        print(f"64-byte round trip: ULP VC1 {ulp_us:.1f} us, bare UDP {udp_us:.1f} us, "
-              f"ratio {ulp_us / udp_us:.2f} (target <= 2)")
+                if args.cpu:
+                    print("  CPU us/Message: sender {:.1f}, gsnd a {:.1f}, gsnd b {:.1f}, receiver {:.1f}".format(*per))
+        if not args.no_rtt:
+            cpu: list[float] = []
+            ulp_us = rtt_ulp(dirs, ulas, args.seconds, gsnds=(procs[0].pid, procs[1].pid), cpu=cpu)
+            udp_us = rtt_udp(args.seconds)
+            print(f"64-byte round trip: ULP VC1 {ulp_us:.1f} us, bare UDP {udp_us:.1f} us, "
+                  f"ratio {ulp_us / udp_us:.2f} (target <= 2)")
+            if args.cpu:
+                print("  CPU us/round trip: gsnd a {:.1f}, gsnd b {:.1f}".format(*cpu))
         print(f"load average {os.getloadavg()[0]:.1f}")
     finally:
         stop(procs, tmp)

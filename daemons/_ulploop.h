@@ -170,14 +170,21 @@ static int ul_must_wait(Core *s, UlClient *c, Py_ssize_t high)
 }
 
 /* Frames from a readable client, up to UL_BURST: queued here or handed up; stops after a
- * frame handed up (it is answered before the client's next).  The frames read, or -1
- * with an exception set. */
+ * frame handed up (it is answered before the client's next).  A client whose last burst
+ * was one frame (a request/response client: its socket was empty after it) is read one
+ * frame at a time, without the recvmsg that finds the socket empty (EAGAIN): dp_run's
+ * next poll sees whether more came.  It is drained again once it is ready at two polls
+ * in a row, or has hung up.  The frames read, or -1 with an exception set. */
 static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
 {
     DataPlane *dp = s->dp;
     UlpReg *u = &dp->ulp;
     Py_ssize_t got = 0;
-    while (got < UL_BURST && !ul_must_wait(s, c, high)) {
+    if (c->lone && (c->hup || c->read_at + 1 == u->polls))
+        c->lone = 0;
+    c->read_at = u->polls;
+    Py_ssize_t limit = c->lone ? 1 : UL_BURST;
+    while (got < limit && !ul_must_wait(s, c, high)) {
         union {
             char buf[CMSG_SPACE(sizeof(struct ucred))];
             struct cmsghdr align;
@@ -187,8 +194,10 @@ static Py_ssize_t ul_read(Core *s, UlClient *c, Py_ssize_t high)
         ssize_t n = ul_raw_recv(u, c, &mh, &f);
         if (n == -2)
             return -1;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            c->lone = got == 1;
             break;
+        }
         if (n < 0 && errno == ECONNRESET) { /* it closed with RECVs unread: the kernel reports that */
             got++;                          /* once, then the frames it sent before (and its end) */
             continue;
@@ -237,6 +246,7 @@ static int ul_poll_fill(Core *s, struct pollfd *fds, Py_ssize_t high)
 static Py_ssize_t ul_poll_read(Core *s, struct pollfd *fds, int n, Py_ssize_t high)
 {
     Py_ssize_t got = 0;
+    s->dp->ulp.polls++;
     for (int i = 0; i < n; i++)
         if (fds[i].fd >= 0 && fds[i].revents) {
             UlClient *c = &s->dp->ulp.c[i];
@@ -280,7 +290,7 @@ static PyObject *Core_ulp_client(Core *s, PyObject *args)
     }
     if (!c) {
         c = &u->c[u->n++];
-        c->closed = c->hup = 0, c->parked = -1;
+        c->closed = c->hup = c->lone = 0, c->parked = -1, c->read_at = 0;
     }
     c->fd = fd, c->privileged = priv, c->direct = direct, c->nets = (int)(ets.len / 2);
     for (int k = 0; k < c->nets; k++)

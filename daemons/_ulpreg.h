@@ -39,6 +39,8 @@ typedef struct {
     int closed;     /* C saw its end (or an error): Python forgets it */
     int parked;     /* the VC whose queue its next SEND waits for (wait_room), or -1 */
     int hup;        /* it hung up: what its socket holds is read without waiting for room */
+    int lone;       /* its last burst was one frame: read one per wake-up, no probe for a second (_ulploop.h) */
+    uint64_t read_at; /* the poll (UlpReg.polls) it was last read at */
     int nets;
     uint16_t ets[UL_BINDINGS];
 } UlClient;
@@ -49,6 +51,7 @@ typedef struct {
     uint8_t *buf; /* one receive buffer for every client: a whole frame and one byte more */
     uint8_t *rbuf; /* a transmit pool buffer a frame is read into first (_ulpraw.h), or NULL */
     Py_ssize_t buf_len;
+    uint64_t polls; /* dp_run's poll returns that read clients (ul_poll_read) */
     uint64_t counters[UL_N];
 } UlpReg;
 

@@ -285,6 +285,9 @@ ULP_MAX_CLIENTS = 64  # concurrent ULP connections; more are refused (ERROR, clo
 ULP_MAX_BINDINGS = 64  # EtherTypes one client may bind
 ULP_ACCEPT_BACKOFF_S = 0.1  # pause after an accept that failed for want of fds
 ULP_CLIENT_SOCKET_BYTES = 8 << 20  # SO_SNDBUF/SO_RCVBUF of a client socket (fits a 4 MiB frame)
+# A trio client's SENDs queued while its socket is full (project choice): more are dropped and
+# counted (AsyncUlpClient.drops), so a gsnd that stops reading cannot grow a daemon without bound.
+ULP_CLIENT_BACKLOG_BYTES = 32 << 20
 # Lossless delivery to a ULP client (see README "The ULP socket"): while a client's
 # socket is full its Messages wait in gsnd and the VC's link credits are withheld
 # (back-pressure to the sender), for at most ULP_HOLD_S without the client reading.
@@ -319,6 +322,13 @@ METRICS_MAX_REQUEST = 8192  # bytes of request head
 # loop at once).  10 ms cost ~8% less CPU per GB on (a) but let a control socket's round
 # trip under full load reach ~20 ms with two loops in one run (README "Data plane").
 DP_SLICE_S = 0.002
+# gsn-switch's loop (daemons/_switchrun.h, switch/daemon.py) the same, longer (project choice):
+# its control socket wakes the loop at once too, and the fabric agent's timer is passed to
+# the loop as its deadline, so only trio's own timers (control-connection timeouts, log
+# rate limits) run up to this late.  Each return costs a trio pass: Python outside the loop
+# was 26% of the switch's CPU in bench/ip_over_gsn.py (b) at 2 ms (perf), 9% with this and
+# no Python pass after a slice that only ran out (README "Switch forwarding").
+SWITCH_SLICE_S = 0.01
 # ... and the longest it waits in C while no other task can run (project choice: trio's
 # next deadline bounds it first; this only caps a run with no timer at all).
 DP_IDLE_MAX_S = 1.0

@@ -6,6 +6,7 @@ Blocking::
         status = ulp.bind(0x88B5)              # our own ULA, link state
         ulp.send(peer_ula, b"hello", vc=1, ethertype=0x88B5)
         frame = ulp.recv(timeout=1.0)          # Frame(op=RECV, vc, ethertype, ula=source, payload)
+        op, vc, ethertype, n = ulp.recv_into(buf)  # the same, in the caller's buffer (no copy)
 
 trio::
 
@@ -19,15 +20,18 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections import deque
+from collections import Counter, deque
 
 import trio
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
-from .constants import ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD
+from .constants import ULP_CLIENT_BACKLOG_BYTES, ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD
 from .wire.errors import DecodeError
-from .wire.ulp import HEADER, Frame, Op
+from .wire.ulp import HEADER, Frame, Op, decode_header
+
+# drop reasons of AsyncUlpClient's SENDs
+BACKLOG_FULL, SOCKET_ERROR = "tx_drop_ulp_backlog_full", "tx_drop_ulp_socket_error"
 
 _BUF = ULP_MAX_PAYLOAD + HEADER.size + 1
 # A drained burst stops after this many bytes (16 frames of 64 KiB ST DATA): the
@@ -89,19 +93,41 @@ class UlpClient:
             raise UlpError("gsnd closed the ULP socket")
         return Frame.decode(memoryview(buf)[:n])
 
+    def recv_into(self, buf: bytearray | memoryview, timeout: float | None = None) -> tuple[Op, int, int, int]:
+        """One frame into the caller's ``buf``, nothing allocated for its payload:
+        ``(op, vc, ethertype, size)``; the frame is ``buf[:size]``, its ULA
+        ``buf[4:10]`` and its payload ``buf[10:size]`` (valid until the next call).
+        A frame larger than ``buf`` raises UlpError (the socket drops its tail), a
+        malformed one DecodeError, as ``recv`` does."""
+        if self.sock.gettimeout() != timeout:
+            self.sock.settimeout(timeout)
+        n, _, flags, _ = self.sock.recvmsg_into((buf,))
+        if n == 0:  # gsnd never sends an empty frame
+            raise UlpError("gsnd closed the ULP socket")
+        if flags & socket.MSG_TRUNC:
+            raise UlpError(f"a frame did not fit the {len(buf)}-byte buffer")
+        op, vc, ethertype, _ = decode_header(buf, n)
+        return op, vc, ethertype, n
+
 
 class AsyncUlpClient:
     """trio client on a non-blocking socket: frames are drained in bursts and sends
     never await per frame (a backlog is flushed when the socket has room)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, drops: MutableMapping[str, int] | None = None) -> None:
         self.sock = sock
         self._backlog: deque[bytes] = deque()
+        self._backlog_bytes = 0
         self._ready: deque[Frame] = deque()
         self._room = trio.Event()
+        # a send that failed (gsnd went away): later SENDs are dropped until the session
+        # reconnects with a new client; every dropped SEND counted by reason in ``drops``
+        # (the owner's counters when it passes them)
+        self.error: OSError | None = None
+        self.drops: MutableMapping[str, int] = Counter() if drops is None else drops
 
     @classmethod
-    async def connect(cls, path: str) -> AsyncUlpClient:
+    async def connect(cls, path: str, drops: MutableMapping[str, int] | None = None) -> AsyncUlpClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.setblocking(False)
         for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -111,7 +137,7 @@ class AsyncUlpClient:
         except BaseException:
             sock.close()
             raise
-        return cls(sock)
+        return cls(sock, drops)
 
     async def __aenter__(self) -> AsyncUlpClient:
         return self
@@ -133,27 +159,56 @@ class AsyncUlpClient:
         """Queue one Message whose payload is ``parts`` joined (sent with one sendmsg,
         so a large memoryview is not copied on the way)."""
         head = HEADER.pack(Op.SEND, vc, ethertype, ula)
+        if self.error is not None:
+            self.drops[SOCKET_ERROR] += 1
+            return
         if not self._backlog:
             try:
                 self.sock.sendmsg([head, *parts])
                 return
             except BlockingIOError:
                 pass
-        self._backlog.append(b"".join([head, *map(bytes, parts)]))
+            except OSError as exc:
+                self._failed(exc, 1)
+                return
+        self.queue_frames([b"".join([head, *map(bytes, parts)])])
+
+    def queue_frames(self, frames: list[bytes]) -> None:
+        """Encoded frames behind the backlog, sent as the socket has room; beyond
+        ULP_CLIENT_BACKLOG_BYTES (or after the socket failed) dropped and counted."""
+        for data in frames:
+            if self.error is not None:
+                self.drops[SOCKET_ERROR] += 1
+            elif self._backlog_bytes + len(data) > ULP_CLIENT_BACKLOG_BYTES:
+                self.drops[BACKLOG_FULL] += 1
+            else:
+                self._backlog.append(data)
+                self._backlog_bytes += len(data)
         self._room.set()
 
     def _queue(self, data: bytes) -> None:
-        if not self._backlog:
+        if not self._backlog and self.error is None:
             try:
                 self.sock.send(data)
                 return
             except BlockingIOError:
                 pass
-        self._backlog.append(data)
+            except OSError as exc:
+                self._failed(exc, 1)
+                return
+        self.queue_frames([data])
+
+    def _failed(self, exc: OSError, lost: int) -> None:
+        """The socket refused a send (gsnd closed it, reset it): what waits is dropped."""
+        self.error = self.error or exc
+        self.drops[SOCKET_ERROR] += lost + len(self._backlog)
+        self._backlog.clear()
+        self._backlog_bytes = 0
         self._room.set()
 
     async def flush(self) -> None:
-        """Wait until every queued frame is in the socket."""
+        """Wait until every queued frame is in the socket (or the socket failed: see
+        ``error``; the frames are dropped and counted then, never raised to the caller)."""
         while self._backlog:
             await trio.lowlevel.wait_writable(self.sock)
             while self._backlog:
@@ -161,11 +216,14 @@ class AsyncUlpClient:
                     self.sock.send(self._backlog[0])
                 except BlockingIOError:
                     break
-                self._backlog.popleft()
+                except OSError as exc:
+                    self._failed(exc, 0)
+                    break
+                self._backlog_bytes -= len(self._backlog.popleft())
 
     async def flush_loop(self) -> None:
-        """Keep flushing whatever send_nowait had to queue."""
-        while True:
+        """Keep flushing whatever send_nowait had to queue, until the socket fails."""
+        while self.error is None:
             await self._room.wait()
             self._room = trio.Event()
             await self.flush()
@@ -214,17 +272,19 @@ async def ulp_session(path: str, ethertype: int, *, on_client: Callable[[AsyncUl
                       on_status: Callable[[bytes | None], None], on_frame: Callable[[Frame, float], None],
                       after_burst: Callable[[], None], reconnect: float = 1.0,
                       on_error: Callable[[Frame], None] | None = None,
-                      drain: Callable[[AsyncUlpClient], list[Frame]] = AsyncUlpClient.drain) -> None:
+                      drain: Callable[[AsyncUlpClient], list[Frame]] = AsyncUlpClient.drain,
+                      counters: MutableMapping[str, int] | None = None) -> None:
     """Stay connected to gsnd's ULP socket, bound to ``ethertype``, for ever.
 
     ``on_status`` gets the port's ULA (None while the link or gsnd is down),
     ``on_frame`` every RECV frame, ``on_error`` every ERROR frame (e.g. gsnd's drop
     notice: a peer's gsnd dropped Messages we sent), ``after_burst`` runs once per
     drained burst; ``drain`` takes a burst (a compiled fast path may forward some frames
-    itself and return the rest)."""
+    itself and return the rest); SENDs dropped (backlog full, socket failed) are counted
+    in ``counters``."""
     while True:
         try:
-            client = await AsyncUlpClient.connect(path)
+            client = await AsyncUlpClient.connect(path, counters)
         except OSError:
             await trio.sleep(reconnect)
             continue
@@ -249,6 +309,8 @@ async def ulp_session(path: str, ethertype: int, *, on_client: Callable[[AsyncUl
                         elif frame.op is Op.ERROR and on_error is not None:
                             on_error(frame)
                     after_burst()
+                    if client.error is not None:  # a send failed: gsnd is gone, connect again
+                        raise client.error
                     await trio.lowlevel.checkpoint()
             except (UlpError, OSError, DecodeError):
                 nursery.cancel_scope.cancel()

@@ -53,16 +53,22 @@ class Frame:
 
     @classmethod
     def decode(cls, data: Bytes) -> Frame:
-        if len(data) < HEADER.size:
-            raise DecodeError("ulp", len(data), f"frame of {len(data)} bytes is shorter than the header")
-        op, vc, ethertype, ula = HEADER.unpack_from(data)
-        try:
-            op = Op(op)
-        except ValueError:
-            raise DecodeError("op", 0, f"unknown op {op}") from None
-        if vc > 3:
-            raise DecodeError("vc", 1, f"VC {vc} out of range 0..3")
+        op, vc, ethertype, ula = decode_header(data, len(data))
         return cls(op, vc, ethertype, bytes(ula), bytes(data[HEADER.size :]))
+
+
+def decode_header(data: Bytes, n: int) -> tuple[Op, int, int, bytes]:
+    """(op, VC, EtherType, ULA) of the n-byte frame at the start of data, checked."""
+    if n < HEADER.size:
+        raise DecodeError("ulp", n, f"frame of {n} bytes is shorter than the header")
+    op, vc, ethertype, ula = HEADER.unpack_from(data)
+    try:
+        op = Op(op)
+    except ValueError:
+        raise DecodeError("op", 0, f"unknown op {op}") from None
+    if vc > 3:
+        raise DecodeError("vc", 1, f"VC {vc} out of range 0..3")
+    return op, vc, ethertype, ula
 
 
 # --- drop notice, gsnd -> gsnd over the fabric (PROJECT CHOICE) -----------------

@@ -207,6 +207,41 @@ def test_sends_are_read_and_queued_in_c_on_every_vc(rig):
     assert rig.eps[0].status()["per_vc"]["tx_messages"] == [1, 1, 1, 1]
 
 
+def test_a_request_response_client_read_one_frame_at_a_time_loses_and_reorders_nothing(rig):
+    """A client whose socket held one frame is read without the recvmsg that finds it
+    empty; when it then sends a burst, or a burst and its end, every frame is read in
+    the same dp_run call, in order, and its end is seen."""
+    tx, rx = rig.pair(), rig.pair()
+    srv = server(rig, 0)
+    attach(srv, tx)
+    rig.dps[1].ulp_client(rx.gsnd.fileno(), {ET}, False, True)
+    for i in range(3):  # request/response: one frame, then nothing until the answer
+        tx.app.send(Frame(Op.SEND, 1, ET, ULAS[1], bytes([i])).encode())
+        ran, events = run(rig, 0, 0.005)
+        assert events == []
+        steps(rig)
+        assert rx.frames() == [Frame(Op.RECV, 1, ET, ULAS[0], bytes([i]))]
+    burst = [Frame(Op.SEND, i % 4, ET, ULAS[1], bytes([i]) * 100) for i in range(50)]
+    for f in burst:
+        tx.app.send(f.encode())
+    ran, events = run(rig, 0, 0.02)
+    assert events == [] and rig.dps[0].counters("ulp", srv.counters)["tx_direct"] == 53
+    tx.app.send(Frame(Op.SEND, 1, ET, ULAS[1], b"a").encode())  # one frame: read alone again
+    run(rig, 0, 0.005)
+    for f in burst[:5]:
+        tx.app.send(f.encode())
+    tx.app.close()
+    ran, events = run(rig, 0, 0.05)
+    assert events == [UlpClosed(tx.gsnd.fileno())]
+    assert rig.dps[0].counters("ulp", srv.counters)["tx_direct"] == 59
+    steps(rig, 60)
+    got = rx.frames()
+    want = [Frame(Op.RECV, f.vc, ET, ULAS[0], f.payload) for f in [*burst, Frame(Op.SEND, 1, ET, ULAS[1], b"a"),
+                                                                   *burst[:5]]]
+    assert [f for f in got if f.vc == 1] == [f for f in want if f.vc == 1]
+    assert sorted(got, key=lambda f: f.vc) == sorted(want, key=lambda f: f.vc)  # in order within each VC
+
+
 # payload sizes about the edges of _ulpraw.h: encoded at once below 1024 micropackets
 # (32,713 bytes), queued raw from the pool buffer above, spilled into the receive buffer
 # past 65,618 bytes
