@@ -14,7 +14,9 @@ project's VM a fresh ext4 file took up to ~10 ms per MiB of pwrite).
 
 CPU per GiB: each process's user+system CPU seconds (/proc/PID/stat) spent during
 the ST transfer, divided by the GiB moved: the cost per unit, which a loaded
-machine distorts far less than the rates.
+machine distorts far less than the rates.  The same during the TCP run shows that
+TCP crosses the same path: gsnd1 -> cable -> gsn-switch -> cable -> gsnd2 (the hosts
+are cabled only to the switch).
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ def main() -> int:
             st_gbps = size * 8 / float(m.group(1)) / 1e9 if m else 0.0
             if not m:
                 print(f"stp send failed: {r.stdout.strip()} {r.stderr.strip()}", file=sys.stderr)
+            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             tcp_gbps = fab.iperf3(1, 2, "-n", str(size))
+            tcp_cost = {name: (cpu_seconds(pid) - cpu0[name]) / (size / (1 << 30))
+                        for name, pid in pids.items() if not name.startswith("stpd")}
     finally:
         shutil.rmtree(files, ignore_errors=True)
     print(f"ST  ({args.size_mib} MiB on VC3)   {st_gbps:6.2f} Gbit/s")
@@ -87,6 +92,8 @@ def main() -> int:
     print(f"ST/TCP                  {st_gbps / tcp_gbps if tcp_gbps else float('nan'):6.2f}   (target >= 1.2)")
     print("CPU s/GiB during ST     " + "  ".join(f"{name} {c:.2f}" for name, c in cost.items())
           + "   (stpd1 sends, stpd2 receives)")
+    print("CPU s/GiB during TCP    " + "  ".join(f"{name} {c:.2f}" for name, c in tcp_cost.items())
+          + "   (the same gsnds and switch carry it)")
     print(f"load average            {os.getloadavg()[0]:.1f}")
     return 0
 

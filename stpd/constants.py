@@ -78,7 +78,7 @@ MAX_OPTION_BYTES = 32
 BUFSIZE = 20  # 1 MiB receive buffers
 MAX_STU = 20
 MAX_BLOCK = 22  # 4 MiB Blocks
-SLOTS = 64
+SLOTS = 255  # the IRIX default (st.md §3.9): 8 CTSs of 16 STUs each fit, no RS/RSR wait mid-transfer
 SLOT_RESERVE = 2
 CTS_REQ = 8
 MAX_TRANSFERS = 8  # per direction per VC
@@ -103,6 +103,16 @@ VC_MAX_ST_PAYLOAD = tuple(max_payload(vc) - HEADER_BYTES for vc in range(4))
 # one before it is handed to stpd: 256 KiB on VC3 (16,384 micropackets of 32 bytes),
 # 64 KiB on VC2.  A 1 MiB STU was twice VC3's whole buffer.
 VC_CREDIT_STU = tuple(1 << ((mps * MP_DATA_BYTES // 2).bit_length() - 1) for mps in VC_BUFFER_MPS)
+
+# [PC] Ops waiting for room in gsnd's ULP socket (stpd/ulpio.py), oldest first: references,
+# not copies, and a file's STU is read only when it leaves.  The core's flow control keeps
+# far fewer waiting (CTS_REQ Blocks per transfer); past this, an op is dropped and counted.
+ULP_TX_QUEUE_MAX = 65536
+# [PC] One drained burst of ST Messages stops after this many bytes (16 STUs of 256 KiB):
+# each burst costs a pass of the event loop and a flush of the core, so a receiver that
+# fell behind catches up in few of them; handling 4 MiB takes milliseconds, far inside
+# gsnd's ULP_HOLD_S.
+ULP_DRAIN_MAX_BYTES = 4 << 20
 
 # --- stpd's local API socket [PC] -------------------------------------------------------------------
 API_MAX_MSG = 131072  # one request/answer datagram (inline data: 64 KiB, base64 in JSON)

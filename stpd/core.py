@@ -25,7 +25,7 @@ from daemons.wire.errors import DecodeError, RemoteProtocolError
 from . import constants as K
 from .constants import NO_ID, Flag, Function, Op, Reason
 from .drops import BadOp, Drop
-from .membuf import BufferGone, FileBuffer
+from .membuf import BufferGone, FileBuffer, FileSlice
 from .states import TRANSFER_MACHINE, VC_MACHINE, State, VcEvent, XEvent, XState
 from .wire import Header, decode, decode_options, encode_options, error_code_option, reason_of
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 View: TypeAlias = "memoryview | FileBuffer"  # what a transfer or region reads and writes
-Out: TypeAlias = "tuple[bytes, int, bytes, Buffer]"  # (peer ULA, VC, header, payload) to send
+Out: TypeAlias = "tuple[bytes, int, bytes, Buffer | FileSlice]"  # (peer ULA, VC, header, payload) to send
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ class Timers:
 
 
 SLOT_RS_EVERY = 1.0  # [PC] slot wait: RS type 1 each second
+_TX_COUNTER = {op: f"tx_{op.name}" for op in Op}  # per-op counter names, built once (the data path counts every op)
+_RX_COUNTER = {op: f"rx_{op.name}" for op in Op}
 
 
 def _view(buf: Buffer | FileBuffer) -> View:
@@ -220,7 +222,7 @@ class Vc:
     sync: int = 0
     tries: int = 0
     deadline: float = 0.0
-    held: deque[tuple[Header, Buffer, int]] = field(default_factory=deque)  # ops waiting for a peer slot
+    held: deque[tuple[Header, Buffer | FileSlice, int]] = field(default_factory=deque)  # ops waiting for a peer slot
     rs_out: float | None = None  # when our outstanding RS (type 1) was sent
     tx: dict[int, Transfer] = field(default_factory=dict)  # our id -> Transfer (we send)
     rx: dict[int, Transfer] = field(default_factory=dict)  # our id -> Transfer (we receive)
@@ -238,8 +240,12 @@ class Vc:
 
 class StCore:
     def __init__(self, now: float, *, params: Params = Params(), timers: Timers = Timers(),
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, defer_file_reads: bool = False) -> None:
+        """``defer_file_reads``: a DATA whose STU comes from a FileBuffer carries a
+        FileSlice, which the driver reads when the Message can leave (then calls
+        ``source_failed`` if that read fails) instead of bytes read at the CTS."""
         self.p = params
+        self.defer_file_reads = defer_file_reads
         self.t = timers
         self.rng = rng or random.Random()
         self.now = now
@@ -254,6 +260,19 @@ class StCore:
         self.locks: dict[tuple[int, int], Lock] = {}  # FETCHOP word -> the op holding it
         self.lock_waiting: dict[tuple[int, int], deque[tuple[Vc, Region, Header]]] = {}  # word -> (vc, region, header) queued
         self._next_port = 1
+        self._handlers = {op: m for op in Op if (m := getattr(self, f"_on_{op.name.lower()}", None)) is not None}
+        self._armed = float("inf")  # the deadline the driver last read (timers_changed)
+
+    @property
+    def timers_changed(self) -> bool:
+        """Whether a deadline earlier than the one the driver last read appeared
+        (daemons.runtime.corerunner: feeding a DATA then costs no wake-up of the timer
+        task; a deadline that moved later is found when the earlier one fires)."""
+        return self.timer() < self._armed
+
+    @timers_changed.setter
+    def timers_changed(self, changed: bool) -> None:
+        self._armed = float("inf") if changed else self.timer()
 
     # --- plumbing ------------------------------------------------------------------------------
     def outgoing(self) -> list[Out]:
@@ -279,7 +298,7 @@ class StCore:
     def _key(self) -> int:
         return self.rng.getrandbits(32) or 1
 
-    def _emit(self, vc: Vc, h: Header, payload: Buffer = b"", *, dc: int = 0, slot: bool = True) -> None:
+    def _emit(self, vc: Vc, h: Header, payload: Buffer | FileSlice = b"", *, dc: int = 0, slot: bool = True) -> None:
         """Send an op on VC ``vc``; ops that take a peer slot wait while none is left."""
         if slot and vc.peer_slots != K.SLOTS_OFF and h.op not in K.NO_SLOT_OPS and not h.flags & Flag.SILENT:
             if vc.peer_slots <= 0:
@@ -293,7 +312,7 @@ class StCore:
         if h.op in (Op.DATA, Op.RS):
             vc.sync = (vc.sync + 1) & 0xFFFF
         self._out.append((vc.peer, dc, h.encode(), payload))
-        self.counters[f"tx_{h.op.name}"] += 1
+        self.counters[_TX_COUNTER[h.op]] += 1
 
     def _ask_slots(self, vc: Vc) -> None:
         if vc.rs_out is None and VC_MACHINE.allows(vc.state, VcEvent.USE):
@@ -385,7 +404,7 @@ class StCore:
         except DecodeError as exc:
             self.counters[BadOp.of(exc)] += 1
             return
-        self.counters[f"rx_{h.op.name}"] += 1
+        self.counters[_RX_COUNTER[h.op]] += 1
         if h.op is Op.RC:
             self._on_rc(src, h)
             return
@@ -406,7 +425,7 @@ class StCore:
                 return
             vc.our_slots_left -= 1
             vc.freed += 1  # processed at once: the slot is free again
-        handler = getattr(self, f"_on_{h.op.name.lower()}", None)
+        handler = self._handlers.get(h.op)
         if handler is None:
             self.counters[f"rx_ignored_{h.op.name}"] += 1
             return
@@ -656,7 +675,9 @@ class StCore:
             stop = min(end, pos + stu, boundary)
             last = stop >= end
             try:
-                payload = x.buf[pos:stop]
+                payload: Buffer | FileSlice = (
+                    FileSlice(x.buf, pos, stop, x) if self.defer_file_reads and isinstance(x.buf, FileBuffer)
+                    else x.buf[pos:stop])
             except BufferGone as exc:
                 self.counters["tx_buffer_gone"] += 1
                 self._finish(x, False, f"source {exc}")
@@ -664,16 +685,30 @@ class StCore:
             x.done_bytes += stop - pos
             final = last and x.done_bytes >= x.t_len
             flags = Flag.INTERRUPT | (Flag.LAST if last else 0) | (Flag.SEND_STATE if final and x.send_state else 0)
-            d = self._hdr(vc, Op.DATA, flags=flags, param=n, mx=0, bufx=pos >> vc.peer_bufsize,
+            d = self._hdr(vc, Op.DATA, flags=flags, dc=dc, param=n, mx=0, bufx=pos >> vc.peer_bufsize,
                           offset=pos & ((1 << vc.peer_bufsize) - 1), sync=vc.sync, b_num=h.b_num,
                           d_id=x.peer_id, s_id=x.xid)
-            self._emit(vc, Header(**{**d.__dict__, "dc": dc}), payload, dc=dc)
+            self._emit(vc, d, payload, dc=dc)
             n += 1
             pos = stop
             if last:
                 break
         if x.done_bytes >= x.t_len and not x.send_state:
             self._finish(x, True)
+
+    def sending(self, sl: FileSlice) -> bool:
+        """Whether the transfer a deferred STU belongs to is still sending (the driver
+        skips the STUs of one that ended)."""
+        x = sl.owner
+        return isinstance(x, Transfer) and x.vc.tx.get(x.xid) is x
+
+    def source_failed(self, sl: FileSlice, reason: str, now: float) -> None:
+        """The driver could not read a deferred STU: its transfer fails (END to the peer)."""
+        self.now = now
+        if self.sending(sl):
+            assert isinstance(sl.owner, Transfer)
+            self.counters["tx_buffer_gone"] += 1
+            self._finish(sl.owner, False, f"source {reason}")
 
     def _on_data(self, vc: Vc, h: Header, rest: Bytes) -> None:
         if h.d_id in vc.regions:

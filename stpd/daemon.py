@@ -31,6 +31,7 @@ from .constants import ETHERTYPE_ST, NO_ID, Function
 from .core import (Accepted, Closed, Connected, OpDone, Params, ReadRequested, RegionReady, StatusReply, StCore,
                    Timers, TransferDone)
 from .membuf import BufferGone, FdHandle, FileBuffer
+from .ulpio import UlpReceiver, UlpSender
 
 log = structlog.get_logger("stpd")
 FUNCTIONS = {"inc": Function.INCREMENT, "dec": Function.DECREMENT, "clear": Function.CLEAR}
@@ -94,8 +95,10 @@ def claim_api_path(path: str) -> socket.socket:
 class Stpd:
     def __init__(self, cfg: StpdConfig) -> None:
         self.cfg = cfg
-        self.core = StCore(trio.current_time(), params=cfg.params, timers=cfg.timers)
-        self.runner = CoreRunner(self.core, drain(self.core, self._out, self._events))
+        self.core = StCore(trio.current_time(), params=cfg.params, timers=cfg.timers, defer_file_reads=True)
+        self.sender = UlpSender(self.core, on_failure=lambda: self.runner.step())
+        self.receiver = UlpReceiver(self._receive)
+        self.runner = CoreRunner(self.core, drain(self.core, self.sender.send, self._events))
         self.client: AsyncUlpClient | None = None
         self.ula: bytes | None = None
         self.pending: dict[tuple, trio.Event] = {}  # keys somebody waits for
@@ -114,13 +117,6 @@ class Stpd:
         self.transfers: Counter[tuple[bool, bool]] = Counter()  # (incoming, ok) -> transfers ended
 
     # --- core glue ---------------------------------------------------------------------------
-    def _out(self, item) -> None:
-        ula, vc, hdr, payload = item
-        if self.client is None:
-            self.core.counters["tx_dropped_no_gsnd"] += 1
-            return
-        self.client.send_nowait(ula, hdr, payload, vc=vc, ethertype=ETHERTYPE_ST)
-
     def _expect(self, key: tuple) -> None:
         self.pending[key] = trio.Event()
 
@@ -193,8 +189,11 @@ class Stpd:
         if orphans:
             self.runner.step()
 
-    def _frame(self, frame, now: float) -> None:
-        self.core.receive(frame.ula, frame.payload, now)
+    def _receive(self, ula: bytes, packet: memoryview, now: float) -> None:
+        self.core.receive(ula, packet, now)
+
+    def _frame(self, frame, now: float) -> None:  # what UlpReceiver.drain leaves: none of ST's
+        self._receive(frame.ula, frame.payload, now)
 
     def _ulp_error(self, frame) -> None:
         self.core.counters["ulp_error"] += 1
@@ -202,6 +201,7 @@ class Stpd:
 
     def _set_client(self, client) -> None:
         self.client = client
+        self.sender.attach(client.sock if client is not None else None)
         log.info("ulp.connected" if client else "ulp.lost", path=self.cfg.ulp_path)
 
     def _set_ula(self, ula: bytes | None) -> None:
@@ -743,7 +743,9 @@ class Stpd:
             await nursery.start(self.serve_api)
             nursery.start_soon(partial(
                 ulp_session, self.cfg.ulp_path, ETHERTYPE_ST, on_client=self._set_client, on_status=self._set_ula,
-                on_frame=self._frame, after_burst=self.runner.step, on_error=self._ulp_error))
+                on_frame=self._frame, after_burst=self.runner.step, on_error=self._ulp_error,
+                drain=self.receiver.drain))
+            nursery.start_soon(self.sender.run)
             nursery.start_soon(self.runner.run)
             nursery.start_soon(self._stats)
             log.info("stpd.started", api=self.cfg.api_path, ulp=self.cfg.ulp_path)

@@ -84,6 +84,27 @@ class FileBuffer:
             raise BufferGone(f"file truncated (needed bytes {start}..{stop}, it has {start + len(data)})")
         return data
 
+    def read_into(self, start: int, out: memoryview) -> None:
+        """Fill ``out`` with the bytes from ``start`` (a read into the caller's buffer:
+        no allocation, one copy); errors as ``buf[a:b]``."""
+        stop = start + len(out)
+        if not 0 <= start <= stop <= self.length:
+            raise ValueError(f"bytes {start}..{stop} are outside the buffer's {self.length}")
+        fd = self.handle.fd
+        if fd < 0:
+            raise BufferGone("buffer released")
+        got = 0
+        try:
+            while got < len(out):
+                n = os.preadv(fd, [out[got:]], start + got)
+                if n == 0:
+                    break
+                got += n
+        except OSError as exc:
+            raise BufferGone(f"file unreadable: {exc.strerror}") from None
+        if got < len(out):
+            raise BufferGone(f"file truncated (needed bytes {start}..{stop}, it has {start + got})")
+
     def __setitem__(self, s: slice, data: Buffer) -> None:
         start, stop = self._range(s)
         data = memoryview(data).cast("B")
@@ -118,3 +139,24 @@ class FileBuffer:
         except OSError:
             pass  # EOPNOTSUPP, ENOSPC...: the write itself will say what is wrong
 
+
+
+class FileSlice:
+    """Bytes ``start..stop`` of a FileBuffer, not read yet: what a sender hands on so
+    that the bytes are read when they can leave, into a buffer it reuses
+    (``FileBuffer.read_into``).  ``bytes(slice)`` reads them now.  ``owner`` is whatever
+    the failure of the read must be reported to (the transfer)."""
+
+    __slots__ = ("buf", "start", "stop", "owner")
+
+    def __init__(self, buf: FileBuffer, start: int, stop: int, owner: object = None) -> None:
+        self.buf = buf
+        self.start = start
+        self.stop = stop
+        self.owner = owner
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __bytes__(self) -> bytes:
+        return self.buf[self.start : self.stop]

@@ -1,16 +1,19 @@
-"""Two real Stpd daemons in one trio run, their ULP clients joined back to back
-(no gsnd), each with its real API socket: end-to-end API tests without namespaces.
+"""Two real Stpd daemons in one trio run, each on a ULP socket of a stand-in gsnd that
+joins them back to back, each with its real API socket: end-to-end API tests without
+namespaces.
 Blocking StClient calls run in threads (``call``)."""
 
 from __future__ import annotations
 
+import socket
 import threading
-from collections import deque
 from contextlib import asynccontextmanager
 from ipaddress import IPv4Address
 
 import trio
 
+from daemons.constants import ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD
+from daemons.wire.ulp import HEADER, Frame, Op
 from stpd.core import Params, Timers
 from stpd.daemon import Stpd, StpdConfig
 
@@ -18,50 +21,67 @@ ULAS = [bytes([2, 0, 0, 0, 0, 1]), bytes([2, 0, 0, 0, 0, 2])]
 PEERS = {IPv4Address("192.0.2.1"): ULAS[0], IPv4Address("192.0.2.2"): ULAS[1]}
 
 
-class Wire:
-    """Stands in for AsyncUlpClient: frames go to the other daemon's core, in order,
-    from a pump task (never re-entering a core from inside its own step)."""
+class Gsnds:
+    """Stands in for the two hosts' gsnds: a ULP socket per daemon (the real protocol:
+    BIND answered by STATUS with the daemon's ULA), every SEND forwarded in order to
+    the other daemon as a RECV from the sender's ULA.  The daemons run their real ULP
+    path (``ulp_session``, stpd.ulpio) on it; ``frames[i]`` counts daemon i's SENDs."""
 
-    def __init__(self, src: bytes) -> None:
-        self.src = src
-        self.peer: Stpd | None = None
-        self.queue: deque = deque()
-        self.wake = trio.Event()
-        self.frames = 0
+    def __init__(self, tmp) -> None:
+        self.paths = [str(tmp / f"gsnd{i}.ulp") for i in range(2)]
+        self.conns: list[trio.socket.SocketType | None] = [None, None]
+        self.frames = [0, 0]
+        self.up = [trio.Event(), trio.Event()]
 
-    def send_nowait(self, ula: bytes, *parts, vc: int = 1, ethertype: int) -> None:
-        self.queue.append(b"".join(bytes(p) for p in parts))  # a copy, as sendmsg makes
-        self.frames += 1
-        self.wake.set()
-
-    async def pump(self) -> None:
+    async def serve(self, i: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        lsock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        await lsock.bind(self.paths[i])
+        lsock.listen(1)
+        task_status.started()
+        conn, _ = await lsock.accept()
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            conn.setsockopt(socket.SOL_SOCKET, opt, ULP_CLIENT_SOCKET_BYTES)
+        self.conns[i] = conn
+        buf = bytearray(ULP_MAX_PAYLOAD + HEADER.size + 1)
         while True:
-            await self.wake.wait()
-            self.wake = trio.Event()
-            while self.queue:
-                self.peer.core.receive(self.src, self.queue.popleft(), trio.current_time())
-                self.peer.runner.step()
-                await trio.lowlevel.checkpoint()
+            n = await conn.recv_into(buf)
+            if n == 0:
+                return
+            frame = Frame.decode(memoryview(buf)[:n])
+            if frame.op is Op.BIND:
+                await conn.send(Frame(Op.STATUS, 1, ula=ULAS[i]).encode())
+                self.up[i].set()
+            elif frame.op is Op.SEND:
+                self.frames[i] += 1
+                await self.up[1 - i].wait()
+                peer = self.conns[1 - i]
+                assert peer is not None
+                await peer.send(Frame(Op.RECV, frame.vc, frame.ethertype, ULAS[i], frame.payload).encode())
 
 
 @asynccontextmanager
 async def stpd_pair(tmp, **cfg):
-    """Yields (daemons, api_paths); daemon i is 192.0.2.(i+1)."""
+    """Yields (daemons, api_paths); daemon i is 192.0.2.(i+1).  ``daemons[i].gsnds`` is
+    the Gsnds both talk through."""
     timers = cfg.pop("timers", Timers(tx=3.0, rx=3.0))
     daemons, paths = [], []
+    gsnds = Gsnds(tmp)
     async with trio.open_nursery() as nursery:
         for i in range(2):
+            await nursery.start(gsnds.serve, i)
+        for i in range(2):
             path = str(tmp / f"api{i}.sock")
-            d = Stpd(StpdConfig(ulp_path=str(tmp / "no-gsnd.ulp"), api_path=path, peers=PEERS,
+            d = Stpd(StpdConfig(ulp_path=gsnds.paths[i], api_path=path, peers=PEERS,
                                 params=Params(bufsize=16, max_stu=16, max_block=18), timers=timers, **cfg))
-            d.ula = ULAS[i]
+            d.gsnds = gsnds  # type: ignore[attr-defined]
             daemons.append(d)
             paths.append(path)
-        for i, d in enumerate(daemons):
-            d.client = Wire(ULAS[i])
-            d.client.peer = daemons[1 - i]
-            nursery.start_soon(d.client.pump)
-            await nursery.start(d.run)  # its ulp_session never reaches gsnd: d.client stays the Wire
+        for d in daemons:
+            await nursery.start(d.run)
+        for ev in gsnds.up:
+            await ev.wait()
+        while any(d.ula is None for d in daemons):
+            await trio.sleep(0.01)
         try:
             yield daemons, paths
         finally:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from stpd.client import StClient, StError
+from stpd.core import Timers
 from tests.sim.stpd_pair import PairThread
 
 
@@ -246,8 +247,19 @@ def test_cli_serve_and_read_a_file(pair, tmp_path):
     assert server.returncode == 0 and f"served served.bin ({len(data)} bytes)" in sout, serr
 
 
-def test_cli_abort_and_release(pair):
+@pytest.fixture
+def patient_pair(tmp_path):
+    """A pair whose transfers wait 60 s for a silent peer: a test that drives a waiting
+    transfer through several `stp` processes (about 1 s each on a loaded machine) must
+    not see it time out first."""
+    with PairThread(tmp_path, timers=Timers(tx=60.0, rx=60.0)) as p:
+        yield p
+
+
+def test_cli_abort_and_release(patient_pair):
     import json
+
+    pair = patient_pair
 
     a, vc, b, bvc = connected(pair)
     t, box = in_thread(a.send_bytes, vc, b"waits for a receive")
