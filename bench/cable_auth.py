@@ -81,8 +81,8 @@ def main() -> None:
             finally:
                 stop(plain_procs, f"{tmp}/plain")
                 stop(keyed_procs, f"{tmp}/keyed")
-            pr, pg = statistics.median(r for r, _ in plain), statistics.median(g for _, g in plain)
-            kr, kg = statistics.median(r for r, _ in keyed), statistics.median(g for _, g in keyed)
+            pr, pg = statistics.median(r for r, _, _ in plain), statistics.median(g for _, g, _ in plain)
+            kr, kg = statistics.median(r for r, _, _ in keyed), statistics.median(g for _, g, _ in keyed)
             print(f"{label:<24}{pg:>14.3f}{kg:>14.3f}{kg / pg:>13.3f}{pr:>13.0f}{kr:>13.0f}")
     finally:
         import shutil

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from daemons.runtime.control import request  # noqa: E402
 from daemons.ulpclient import UlpClient  # noqa: E402
 from pktwayd.constants import ETHERTYPE_PKTWAY, PT  # noqa: E402
 from pktwayd.eep import Packet  # noqa: E402
-from ulp import measure, start_pair, stop, ulp_run  # noqa: E402
+from ulp import _free_udp_ports, _sender as _ulp_sender, measure, start_pair, stop  # noqa: E402
 
 H_A, R_A, R_B, H_B = 0x40, 0x50, 0x51, 0x60
 ULAS = ["02:00:00:00:01:0a", "02:00:00:00:01:0b", "02:00:00:00:01:0c", "02:00:00:00:01:0d"]  # HA RA RB HB
@@ -41,7 +42,7 @@ def _sender(path, router_ula, size, seconds):
 def start_routed(tmp, procs):
     gsnd = os.path.join(os.path.dirname(sys.executable), "gsnd")
     dirs = [f"{tmp}/{n}" for n in ("ha", "ra", "rb", "hb")]
-    ports = [16410, 16411, 16412, 16413]
+    ports = _free_udp_ports(4)  # so that benches run beside each other
     for i, (d, ula) in enumerate(zip(dirs, ULAS)):
         peer = ports[i ^ 1]
         procs.append(subprocess.Popen([gsnd, "--local", f"127.0.0.1:{ports[i]}", "--peer", f"127.0.0.1:{peer}",
@@ -53,16 +54,17 @@ def start_routed(tmp, procs):
             f.write(f'[[half]]\naddr = {addr}\nsan_id = {san}\nmtu = 0\nulp = "{d}/gsn0.ulp"\nmap = false\n'
                     f'[[half.node]]\naddr = {node}\nula = "{ula}"\n')
     procs.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "pktwayd"), "-c", cfg]))
-    for _ in range(200):
+    deadline = time.monotonic() + 60  # a loaded machine starts Python daemons slowly
+    while True:
         try:
             r = request(f"{tmp}/pktwayd.sock", {"cmd": "routes"})
             if all(h["ulp_connected"] and len(h["rts"]) == 2 for h in r["halves"]):
                 break
         except OSError:
             pass
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise SystemExit("bench: pktwayd did not come up in 60 s (or a daemon exited)")
         time.sleep(0.05)
-    else:
-        raise SystemExit("pktwayd did not come up")
     return dirs
 
 
@@ -72,14 +74,46 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def clients_cpu() -> float:
+    """CPU seconds of this bench's reaped children: the sender and receiver processes
+    once ``measure`` has joined them (the daemons still run, so are not in it)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def vc1_messages(ctl: str) -> int:
+    """Messages a gsnd has delivered to its ULP clients on VC1."""
+    return request(ctl, {"cmd": "status"})["status"]["per_vc"]["rx_messages"][1]
+
+
+def anchor_run(dirs, ulas, size, seconds, procs):
+    """The anchor, with the CPU each of its processes spent per Message delivered."""
+    before, c0, m0 = [cpu_seconds(p.pid) for p in procs], clients_cpu(), vc1_messages(f"{dirs[1]}/gsn0.ctl")
+    rate, gbps, _ = measure((f"{dirs[1]}/gsn0.ulp",), _ulp_sender, (f"{dirs[0]}/gsn0.ulp", ulas[1], size, 1, seconds),
+                         seconds)
+    n = max(1, vc1_messages(f"{dirs[1]}/gsn0.ctl") - m0)
+    cpu = [cpu_seconds(p.pid) - b for p, b in zip(procs, before)] + [clients_cpu() - c0]
+    return rate, gbps, [c / n for c in cpu]
+
+
 def routed_run(tmp, dirs, size, seconds, procs):
-    before = [cpu_seconds(p.pid) for p in procs]
-    rate, gbps = measure((f"{dirs[3]}/gsn0.ulp",), _sender,
+    before, c0 = [cpu_seconds(p.pid) for p in procs], clients_cpu()
+    rate, gbps, _ = measure((f"{dirs[3]}/gsn0.ulp",), _sender,
                          (f"{dirs[0]}/gsn0.ulp", bytes.fromhex(ULAS[1].replace(":", "")), size, seconds), seconds,
                          ethertype=ETHERTYPE_PKTWAY, overhead=24, idle=2.0)  # 24: EEP header and TAIL
     counters = request(f"{tmp}/pktwayd.sock", {"cmd": "routes"})["halves"][0]["counters"]
-    cpu = [cpu_seconds(p.pid) - b for p, b in zip(procs, before)]
-    return rate, gbps, counters, cpu
+    n = max(1, counters.get("l3_forwarded", 0))
+    cpu = [cpu_seconds(p.pid) - b for p, b in zip(procs, before)] + [clients_cpu() - c0]
+    return rate, gbps, counters, [c / n for c in cpu]
+
+
+def per_packet(names, cpu, rate) -> str:
+    """CPU per packet of each process, their sum, the rate that sum allows on this
+    machine's cores, and how near the measured rate came to it."""
+    total = sum(cpu)
+    bound = (os.cpu_count() or 1) / total
+    return (", ".join(f"{n} {c * 1e6:.0f}" for n, c in zip(names, cpu)) +
+            f" us; sum {total * 1e6:.0f} us: {os.cpu_count()} cores allow {bound:.0f}/s, ran at {rate / bound:.0%}")
 
 
 def main():
@@ -92,16 +126,16 @@ def main():
     try:
         procs, pair_dirs, pair_ulas = start_pair(tmp, procs)
         dirs = start_routed(tmp, procs)
-        anchor_rate, anchor_gbps = ulp_run(pair_dirs, pair_ulas, args.size, 1, args.seconds)
+        anchor_rate, anchor_gbps, anchor_cpu = anchor_run(pair_dirs, pair_ulas, args.size, args.seconds, procs[:2])
         rate, gbps, counters, cpu = routed_run(tmp, dirs, args.size, args.seconds, procs[2:])
-        forwarded = max(1, counters.get("l3_forwarded", 0))
         print(f"{'case':<40}{'pkts/s':>10}{'Gbit/s':>10}")
         print(f"{'gsnd point-to-point (anchor)':<40}{anchor_rate:>10.0f}{anchor_gbps:>10.3f}")
         print(f"{'through one pktwayd router':<40}{rate:>10.0f}{gbps:>10.3f}")
         print(f"ratio {gbps / anchor_gbps:.3f} (target >= 0.7); router half A: "
               f"{counters.get('l3_forwarded', 0)} forwarded, {counters.get('tx_unreachable', 0)} unreachable")
-        names = ["gsnd host A", "gsnd router A", "gsnd router B", "gsnd host B", "pktwayd"]
-        print("CPU per forwarded packet: " + ", ".join(f"{n} {c / forwarded * 1e6:.0f} us" for n, c in zip(names, cpu)))
+        print("CPU per anchor Message: " + per_packet(["gsnd A", "gsnd B", "clients"], anchor_cpu, anchor_rate))
+        names = ["gsnd host A", "gsnd router A", "gsnd router B", "gsnd host B", "pktwayd", "clients"]
+        print("CPU per forwarded packet: " + per_packet(names, cpu, rate))
     finally:
         stop(procs, tmp)
 

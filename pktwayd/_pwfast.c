@@ -22,11 +22,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ULP_HDR 10
@@ -96,40 +98,83 @@ static int ip_is_group(const uint8_t *a, int alen) {
     return (a[0] & 0xF0) == 0xE0 || (a[0] == 0xFF && a[1] == 0xFF && a[2] == 0xFF && a[3] == 0xFF);
 }
 
-/* Frames received back to back into buf: offsets and lengths.  Stops at max frames, when
-   fewer than frame_max bytes are left, after burst_bytes, at EAGAIN (0), at EOF (*eof) or at
-   another error (*err). */
+static int append_new(PyObject *list, PyObject *item) {
+    if (item == NULL) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+/* Frames received back to back into buf: offsets and lengths.  Stops after max frames
+   (dropped ones included), when fewer than frame_max bytes are left, after burst_bytes, at
+   EAGAIN (0), at EOF (*eof) or at another error (*err).  A frame longer than frame_max
+   (its real length: MSG_TRUNC) is dropped and counted in *oversized, never kept cut short. */
 static int rx_frames(int fd, uint8_t *buf, size_t cap, size_t frame_max, size_t burst_bytes, int max,
-                     size_t *off, size_t *len, int *eof, int *err) {
+                     size_t *off, size_t *len, int *eof, int *err, int *oversized) {
     size_t used = 0;
     int k = 0;
-    while (k < max && used < burst_bytes && cap - used >= frame_max) {
-        ssize_t r = recv(fd, buf + used, frame_max, MSG_DONTWAIT);
+    for (int taken = 0; taken < max && used < burst_bytes && cap - used >= frame_max;) {
+        ssize_t r = recv(fd, buf + used, frame_max, MSG_DONTWAIT | MSG_TRUNC);
         if (r < 0) {
             if (errno == EINTR) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) *err = errno;
             break;
         }
         if (r == 0) { *eof = 1; break; }
+        taken++;
+        if ((size_t)r > frame_max) { (*oversized)++; continue; }
         off[k] = used; len[k] = (size_t)r; k++;
         used += ((size_t)r + 7) & ~(size_t)7;
     }
     return k;
 }
 
-/* sendmmsg until done or EAGAIN; returns how many went, *err on another error. */
-static int tx_frames(int fd, struct mmsghdr *m, int count, int *err) {
-    int sent = 0;
-    while (sent < count) {
-        int r = sendmmsg(fd, m + sent, (unsigned)(count - sent), MSG_DONTWAIT);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) *err = errno;
-            break;
-        }
-        sent += r;
+static int64_t now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+/* Room on fd within the deadline (poll, called without the GIL); 0 once it has passed. */
+static int wait_room(int fd, int64_t deadline) {
+    for (;;) {
+        int64_t left = deadline - now_us();
+        if (left <= 0) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        struct timespec t = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+        int r = ppoll(&p, 1, &t, NULL);
+        if (r > 0) return 1;
+        if (r < 0 && errno != EINTR) return 0;
     }
-    return sent;
+}
+
+/* sendmmsg (MSG_NOSIGNAL: a peer gone is an error, never SIGPIPE) until every message is
+   dealt with, or the socket has had no room for wait_us.  A message refused with another
+   error is dropped: failed[i] = its errno (0 for the others), and the rest go on.  Returns
+   how many messages were dealt with (sent or dropped); those after it had no room. */
+static int tx_frames(int fd, struct mmsghdr *m, int count, long wait_us, int *failed) {
+    int done = 0;
+    int64_t deadline = -1;
+    memset(failed, 0, sizeof *failed * (size_t)count);
+    while (done < count) {
+        int r = sendmmsg(fd, m + done, (unsigned)(count - done), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r > 0) { done += r; continue; }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (deadline < 0) deadline = now_us() + wait_us;
+            if (!wait_room(fd, deadline)) break;
+            continue;
+        }
+        failed[done++] = r < 0 ? errno : EIO;
+    }
+    return done;
+}
+
+static PyObject *errno_list(const int *failed, int count) {
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l != NULL && i < count; i++)
+        if (failed[i] && append_new(l, PyLong_FromLong(failed[i])) < 0) Py_CLEAR(l);
+    return l;
 }
 
 static PyObject *iov_bytes(const struct msghdr *h) {
@@ -143,13 +188,6 @@ static PyObject *iov_bytes(const struct msghdr *h) {
         q += h->msg_iov[i].iov_len;
     }
     return b;
-}
-
-static int append_new(PyObject *list, PyObject *item) {
-    if (item == NULL) return -1;
-    int r = PyList_Append(list, item);
-    Py_DECREF(item);
-    return r;
 }
 
 static int get_fd(PyObject *o) {
@@ -182,7 +220,8 @@ typedef struct {
     size_t off[BURST_MAX], len[BURST_MAX];
     struct iovec iov[BURST_MAX][2];
     struct mmsghdr msg[BURST_MAX];
-    int fast_of[BURST_MAX];
+    int fast_of[BURST_MAX], failed[BURST_MAX];
+    int pend_lo, pend_hi;  /* msg[pend_lo, pend_hi): held, no room for them yet */
 } Router;
 
 static int cmp_route(const void *a, const void *b) {
@@ -315,25 +354,37 @@ static PyObject *Router_classify(Router *self, PyObject *arg) {
     return out;
 }
 
-/* burst(max_frames) -> (forwarded, [frames for Python], [SEND frames the socket had no room
-   for], eof, recv errno, send errno) */
-static PyObject *Router_burst(Router *self, PyObject *arg) {
-    long max = PyLong_AsLong(arg);
-    if (max == -1 && PyErr_Occurred()) return NULL;
-    if (max < 1 || max > BURST_MAX) {
-        PyErr_SetString(PyExc_ValueError, "burst: 1..256 frames");
-        return NULL;
+/* The frame count of a burst and the wait for room, checked. */
+static int burst_args(PyObject *args, long *max, long *wait_us) {
+    if (!PyArg_ParseTuple(args, "ll", max, wait_us)) return -1;
+    if (*max < 1 || *max > BURST_MAX || *wait_us < 0 || *wait_us > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "burst: 1..256 frames, 0..1000000 us of waiting for room");
+        return -1;
     }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "Router: burst already running");
-        return NULL;
-    }
-    self->busy = 1;
-    int eof = 0, rerr = 0, serr = 0, k, nfast = 0, sent;
-    Py_BEGIN_ALLOW_THREADS
-    k = rx_frames(self->in_fd, self->buf, self->cap, self->frame_max, self->burst_bytes, (int)max,
-                  self->off, self->len, &eof, &rerr);
-    for (int i = 0; i < k; i++) {
+    return 0;
+}
+
+/* The held SEND frames (msg[pend_lo, pend_hi), their frames still in buf) onto the out
+   socket, waiting up to wait_us for room (without the GIL: the caller released it).  *sent
+   and *nfailed (errnos in failed[0..*ndealt)) add what went and what was refused. */
+static void router_send_held(Router *self, long wait_us, int *sent, int *nfailed, int *ndealt) {
+    int n = self->pend_hi - self->pend_lo;
+    int done = tx_frames(self->out_fd, self->msg + self->pend_lo, n, wait_us, self->failed);
+    int bad = 0;
+    for (int i = 0; i < done; i++) bad += self->failed[i] != 0;
+    *sent += done - bad; *nfailed += bad; *ndealt = done;
+    self->pend_lo += done;
+    if (self->pend_lo == self->pend_hi) self->pend_lo = self->pend_hi = 0;
+}
+
+/* One burst: frames read into buf, the plain ones forwarded (held if no room within wait_us).
+   *k frames read (fast_of says which were forwarded); returns how many were not. */
+static int router_round(Router *self, long max, long wait_us, int *k, int *sent, int *nfailed, int *ndealt,
+                        int *eof, int *rerr, int *oversized) {
+    int nfast = 0;
+    *k = rx_frames(self->in_fd, self->buf, self->cap, self->frame_max, self->burst_bytes, (int)max,
+                   self->off, self->len, eof, rerr, oversized);
+    for (int i = 0; i < *k; i++) {
         const uint8_t *f = self->buf + self->off[i];
         const route_t *rt = router_classify(self, f, self->len[i]);
         self->fast_of[i] = rt != NULL;
@@ -346,29 +397,95 @@ static PyObject *Router_burst(Router *self, PyObject *arg) {
         self->msg[nfast].msg_hdr.msg_iovlen = 2;
         nfast++;
     }
-    sent = tx_frames(self->out_fd, self->msg, nfast, &serr);
+    self->pend_lo = 0;
+    self->pend_hi = nfast;
+    if (nfast) router_send_held(self, wait_us, sent, nfailed, ndealt);
+    return *k - nfast;
+}
+
+/* More input on in_fd within linger_us (and before until)?  0 also when the other
+   direction (out_fd, the other half's socket) has input: Python serves that. */
+static int router_linger(Router *self, long linger_us, int64_t until) {
+    int64_t left = until - now_us();
+    if (left <= 0) return 0;
+    if (left > linger_us) left = linger_us;
+    struct pollfd p[2] = {{.fd = self->in_fd, .events = POLLIN}, {.fd = self->out_fd, .events = POLLIN}};
+    struct timespec t = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+    int r = ppoll(p, 2, &t, NULL);
+    return r > 0 && p[0].revents && !p[1].revents;
+}
+
+/* burst(max_frames, wait_us, linger_us=0, slice_us=0) -> (sent, [frames for Python], [errnos
+   of SEND frames the socket refused], eof, recv errno, oversized frames dropped, frames held).
+   SEND frames the out socket has no room for within wait_us are held, in buf, and go first
+   next time: until they have, nothing more is read (gsnd holds it: back-pressure, no copy).
+   With linger_us, a burst whose frames all went waits that long for more and goes on, for
+   up to slice_us in all, so Python wakes once a slice rather than once a frame; it returns
+   at once for a frame Python must see, a held one, an error, or input on the other half's
+   socket. */
+static PyObject *Router_burst(Router *self, PyObject *args) {
+    long max, wait_us, linger_us = 0, slice_us = 0;
+    if (!PyArg_ParseTuple(args, "ll|ll", &max, &wait_us, &linger_us, &slice_us)) return NULL;
+    if (max < 1 || max > BURST_MAX || wait_us < 0 || wait_us > 1000000 || linger_us < 0 || linger_us > 1000000
+        || slice_us < 0 || slice_us > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "burst: 1..256 frames, 0..1000000 us of waiting, lingering and in all");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Router: burst already running");
+        return NULL;
+    }
+    self->busy = 1;
+    int eof = 0, rerr = 0, oversized = 0, k = 0, sent = 0, nfailed = 0, ndealt = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (self->pend_hi > self->pend_lo)
+        router_send_held(self, wait_us, &sent, &nfailed, &ndealt);
+    if (self->pend_hi == self->pend_lo && nfailed == 0) {
+        int64_t until = linger_us ? now_us() + slice_us : 0;
+        while (router_round(self, max, wait_us, &k, &sent, &nfailed, &ndealt, &eof, &rerr, &oversized) == 0
+               && k && linger_us && self->pend_hi == self->pend_lo && !nfailed && !eof && !rerr
+               && router_linger(self, linger_us, until))
+            ;
+    }
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    PyObject *slow = PyList_New(0), *blocked = PyList_New(0);
-    if (slow == NULL || blocked == NULL) goto fail;
+    PyObject *slow = PyList_New(0), *errs = errno_list(self->failed, ndealt);
+    if (slow == NULL || errs == NULL) goto fail;
     for (int i = 0; i < k; i++)
         if (!self->fast_of[i] &&
             append_new(slow, PyBytes_FromStringAndSize((const char *)self->buf + self->off[i], (Py_ssize_t)self->len[i])) < 0)
             goto fail;
-    for (int i = sent; i < nfast && !serr; i++)
-        if (append_new(blocked, iov_bytes(&self->msg[i].msg_hdr)) < 0) goto fail;
-    return Py_BuildValue("(iNNiii)", sent, slow, blocked, eof, rerr, serr);
+    return Py_BuildValue("(iNNiiii)", sent, slow, errs, eof, rerr, oversized, self->pend_hi - self->pend_lo);
 fail:
-    Py_XDECREF(slow); Py_XDECREF(blocked);
+    Py_XDECREF(slow); Py_XDECREF(errs);
     return NULL;
+}
+
+/* send_held() -> (sent, [errnos of frames refused], frames still held): what burst held,
+   without waiting and without reading (pktwayd calls it while no frame comes in). */
+static PyObject *Router_send_held(Router *self, PyObject *unused) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Router: burst already running");
+        return NULL;
+    }
+    int sent = 0, nfailed = 0, ndealt = 0;
+    if (self->pend_hi > self->pend_lo) router_send_held(self, 0, &sent, &nfailed, &ndealt);
+    PyObject *errs = errno_list(self->failed, ndealt);
+    return errs == NULL ? NULL : Py_BuildValue("(iNi)", sent, errs, self->pend_hi - self->pend_lo);
+}
+
+static PyObject *Router_held(Router *self, PyObject *unused) {
+    return PyLong_FromLong(self->pend_hi - self->pend_lo);
 }
 
 static PyMethodDef Router_methods[] = {
     {"set_table", (PyCFunction)Router_set_table, METH_VARARGS,
      "set_table([(dt, ula, limit_words)], [router sources]): where plain L3 packets go"},
     {"classify", (PyCFunction)Router_classify, METH_O, "classify(frame) -> SEND frame or None"},
-    {"burst", (PyCFunction)Router_burst, METH_O,
-     "burst(max) -> (forwarded, slow frames, blocked frames, eof, recv errno, send errno)"},
+    {"burst", (PyCFunction)Router_burst, METH_VARARGS,
+     "burst(max, wait_us, linger_us=0, slice_us=0) -> (sent, slow frames, send errnos, eof, recv errno, oversized, held)"},
+    {"send_held", (PyCFunction)Router_send_held, METH_NOARGS, "send_held() -> (sent, send errnos, still held)"},
+    {"held", (PyCFunction)Router_held, METH_NOARGS, "held() -> SEND frames held for want of room"},
     {NULL},
 };
 
@@ -404,7 +521,8 @@ typedef struct {
     size_t off[BURST_MAX], len[BURST_MAX];
     struct iovec iov[BURST_MAX][3];
     struct mmsghdr msg[BURST_MAX];
-    int fast_of[BURST_MAX];
+    int fast_of[BURST_MAX], failed[BURST_MAX];
+    uint16_t pt_of[BURST_MAX];
 } Ip;
 
 static const uint8_t ZEROS[2 * W];
@@ -567,22 +685,13 @@ static int begin(int *busy) {
     return 0;
 }
 
-static long burst_arg(PyObject *arg) {
-    long max = PyLong_AsLong(arg);
-    if (max == -1 && PyErr_Occurred()) return -1;
-    if (max < 1 || max > BURST_MAX) {
-        PyErr_SetString(PyExc_ValueError, "burst: 1..256 packets");
-        return -1;
-    }
-    return max;
-}
-
-/* tx_burst(max) -> (sent v4, sent v6, [IP packets for Python], [SEND frames the socket had
-   no room for], TUN read errno, send errno) */
-static PyObject *Ip_tx_burst(Ip *self, PyObject *arg) {
-    long max = burst_arg(arg);
-    if (max < 0 || begin(&self->busy) < 0) return NULL;
-    int k = 0, nfast = 0, sent, rerr = 0, serr = 0, n4 = 0, n6 = 0;
+/* tx_burst(max, wait_us) -> (sent v4, sent v6, [IP packets for Python], [SEND frames the
+   socket had no room for within wait_us], [errnos of SEND frames it refused], TUN read errno)
+   v4 and v6 count what went, or waits among the blocked frames; not what the socket refused. */
+static PyObject *Ip_tx_burst(Ip *self, PyObject *args) {
+    long max, wait_us;
+    if (burst_args(args, &max, &wait_us) < 0 || begin(&self->busy) < 0) return NULL;
+    int k = 0, nfast = 0, done, rerr = 0, n4 = 0, n6 = 0;
     Py_BEGIN_ALLOW_THREADS
     while (k < max) {
         ssize_t r = read(self->tun_fd, self->tbuf + (size_t)k * self->tun_read, self->tun_read);
@@ -605,38 +714,46 @@ static PyObject *Ip_tx_burst(Ip *self, PyObject *arg) {
             memset(&self->msg[nfast], 0, sizeof self->msg[nfast]);
             self->msg[nfast].msg_hdr.msg_iov = self->iov[nfast];
             self->msg[nfast].msg_hdr.msg_iovlen = 3;
-            nfast++;
-            if (pt == PT_IPV4) n4++; else n6++;
+            self->pt_of[nfast++] = pt;
         }
         k++;
     }
-    sent = tx_frames(self->ulp_fd, self->msg, nfast, &serr);
+    done = tx_frames(self->ulp_fd, self->msg, nfast, wait_us, self->failed);
+    for (int i = 0; i < nfast; i++)
+        if (i >= done || !self->failed[i]) {
+            if (self->pt_of[i] == PT_IPV4) n4++; else n6++;
+        }
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    PyObject *slow = PyList_New(0), *blocked = PyList_New(0);
-    if (slow == NULL || blocked == NULL) goto fail;
+    PyObject *slow = PyList_New(0), *blocked = PyList_New(0), *errs = errno_list(self->failed, done);
+    if (slow == NULL || blocked == NULL || errs == NULL) goto fail;
     for (int i = 0; i < k; i++)
         if (!self->fast_of[i] && append_new(slow, PyBytes_FromStringAndSize(
                 (const char *)self->tbuf + (size_t)i * self->tun_read, (Py_ssize_t)self->len[i])) < 0)
             goto fail;
-    for (int i = sent; i < nfast && !serr; i++)
+    for (int i = done; i < nfast; i++)
         if (append_new(blocked, iov_bytes(&self->msg[i].msg_hdr)) < 0) goto fail;
-    return Py_BuildValue("(iiNNii)", n4, n6, slow, blocked, rerr, serr);
+    return Py_BuildValue("(iiNNNi)", n4, n6, slow, blocked, errs, rerr);
 fail:
-    Py_XDECREF(slow); Py_XDECREF(blocked);
+    Py_XDECREF(slow); Py_XDECREF(blocked); Py_XDECREF(errs);
     return NULL;
 }
 
 /* rx_burst(max) -> (written v4, written v6, [frames for Python], eof, recv errno,
-   TUN writes refused as full, [other TUN write errnos]) */
+   TUN writes refused as full, [other TUN write errnos], oversized frames dropped) */
 static PyObject *Ip_rx_burst(Ip *self, PyObject *arg) {
-    long max = burst_arg(arg);
-    if (max < 0 || begin(&self->busy) < 0) return NULL;
-    int k, eof = 0, rerr = 0, n4 = 0, n6 = 0, full = 0, nwerr = 0;
+    long max = PyLong_AsLong(arg);
+    if (max == -1 && PyErr_Occurred()) return NULL;
+    if (max < 1 || max > BURST_MAX) {
+        PyErr_SetString(PyExc_ValueError, "rx_burst: 1..256 frames");
+        return NULL;
+    }
+    if (begin(&self->busy) < 0) return NULL;
+    int k, eof = 0, rerr = 0, n4 = 0, n6 = 0, full = 0, nwerr = 0, oversized = 0;
     int werr[BURST_MAX];
     Py_BEGIN_ALLOW_THREADS
     k = rx_frames(self->ulp_fd, self->buf, self->cap, self->frame_max, self->burst_bytes, (int)max, self->off,
-                  self->len, &eof, &rerr);
+                  self->len, &eof, &rerr, &oversized);
     for (int i = 0; i < k; i++) {
         size_t off, len;
         uint16_t pt;
@@ -659,7 +776,7 @@ static PyObject *Ip_rx_burst(Ip *self, PyObject *arg) {
             goto fail;
     for (int i = 0; i < nwerr; i++)
         if (append_new(errs, PyLong_FromLong(werr[i])) < 0) goto fail;
-    return Py_BuildValue("(iiNiiiN)", n4, n6, slow, eof, rerr, full, errs);
+    return Py_BuildValue("(iiNiiiNi)", n4, n6, slow, eof, rerr, full, errs, oversized);
 fail:
     Py_XDECREF(slow); Py_XDECREF(errs);
     return NULL;
@@ -669,10 +786,10 @@ static PyMethodDef Ip_methods[] = {
     {"set_peers", (PyCFunction)Ip_set_peers, METH_O, "set_peers([(packed IP, address, route MTU bytes)])"},
     {"tx_one", (PyCFunction)Ip_tx_one, METH_O, "tx_one(IP packet) -> SEND frame or None"},
     {"rx_one", (PyCFunction)Ip_rx_one, METH_O, "rx_one(RECV frame) -> IP packet or None"},
-    {"tx_burst", (PyCFunction)Ip_tx_burst, METH_O,
-     "tx_burst(max) -> (v4, v6, slow IP packets, blocked frames, read errno, send errno)"},
+    {"tx_burst", (PyCFunction)Ip_tx_burst, METH_VARARGS,
+     "tx_burst(max, wait_us) -> (v4, v6, slow IP packets, blocked frames, send errnos, read errno)"},
     {"rx_burst", (PyCFunction)Ip_rx_burst, METH_O,
-     "rx_burst(max) -> (v4, v6, slow frames, eof, recv errno, TUN full, TUN write errnos)"},
+     "rx_burst(max) -> (v4, v6, slow frames, eof, recv errno, TUN full, TUN write errnos, oversized)"},
     {NULL},
 };
 

@@ -101,5 +101,16 @@ MEMORY_READ_MAX = 4096  # bytes a memory READ may ask for at once (the answer mu
 # The compiled fast path (pktwayd._pwfast, pktwayd/fastpath.py)
 FAST_BURST_FRAMES = 64  # frames (or TUN packets) one compiled burst takes at most (PC)
 FAST_BURST_BYTES = 2 << 20  # ... and no more once this many bytes are received (PC: 32 frames of 64 KiB)
+# How long a compiled burst waits, GIL released, for room on a full ULP socket.  gsnd reads its
+# clients as its VC queues empty, so a full socket is back-pressure: the router holds what had no
+# room and reads nothing more until it went (gsnd then holds the rest); short, as the process
+# serves nothing else meanwhile (PC)
+FAST_ROOM_WAIT_US = 5000
+FAST_HELD_POLL_S = 0.001  # ... and, while nothing comes in to prompt a burst, tries again this often (PC)
+# A router burst whose frames all went waits this long (GIL released) for the next and goes on,
+# for at most FAST_SLICE_US in all, so trio wakes once a slice, not once a 64 KiB packet (~15 us
+# of Python each); input on the other half's socket, or a frame Python must see, ends it at once (PC)
+FAST_LINGER_US = 500
+FAST_SLICE_US = 2000
 FAST_PEERS_MAX = 256  # pw0 peers the compiled path looks up (more: the Python path serves all) (PC)
 FAST_ENV = "PKTWAY_FASTPATH"  # "0" in the environment: the Python path only (benches compare the two)

@@ -295,13 +295,18 @@ class Pktwayd:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY,
                                                on_client=partial(self._fast_client, h), on_status=h.on_status,
                                                on_frame=h.on_frame, after_burst=lambda: None,
-                                               drain=self.fast.drain(self.halves.index(h))))
+                                               drain=self.fast.drain(self.halves.index(h)),
+                                               counters=h.engine.counters))
                 else:
                     nursery.start_soon(partial(ulp_session, h.cfg.ulp, ETHERTYPE_PKTWAY, on_client=h.set_client,
-                                               on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None))
+                                               on_status=h.on_status, on_frame=h.on_frame, after_burst=lambda: None,
+                                               counters=h.engine.counters))
                 nursery.start_soon(h.timers)
                 if h.cfg.map:
                     nursery.start_soon(h.mapper)
+            if self.fast is not None:
+                for i in (0, 1):
+                    nursery.start_soon(self.fast.send_held, i)
             log.info("pktwayd.started", router=self.cfg.name, halves=[hex(h.cfg.addr) for h in self.halves],
                      twin_link=bool(self.link))
             sd_notify("READY=1")

@@ -29,14 +29,15 @@ from daemons.ulpclient import AsyncUlpClient, UlpError
 from daemons.wire.ulp import HEADER, Frame
 
 from ._pwfast import Ip, Router
-from .constants import ADDR_HEY_YOU, ETHERTYPE_PKTWAY, FAST_BURST_BYTES, FAST_BURST_FRAMES, FAST_ENV, FAST_PEERS_MAX
+from .constants import (ADDR_HEY_YOU, ETHERTYPE_PKTWAY, FAST_BURST_BYTES, FAST_BURST_FRAMES, FAST_ENV, FAST_PEERS_MAX,
+                        FAST_HELD_POLL_S, FAST_LINGER_US, FAST_ROOM_WAIT_US, FAST_SLICE_US)
 from .engine import Engine
 from .ipnode import IpNode, is_group
 
 if TYPE_CHECKING:
     from .daemon import Half
 
-FRAME_MAX = ULP_MAX_PAYLOAD + HEADER.size + 1  # one received ULP frame, as daemons.ulpclient reads it
+FRAME_MAX = ULP_MAX_PAYLOAD + HEADER.size  # the longest ULP frame gsnd sends; a longer one is dropped, counted
 
 
 def enabled() -> bool:
@@ -63,10 +64,15 @@ def _handed_up(slow: list[bytes], rerr: int, eof: bool) -> list[Frame]:
     return frames
 
 
+def _count_errors(counters, errs: list[int]) -> None:
+    """SEND frames the socket refused (not for want of room): dropped, by errno."""
+    for code in errs:
+        counters[f"tx_error_{_errno_name(code)}"] += 1
+
+
 def _queue(client: AsyncUlpClient, frames: list[bytes]) -> None:
     """SEND frames the socket had no room for: the client's backlog, as send_nowait does."""
-    client._backlog.extend(frames)
-    client._room.set()
+    client.queue_frames(frames)
 
 
 # --- the router ------------------------------------------------------------------------------
@@ -96,9 +102,14 @@ class RouterFast:
         self.halves = halves
         self.loops: list[Router | None] = [None, None]
         self.tables: list[tuple] = [(), ()]
+        self._held = [trio.Event(), trio.Event()]  # set when direction i's loop holds frames
 
     def attach(self) -> None:
-        """A half's client changed (connected, or None: gone): the loops are rebuilt."""
+        """A half's client changed (connected, or None: gone): the loops are rebuilt (what
+        one held for want of room is lost with it, counted)."""
+        for i, loop in enumerate(self.loops):
+            if loop is not None and loop.held():
+                self.halves[1 - i].engine.counters["tx_dropped_reconnect"] += loop.held()
         self.loops = [None, None]
         self.refresh()
 
@@ -124,29 +135,49 @@ class RouterFast:
                 loop.set_table(*table)
                 self.tables[i] = table
 
+    def _count(self, i: int, sent: int, errs: list[int]) -> None:
+        """Counters of what direction i's loop sent (or the socket refused), as the engines
+        and Half.act count a packet forwarded across the pair."""
+        n = sent + len(errs)
+        if n:
+            a, b = self.halves[i].engine, self.halves[1 - i].engine
+            a.counters["l3_forwarded"] += n
+            b.counters["l3_forwarded"] += n
+            b.counters["tx_packets"] += sent
+            b.twin_heard = trio.current_time()
+            _count_errors(b.counters, errs)  # the other half's socket: its own session sees it end
+
     def drain(self, i: int) -> Callable[[AsyncUlpClient], list[Frame]]:
         """What ulp_session calls instead of ``client.drain()`` for half i."""
 
         def drain(client: AsyncUlpClient) -> list[Frame]:
             loop = self._loop(i) if client is self.halves[i].client else None
-            out = self.halves[1 - i].client
-            if loop is None or client._ready or not isinstance(out, AsyncUlpClient) or out._backlog:
+            if loop is None or client._ready:
                 return client.drain()
-            sent, slow, blocked, eof, rerr, serr = loop.burst(FAST_BURST_FRAMES)
-            n = sent + len(blocked)
-            if n:
-                a, b = self.halves[i].engine, self.halves[1 - i].engine
-                a.counters["l3_forwarded"] += n
-                b.counters["l3_forwarded"] += n
-                b.counters["tx_packets"] += n
-                b.twin_heard = trio.current_time()
-            if blocked:
-                _queue(out, blocked)
-            if serr:
-                raise _oserror(serr)
+            sent, slow, errs, eof, rerr, oversized, held = loop.burst(FAST_BURST_FRAMES, FAST_ROOM_WAIT_US,
+                                                                   FAST_LINGER_US, FAST_SLICE_US)
+            self._count(i, sent, errs)
+            if oversized:
+                self.halves[i].engine.counters["rx_oversized"] += oversized
+            if held:  # no room on the way out: nothing more is read until they went (gsnd holds it)
+                self._held[i].set()
             return _handed_up(slow, rerr, eof)
 
         return drain
+
+    async def send_held(self, i: int) -> None:
+        """What direction i's loop held goes out even while nothing comes in to prompt a
+        burst (polled: waiting for room on the out socket is its own client's business)."""
+        while True:
+            await self._held[i].wait()
+            self._held[i] = trio.Event()
+            loop = self.loops[i]
+            while loop is not None and loop.held():
+                await trio.sleep(FAST_HELD_POLL_S)
+                if loop is not self.loops[i]:
+                    break  # rebuilt: attach counted what it held
+                sent, errs, _ = Router.send_held(loop)
+                self._count(i, sent, errs)
 
 
 # --- pw0 -----------------------------------------------------------------------------------------
@@ -206,24 +237,28 @@ class IpFast:
         client = self.client
         if self.loop is None or client is None or client._backlog:
             return None
-        n4, n6, slow, blocked, rerr, serr = self.loop.tx_burst(FAST_BURST_FRAMES)
+        n4, n6, slow, blocked, errs, rerr = self.loop.tx_burst(FAST_BURST_FRAMES, FAST_ROOM_WAIT_US)
         c = self.core.counters
         c["tx_ipv4"] += n4
         c["tx_ipv6"] += n6
         if rerr:
             tun.counters[f"read_{_errno_name(rerr)}"] += 1
         if blocked:
+            c["tx_queued_no_room"] += len(blocked)
             _queue(client, blocked)
-        if serr:
-            raise _oserror(serr)
+        _count_errors(c, errs)
+        if errs:  # my own ULP socket: the session ends (and reconnects), as on the Python path
+            raise _oserror(errs[0])
         return slow
 
     def drain(self, client: AsyncUlpClient) -> list[Frame]:
         """What ulp_session calls instead of ``client.drain()``."""
         if self.loop is None or client is not self.client or client._ready:
             return client.drain()
-        n4, n6, slow, eof, rerr, full, werrs = self.loop.rx_burst(FAST_BURST_FRAMES)
+        n4, n6, slow, eof, rerr, full, werrs, oversized = self.loop.rx_burst(FAST_BURST_FRAMES)
         c = self.core.counters
+        if oversized:
+            c["rx_oversized"] += oversized
         c["rx_ipv4"] += n4
         c["rx_ipv6"] += n6
         if n4 or n6:  # routed packets the core never saw: the router is alive (no needless WRU probe)

@@ -162,11 +162,12 @@ class PwIp:
                 elif self.ulp is not None and self.fast is not None:
                     nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
                                                on_status=self.on_status, on_frame=self.on_frame,
-                                               after_burst=lambda: None, drain=self.fast.drain))
+                                               after_burst=lambda: None, drain=self.fast.drain,
+                                               counters=self.core.counters))
                 elif self.ulp is not None:
                     nursery.start_soon(partial(ulp_session, self.ulp, ETHERTYPE_PKTWAY, on_client=self.set_client,
                                                on_status=self.on_status, on_frame=self.on_frame,
-                                               after_burst=lambda: None))
+                                               after_burst=lambda: None, counters=self.core.counters))
                 log.info("pw0.started", dev=self.dev, addr=hex(self.core.addr), mtu=self.core.mtu)
                 task_status.started()
         finally:

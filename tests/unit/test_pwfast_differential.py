@@ -128,31 +128,43 @@ def test_router_burst_over_sockets_keeps_order_and_counts():
     gsnd_a.settimeout(5)
     for f in frames:
         gsnd_a.send(f)
-    sent, slow, blocked, eof, rerr, serr = r.burst(64)
-    assert (sent, blocked, eof, rerr, serr) == (6, [], 0, 0, 0)
+    sent, slow, errs, eof, rerr, oversized, held = r.burst(64, 0)
+    assert (sent, errs, eof, rerr, oversized, held) == (6, [], 0, 0, 0, 0)
     assert slow == [f for i, f in enumerate(frames) if i % 3 == 0]
     gsnd_b.setblocking(False)
     got = [gsnd_b.recv(FRAME_MAX) for _ in range(6)]
     assert got == [r.classify(f) for i, f in enumerate(frames) if i % 3]
-    assert r.burst(64) == (0, [], [], 0, 0, 0)  # nothing waiting
+    assert r.burst(64, 0) == (0, [], [], 0, 0, 0, 0)  # nothing waiting
     gsnd_a.close()
-    assert r.burst(64)[3] == 1  # gsnd went away: EOF
+    assert r.burst(64, 0)[3] == 1  # gsnd went away: EOF
 
 
-def test_router_hands_back_what_the_socket_had_no_room_for():
+def test_router_holds_what_the_socket_had_no_room_for_and_reads_nothing_more():
     a, b = pair(mtu_a=8192, mtu_b=8192)
     r, (gsnd_a, _, gsnd_b, out) = router(a, b)
     gsnd_a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     gsnd_a.settimeout(5)
     out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)  # the kernel doubles it: room for 2-3 frames
     frames = [recv_frame(ULA[H_A], Packet(dt=H_B, sa=H_A, pt=1, data=bytes([i]) * 20000).encode()) for i in range(9)]
-    for f in frames:
+    for f in frames[:6]:
         gsnd_a.send(f)
-    sent, slow, blocked, eof, rerr, serr = r.burst(64)
-    assert slow == [] and blocked and sent + len(blocked) == 9 and serr == 0
+    sent, slow, errs, eof, rerr, oversized, held = r.burst(64, 0)
+    assert slow == [] and errs == [] and held and sent + held == 6 and r.held() == held
+    for f in frames[6:]:
+        gsnd_a.send(f)
+    assert r.burst(64, 0)[:2] == (0, []) and r.held() == held  # no room yet: nothing more read
     gsnd_b.setblocking(False)
     got = [gsnd_b.recv(FRAME_MAX) for _ in range(sent)]
-    assert got + blocked == [r.classify(f) for f in frames]
+    while len(got) < 9:  # gsnd reads: the held frames go first, then the rest is read
+        s2, slow, errs, *_ = r.burst(64, 0)
+        assert slow == [] and errs == []
+        while True:
+            try:
+                got.append(gsnd_b.recv(FRAME_MAX))
+            except BlockingIOError:
+                break
+    assert got == [r.classify(f) for f in frames] and r.held() == 0
+    assert r.send_held() == (0, [], 0)
 
 
 # --- pw0 ---------------------------------------------------------------------------------------
@@ -232,8 +244,8 @@ def test_pw0_bursts_over_sockets():
     out = [v4("10.77.0.1", "10.77.0.2", 1000 + i) for i in range(8)] + [v4("10.77.0.1", "10.77.0.9", 100)]
     for p in out:
         tun_far.send(p)
-    n4, n6, slow, blocked, rerr, serr = loop.tx_burst(64)
-    assert (n4, n6, slow, blocked, rerr, serr) == (8, 0, [out[-1]], [], 0, 0)
+    n4, n6, slow, blocked, errs, rerr = loop.tx_burst(64, 0)
+    assert (n4, n6, slow, blocked, errs, rerr) == (8, 0, [out[-1]], [], [], 0)
     gsnd.setblocking(False)
     assert [gsnd.recv(FRAME_MAX) for _ in range(8)] == [loop.tx_one(p) for p in out[:8]]
     back = [v6("fd77::2", "fd77::1", 200 + i) for i in range(5)]
@@ -241,8 +253,8 @@ def test_pw0_bursts_over_sockets():
     frames.append(recv_frame(ROUTER_ULA, Packet(dt=ME, sa=PEER, pt=PT.RRP, data=bytes(8)).encode()))
     for f in frames:
         gsnd.send(f)
-    n4, n6, slow, eof, rerr, full, werrs = loop.rx_burst(64)
-    assert (n4, n6, slow, eof, rerr, full, werrs) == (0, 5, [frames[-1]], 0, 0, 0, [])
+    n4, n6, slow, eof, rerr, full, werrs, oversized = loop.rx_burst(64)
+    assert (n4, n6, slow, eof, rerr, full, werrs, oversized) == (0, 5, [frames[-1]], 0, 0, 0, [], 0)
     tun_far.setblocking(False)
     assert [tun_far.recv(70000) for _ in range(5)] == back
 
@@ -259,14 +271,19 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(TypeError):
         r.set_table([("x",)], [])
     with pytest.raises(ValueError):
-        r.burst(0)
+        r.burst(0, 0)
+    with pytest.raises(ValueError):
+        r.burst(1, -1)
     with pytest.raises(ValueError):
         Ip(-1, s[0], ME, bytes(5), ET, FRAME_MAX, BURST, 65600)
     loop = Ip(os.open(os.devnull, os.O_RDONLY), s[0], ME, ROUTER_ULA, ET, FRAME_MAX, BURST, 65600)
     with pytest.raises(ValueError):
         loop.set_peers([(bytes(5), 1, 0)])
     with pytest.raises(ValueError):
-        loop.tx_burst(300)
+        loop.tx_burst(300, 0)
+    with pytest.raises(ValueError):
+        loop.rx_burst(0)
     assert loop.tx_one(b"") is None and loop.rx_one(b"") is None
+    assert r.held() == 0 and r.send_held() == (0, [], 0)
     assert {p[0] for p in fastpath.ip_peers(ip_node())} == {ipaddress.ip_address(a).packed for a in ("10.77.0.2", "fd77::2")}
     assert fastpath.ip_peers(ip_node(redirect=True)) == [] and fastpath.ip_peers(ip_node(limit=0)) == []

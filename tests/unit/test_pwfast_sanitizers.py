@@ -11,7 +11,7 @@ import os
 
 from tests.unit.sanitize import ROOT, build, run_tests
 
-TESTS = ["tests/unit/test_pwfast_differential.py", "tests/fuzz/test_fuzz_targets.py", "-k",
+TESTS = ["tests/unit/test_pwfast_differential.py", "tests/unit/test_pwfast_sockets.py", "tests/fuzz/test_fuzz_targets.py", "-k",
          "pwfast or exactly or burst or room or shape or bad_arguments or pktwayd.fastpath"]
 
 
