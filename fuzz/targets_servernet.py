@@ -211,3 +211,184 @@ def cengine(data: bytes) -> None:
             assert fabric in (0, 1) and len(raw) <= 532 and zlib.crc32(body) == int.from_bytes(raw[-4:], "big")
     e.take(now)
     assert sum(e.counters()["node"].values()) >= 0 and e.status()["tids_in_use"] <= 16
+
+
+_ROUTER_RIG: dict[str, object] = {}
+_TABLES: dict[int, bytes] = {}  # the routing table per drawn default route (3 of them; 2 ms each to build)
+
+
+def _router_rig():
+    """The router's UDP socket, one socket per cabled port and an uncabled sender, on loopback
+    (made once: sockets are slow to make)."""
+    import socket
+
+    if not _ROUTER_RIG:
+        def udp() -> socket.socket:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            return s
+
+        _ROUTER_RIG.update(router=udp(), ports={n: udp() for n in (0, 3, 11)}, stranger=udp())
+    return _ROUTER_RIG
+
+
+def _recv_all(s) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(s.recv(4096))
+        except BlockingIOError:
+            return out
+
+
+@target("servernet.crouter.sock", seeds=[b"", b"\x07" * 60, bytes(range(120))])
+def crouter_sock(data: bytes) -> None:
+    """snet-router's socket loop (servernet._snetfwd.Router.forward, and serve in a thread, one input
+    in eight): datagrams built-then-mutated or raw (up to 600 bytes: longer than the receive
+    buffer) sent from cabled ports and an uncabled sender over loopback; each port receives
+    what RouterCore.receive decides, in order, and the counters are RouterCore's."""
+    import threading
+
+    from servernet._snetfwd import Router
+    from servernet.router import RouterCore, parse_route, route_table
+
+    rig = _router_rig()
+    rsock, socks, stranger = rig["router"], rig["ports"], rig["stranger"]
+    for s in (rsock, stranger, *socks.values()):  # leftovers of an input that failed
+        _recv_all(s)
+    d = Draw(data)
+    ports = {n: s.getsockname() for n, s in socks.items()}
+    routes = [parse_route(f"{A:#x}=0"), parse_route("0x08000/6=3"), parse_route(f"0/{d.below(3)}=11")]
+    enables = {3: frozenset({0, 11})} if d.bool() else {}
+    fabric = d.bits(1)
+    py = RouterCore(fabric, ports, routes, enables)
+    if routes[-1].bits not in _TABLES:
+        _TABLES[routes[-1].bits] = route_table(routes)
+    c = Router(rsock.fileno(), fabric, ports, _TABLES[routes[-1].bits], enables)
+    want: dict[int, list[bytes]] = {n: [] for n in ports}
+    sent = 0
+    for _ in range(1 + d.below(8)):
+        src = d.choice([*socks.values(), stranger])
+        raw = _datagram(d) if d.bool() else d.take(d.below(600))
+        src.sendto(raw, rsock.getsockname())  # loopback: queued on the router's socket when sendto returns
+        sent += 1
+        out = py.receive(src.getsockname(), raw)
+        if out is not None:
+            want[next(n for n, a in ports.items() if a == out[0])].append(out[1])
+    if d.below(8) == 7:  # (short inputs read zeros: forward)
+        loop = threading.Thread(target=c.serve, args=(1,))
+        loop.start()
+        while sum(v for k, v in c.counters().items() if not k.endswith("_tx") and k != "tagged_bad_crc") < sent:
+            loop.join(0.001)
+        c.stop()
+        loop.join()
+        rsock.setblocking(False)  # serve() made it blocking
+    else:
+        assert c.forward(0) == sent, "forward() did not take every datagram"
+    for n, s in socks.items():
+        assert _recv_all(s) == want[n], f"port {n} received other datagrams than RouterCore sends it"
+    assert c.counters() == {k: v for k, v in py.counters.items() if v}, "counters differ"
+
+
+_NODE_RIG: dict[str, object] = {}
+
+
+def _node_rig():
+    """A node's X and Y sockets, the routers they talk to and a stranger, on loopback, and the
+    eventfd the engine wakes Python by (made once)."""
+    import os
+    import socket
+
+    if not _NODE_RIG:
+        def udp() -> socket.socket:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            return s
+
+        _NODE_RIG.update(node=[udp(), udp()], routers=[udp(), udp()], stranger=udp(),
+                         efd=os.eventfd(0, os.EFD_NONBLOCK))
+    return _NODE_RIG
+
+
+def _engine(ii: bool):
+    from servernet._snetnode import Engine
+
+    e = Engine(B, [A, 0x0c001], ii, 0.05)
+    mem = bytearray(3 << 12)
+    own = [bytearray(2 << 12), bytearray(2 << 12)]
+    e.set_windows([(0x100, 2, 3, 3, False, None, mem), (0x102, 1, 1, 1, False, [0x0c001], mem[8192:]),
+                   (0x300, 1, 2, 3, True, None, None), (0x400, 2, 3, 3, False, None, own)])
+    return e
+
+
+@target("servernet.cengine.sock", seeds=[b"", b"\x08" * 80, bytes(range(160))])
+def cengine_sock(data: bytes) -> None:
+    """snetd's compiled receive loop (servernet._snetnode.Engine.serve in a thread: recvmmsg on
+    both fabrics, the sender check, truncation, sendmmsg) on requests, responses and raw
+    datagrams (up to 600 bytes: longer than its buffer) from each fabric's router and from
+    strangers, against a twin Engine fed the same datagrams by receive(): the same datagrams
+    sent on each fabric, the same left for Python, the same counters (strangers apart)."""
+    import os
+    import threading
+
+    from servernet.codec import encode_datagram
+
+    rig = _node_rig()
+    node, routers, stranger, efd = rig["node"], rig["routers"], rig["stranger"], rig["efd"]
+    for s in (*node, *routers, stranger):  # leftovers of an input that failed
+        _recv_all(s)
+    d = Draw(data)
+    ii = d.bool() and d.bool()
+    served, twin = _engine(ii), _engine(ii)
+    served.attach(node[0].fileno(), routers[0].getsockname(), node[1].fileno(), routers[1].getsockname(), efd)
+    sent = strangers = 0
+    for _ in range(1 + d.below(12)):
+        f, k = d.bits(1), d.below(4)
+        if k == 0:
+            raw = d.take(d.below(600))
+        elif k == 1:
+            raw = _datagram(d)
+        else:  # a request (or a response) to this node from a peer, on the path it came by, maybe one byte changed
+            rsp, tt = d.below(4) == 0, d.choice([0, 1, 2])
+            n = 8 * d.below(65) if ii else d.below(65)
+            carries = (rsp and tt == 0) or (not rsp and tt == 1)
+            raw = bytearray(encode_datagram(B, d.choice([A, 0x0c001]), tt, rsp, d.bits(4), f, rsp and d.bool(),
+                                            None if rsp else d.choice([0x100000, 0x102000, 0x300000, 0x101ff0, 0x400000,
+                                                                       0x401fc0, d.bits(32)]),
+                                            bytes(n if carries else 0), n if (tt == 0 and not rsp) else 0, ii))
+            if d.below(4) == 0:
+                raw[d.below(len(raw))] ^= 1 + d.below(255)
+            raw = bytes(raw)
+        src = d.choice([routers[f], routers[f], routers[f], routers[1 - f], stranger])
+        src.sendto(raw, node[f].getsockname())  # loopback: queued on the node's socket when sendto returns
+        sent += 1
+        if src is routers[f]:
+            twin.receive(f, raw[:533], 0.0)  # the engine's receive buffer: MAX_DATAGRAM_II + 1
+        else:
+            strangers += 1
+    taken: list = []
+    loop = threading.Thread(target=served.serve, args=(1,))
+    loop.start()
+    while True:
+        c = served.counters()["node"]
+        taken += [e for e in served.take(0.0) if e[0] == "rx"]
+        if sum(c.get(k, 0) for k in ("rx_X", "rx_Y", "drop_foreign_sender", "drop_slow_path_full")) + len(taken) >= sent:
+            break
+        loop.join(0.001)
+    served.stop()
+    loop.join()
+    try:
+        os.eventfd_read(efd)
+    except BlockingIOError:
+        pass
+    taken += [e for e in served.take(0.0) if e[0] == "rx"]
+    want_out, want_slow = twin.take_out(), [e for e in twin.take(0.0) if e[0] == "rx"]
+    for f in (0, 1):
+        assert _recv_all(routers[f]) == [b for g, b in want_out if g == f], f"fabric {f}: other datagrams sent"
+        assert [e for e in taken if e[1] == f] == [e for e in want_slow if e[1] == f], \
+            f"fabric {f}: other datagrams left for Python"
+    c, want = served.counters(), twin.counters()
+    assert c["node"].pop("drop_foreign_sender", 0) == strangers, "strangers"
+    assert c == want, "counters differ"

@@ -28,9 +28,10 @@ def test_every_decoder_and_handler_has_a_target():
         "pktwayd.eep", "pktwayd.rrp", "pktwayd.messages", "harpd.kernel", "link", "gsnd.core", "switch.core", "switch.fabric",
         "harpd.core", "stpd.core", "pktwayd.engine", "pktway-san.switch", "ulp.server", "control", "stpd.api",
         "fastpath", "wire.cableauth", "ib.packet", "ib.sm", "ib.port", "ib.switch",
-        "servernet.codec", "servernet.router", "servernet.crouter", "servernet.node", "servernet.cnode",
-        "servernet.cengine", "gsnd.dataplane", "switchfwd",
-        "ib.fastpath", "switchloop", "switchloop.rx", "pktwayd.fastpath", "lcrc_scan", "txfast"}
+        "servernet.codec", "servernet.router", "servernet.crouter", "servernet.crouter.sock", "servernet.node", "servernet.cnode",
+        "servernet.cengine", "servernet.cengine.sock", "gsnd.dataplane", "switchfwd",
+        "ib.fastpath", "ib.cswitch", "switchloop", "switchloop.rx", "pktwayd.fastpath", "pktwayd.fastburst",
+        "lcrc_scan", "txfast"}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tests.unit.sanitize import ROOT, build, run_tests
 
 TESTS = ["tests/unit/test_ib_fastpath_differential.py", "tests/unit/test_ib_fastpath_pumps.py",
-         "tests/fuzz/test_fuzz_targets.py::test_target[ib.fastpath]"]
+         "tests/fuzz/test_fuzz_targets.py::test_target[ib.fastpath]", "tests/fuzz/test_fuzz_targets.py::test_target[ib.cswitch]"]
 
 
 def test_ibfast_clean_under_asan_and_ubsan(tmp_path):
