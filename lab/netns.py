@@ -37,6 +37,15 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(args, check=check, capture_output=True, text=True)
 
 
+def gsn_router_toml(name: str, control: Path | str, halves: list[tuple[int, int, int, str, list[tuple[int, str]]]]) -> str:
+    """A pktwayd config of GSN halves: each (addr, san_id, mtu, ULP socket, [(node addr, ULA)])."""
+    text = f'[router]\nname = "{name}"\ncontrol = "{control}"\n'
+    for addr, san_id, mtu, ulp, nodes in halves:
+        text += f'[[half]]\naddr = {addr}\nsan_id = {san_id:#x}\nmtu = {mtu}\nulp = "{ulp}"\n'
+        text += "".join(f'[[half.node]]\naddr = {a}\nula = "{u}"\n' for a, u in nodes)
+    return text
+
+
 def write_cable_key(path: Path) -> Path:
     """A new cable key in ``path`` (mode 0600), as `gsnctl genkey -o` writes it."""
     from daemons.runtime.keyfile import new_key, write_key

@@ -14,7 +14,7 @@ import pytest
 from daemons.runtime.control import request
 from daemons.ulpclient import UlpClient
 from daemons.wire.ula import parse_ula
-from lab.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, gsn_router_toml, poll
 from pktwayd.constants import ETHERTYPE_PKTWAY, PT
 from pktwayd.eep import Packet
 
@@ -26,27 +26,8 @@ def net():
     with Fabric(2, prefix="pga") as fa, Fabric(2, prefix="pgb") as fb:
         ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
         cfg, control = fa.tmp / "pktwayd.toml", fa.tmp / "pktwayd.sock"
-        cfg.write_text(f"""
-[router]
-name = "gone"
-control = "{control}"
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 0
-ulp = "{fa.ulp_path(2)}"
-[[half.node]]
-addr = {H_A}
-ula = "{ula_a[0]}"
-[[half]]
-addr = {R_B}
-san_id = 0x101
-mtu = 0
-ulp = "{fb.ulp_path(2)}"
-[[half.node]]
-addr = {H_B}
-ula = "{ula_b[0]}"
-""")
+        cfg.write_text(gsn_router_toml("gone", control, [(R_A, 0x100, 0, fa.ulp_path(2), [(H_A, ula_a[0])]),
+                                                        (R_B, 0x101, 0, fb.ulp_path(2), [(H_B, ula_b[0])])]))
         proc = subprocess.Popen([str(BIN / "pktwayd"), "-c", str(cfg)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         try:

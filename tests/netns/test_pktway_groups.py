@@ -4,7 +4,7 @@ broadcast through the CLI; each member gets each packet once."""
 
 import subprocess
 
-from lab.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, gsn_router_toml, poll
 from daemons.runtime.control import request
 
 H_A, M_A, M_B, R_A, R_B, GROUP = 0x40, 0x41, 0x60, 0x50, 0x51, 0xE00007
@@ -14,26 +14,8 @@ def test_group_and_broadcast_reach_every_member_once():
     with Fabric(3, prefix="ga") as fa, Fabric(2, prefix="gb") as fb:
         ula_a, ula_b = fa.up(v6=False), fb.up(v6=False)
         ctl = fa.tmp / "pktwayd.sock"
-        (fa.tmp / "pktwayd.toml").write_text(f"""
-[router]
-name = "groups"
-control = "{ctl}"
-
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 2048
-ulp = "{fa.ulp_path(2)}"
-[[half.node]]
-addr = {H_A}
-ula = "{ula_a[0]}"
-
-[[half]]
-addr = {R_B}
-san_id = 0x101
-mtu = 1024
-ulp = "{fb.ulp_path(2)}"
-""")
+        (fa.tmp / "pktwayd.toml").write_text(gsn_router_toml(
+            "groups", ctl, [(R_A, 0x100, 2048, fa.ulp_path(2), [(H_A, ula_a[0])]), (R_B, 0x101, 1024, fb.ulp_path(2), [])]))
         fa.spawn("pktwayd", 2, str(BIN / "pktwayd"), "-c", str(fa.tmp / "pktwayd.toml"))
         poll(lambda: ctl.exists(), 10, what="pktwayd")
         members = [subprocess.Popen([str(BIN / "pktway"), "listen", "--ulp", ulp, "--addr", hex(addr), "--router", router,

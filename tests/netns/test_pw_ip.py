@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lab.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, gsn_router_toml, poll
 from daemons.runtime.control import request
 
 H_A, R_A, H_B, R_B = 0x40, 0x50, 0x60, 0x51
@@ -33,29 +33,8 @@ s.close(); print(mib << 20, h.hexdigest())
 
 
 def router_config(fa, fb, ula_a, ula_b, mtu_b: int) -> str:
-    return f"""
-[router]
-name = "pwip"
-control = "{fa.tmp / 'pktwayd.sock'}"
-
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 2048
-ulp = "{fa.ulp_path(2)}"
-[[half.node]]
-addr = {H_A}
-ula = "{ula_a[0]}"
-
-[[half]]
-addr = {R_B}
-san_id = 0x101
-mtu = {mtu_b}
-ulp = "{fb.ulp_path(2)}"
-[[half.node]]
-addr = {H_B}
-ula = "{ula_b[0]}"
-"""
+    return gsn_router_toml("pwip", fa.tmp / "pktwayd.sock", [(R_A, 0x100, 2048, fa.ulp_path(2), [(H_A, ula_a[0])]),
+                                                           (R_B, 0x101, mtu_b, fb.ulp_path(2), [(H_B, ula_b[0])])])
 
 
 def start_router(fa, fb, ula_a, ula_b, mtu_b: int = 1024) -> subprocess.Popen:
