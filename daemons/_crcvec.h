@@ -127,6 +127,48 @@ __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void lcrc_scan_vpc
     }
 }
 
+/* n a multiple of 4: the control words of n DATA micropackets without grants at m (one
+ * every MP_BYTES, their data already there): ctrl | TSEQ (tseq0 + j) | ECRC es[j] | the
+ * LCRC from the data's block CRC b[j], four per iteration.  The LCRC is the one
+ * lcrc_scan_vpclmul checks: 0xFFFF x^304 + (b x^48 + the control word less its LCRC) mod P,
+ * one Barrett reduction per micropacket instead of five table lookups (tx_encode). */
+__attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void tx_ctrl_vpclmul(uint8_t *m, Py_ssize_t n,
+                                                                                    const uint16_t *b,
+                                                                                    const uint16_t *es,
+                                                                                    uint64_t ctrl, uint64_t tseq0)
+{
+    const __m512i bswap = _mm512_broadcast_i32x4(_mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    const __m512i mu = _mm512_broadcast_i32x4(_mm_set_epi64x(0, (long long)MU80));
+    const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(0, CRC_POLY));
+    const __m512i low16 = _mm512_broadcast_i32x4(_mm_set_epi64x(0, 0xFFFF));
+    const __m512i l38 = _mm512_broadcast_i32x4(_mm_set_epi64x(0, (long long)KL38));
+    const __m512i spread = _mm512_set_epi64(0, 3, 0, 2, 0, 1, 0, 0); /* value k to lane k's low word */
+    const __m512i lane = _mm512_set_epi64(0, 3, 0, 2, 0, 1, 0, 0);
+    const __m512i tseq_mask = _mm512_set1_epi64(0xFF);
+    const __m512i base = _mm512_maskz_set1_epi64(0x55, (long long)ctrl);
+    for (Py_ssize_t i = 0; i < n; i += 4, m += 4 * MP_BYTES) {
+        const __m512i bv = _mm512_maskz_permutexvar_epi64(
+            0x55, spread, _mm512_castsi256_si512(_mm256_cvtepu16_epi64(_mm_loadl_epi64((const __m128i *)(b + i)))));
+        const __m512i ev = _mm512_maskz_permutexvar_epi64(
+            0x55, spread, _mm512_castsi256_si512(_mm256_cvtepu16_epi64(_mm_loadl_epi64((const __m128i *)(es + i)))));
+        const __m512i tv = _mm512_maskz_and_epi64(
+            0x55, _mm512_add_epi64(lane, _mm512_set1_epi64((long long)(tseq0 + (uint64_t)i))), tseq_mask);
+        /* the control word less its LCRC */
+        const __m512i cw = _mm512_ternarylogic_epi64(base, _mm512_slli_epi64(tv, 32), _mm512_slli_epi64(ev, 16), 0xFE);
+        const __m512i l = _mm512_xor_si512(_mm512_slli_epi64(bv, 48), cw);
+        const __m512i tl = _mm512_bsrli_epi128(l, 2);
+        const __m512i ql = _mm512_xor_si512(tl, _mm512_bsrli_epi128(_mm512_clmulepi64_epi128(tl, mu, 0x00), 8));
+        const __m512i rl = _mm512_xor_si512(l, _mm512_clmulepi64_epi128(ql, poly, 0x00));
+        /* cw | ((rl ^ l38) & low16) */
+        const __m512i w = _mm512_shuffle_epi8(
+            _mm512_or_si512(cw, _mm512_and_si512(_mm512_xor_si512(rl, l38), low16)), bswap);
+        _mm_storel_epi64((__m128i *)(m + MP_DATA), _mm512_castsi512_si128(w));
+        _mm_storel_epi64((__m128i *)(m + MP_BYTES + MP_DATA), _mm512_extracti32x4_epi32(w, 1));
+        _mm_storel_epi64((__m128i *)(m + 2 * MP_BYTES + MP_DATA), _mm512_extracti32x4_epi32(w, 2));
+        _mm_storel_epi64((__m128i *)(m + 3 * MP_BYTES + MP_DATA), _mm512_extracti32x4_epi32(w, 3));
+    }
+}
+
 __attribute__((target("pclmul,sse4.1"))) static void block_crcs_clmul(const uint8_t *p, Py_ssize_t stride,
                                                                       Py_ssize_t n, uint16_t *out)
 {

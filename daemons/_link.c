@@ -604,7 +604,33 @@ static int receive_sequenced(Core *s, PyObject *dgram, const uint8_t *shim, cons
     uint64_t counts = 0, seqs = 0; /* seqs: the RSEQ and TSEQ bits that differ from the expected */
     uint64_t tails = 0;            /* the tail bits */
     unsigned types = 0;            /* bit t: a micropacket of TYPE t */
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    /* eight at a time without a branch per micropacket: a group of one VC, no CREDIT
+       micropacket and no credits (the common case) is one run_scan_add of eight; any other
+       group takes run_scan_add per micropacket */
+    for (; i + 8 <= n; i += 8) {
+        uint64_t a = 0, b = ~0ull;
+        unsigned t = 0;
+        for (int k = 0; k < 8; k++) {
+            const uint64_t c = load_be64(mps + (i + k) * MP_BYTES + MP_DATA);
+            t |= 1u << ((c >> 58) & 0xF);
+            seqs |= c ^ ((rseq << 40) | (((seq + (uint64_t)(i + k)) & 0xFF) << 32));
+            a |= c, b &= c;
+        }
+        types |= t;
+        tails |= a & (1ull << 57);
+        if (!((a ^ b) >> 62) && !(a & (0x3Full << 48)) && !(t & (1u << T_CREDIT))) {
+            const int vc = (int)(a >> 62);
+            if (!((counts >> (16 * vc)) & 0xFFFF))
+                scan.first[vc] = i;
+            scan.last[vc] = i + 7;
+            counts += 8ull << (16 * vc);
+        } else {
+            for (int k = 0; k < 8; k++)
+                run_scan_add(&scan, &counts, load_be64(mps + (i + k) * MP_BYTES + MP_DATA), i + k);
+        }
+    }
+    for (; i < n; i++) {
         const uint64_t c = load_be64(mps + i * MP_BYTES + MP_DATA);
         types |= 1u << ((c >> 58) & 0xF);
         seqs |= c ^ ((rseq << 40) | (((seq + (uint64_t)i) & 0xFF) << 32));

@@ -135,24 +135,31 @@ static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k, const u
         }
         st->buf = b, st->cap = cap;
     }
-    /* one pass: ERROR bits, ECRC (the running value, ecrc_run), the copy into the stream;
-       an ERROR bit anywhere in the run is the reason before a wrong ECRC (the oracle's order) */
+    /* one pass: ERROR bits, ECRC, the copy into the stream; an ERROR bit anywhere in the
+       run is the reason before a wrong ECRC (the oracle's order).  The running ECRC is
+       e[i] = M32(e[i-1]) ^ b[i]; each micropacket's stored value s[i] is checked against
+       M32(s[i-1]) ^ b[i], its predecessor's STORED value: when every check holds, s[i] = e[i]
+       for all i by induction (s[-1] = the last good value), and the first i where s[i] !=
+       e[i] is the first failing check.  So the same verdict as comparing with ecrc_run's
+       chain, without its dependency from one micropacket to the next. */
     uint8_t *q = st->buf + at * MP_DATA;
-    uint16_t e = st->last_ecrc, bs[ENC_CHUNK], es[ENC_CHUNK];
-    int ecrc_bad = 0;
+    uint16_t e = st->last_ecrc, bs[ENC_CHUNK];
+    unsigned ecrc_bad = 0;
     for (Py_ssize_t c0 = 0; c0 < k; c0 += ENC_CHUNK) {
         const Py_ssize_t cn = k - c0 < ENC_CHUNK ? k - c0 : ENC_CHUNK;
         const uint8_t *m = mps + c0 * MP_BYTES;
         if (!b0)
             block_crcs(m, MP_BYTES, cn, bs);
-        e = ecrc_run(e, b0 ? b0 + c0 : bs, cn, es);
+        const uint16_t *b = b0 ? b0 + c0 : bs;
         for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES, q += MP_DATA) {
             const uint64_t c = load_be64(m + MP_DATA);
             if ((c >> 56) & 1) {
                 st->bad = RA_D_ERROR;
                 return 0;
             }
-            ecrc_bad |= es[j] != (uint16_t)(c >> 16);
+            const uint16_t stored = (uint16_t)(c >> 16);
+            ecrc_bad |= (unsigned)(stored ^ adv32(e) ^ b[j]);
+            e = stored;
             memcpy(q, m, MP_DATA);
         }
     }

@@ -127,7 +127,34 @@ static void tx_encode(Chunk *ch, int vc, Py_ssize_t i0, Py_ssize_t k, uint8_t *d
             block_crcs(last, MP_BYTES, cn - full, bs + full);
         }
         ch->ecrc = ecrc_run(ch->ecrc, bs, cn, es);
+        /* j in [vlo, vhi): DATA micropackets without grants (not the HEADER, not the last,
+           past the grants), their control words four at a time where the CPU can */
+        Py_ssize_t vlo = 0, vhi = 0;
+#ifdef GSN_CLMUL
+        if (crc_vec) {
+            vlo = 1 - i0 - c0;
+            if (vlo < ng - at - c0)
+                vlo = (Py_ssize_t)(ng - at - c0);
+            if (vlo < 0)
+                vlo = 0;
+            vhi = n - 1 - i0 - c0;
+            if (vhi > cn)
+                vhi = cn;
+            if (vhi - vlo >= 4)
+                vhi = vlo + ((vhi - vlo) & ~(Py_ssize_t)3);
+            else
+                vlo = vhi = 0;
+        }
+#endif
         for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES) {
+#ifdef GSN_CLMUL
+            if (j == vlo && vhi > vlo) {
+                tx_ctrl_vpclmul(m, vhi - vlo, bs + j, es + j, data_ctrl, seq + (uint64_t)(at + c0 + j));
+                m += (vhi - vlo - 1) * MP_BYTES;
+                j = vhi - 1;
+                continue;
+            }
+#endif
             const Py_ssize_t i = i0 + c0 + j;
             const int64_t a = at + c0 + j;
             const unsigned tseq = (unsigned)((seq + (uint64_t)a) & 0xFF);

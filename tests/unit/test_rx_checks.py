@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from daemons import _fastpath as F
 from daemons.link.clink import CLink
@@ -27,7 +27,8 @@ def rewrite(d: bytes, mp_edits, ack) -> bytes:
     for where, field, value in mp_edits:
         at = SHIM + (where % n) * MP
         (ctrl,) = struct.unpack_from("!Q", out, at + 32)
-        shift, mask = {"type": (58, 0xF), "tseq": (32, 0xFF), "rseq": (40, 0xFF)}[field]
+        shift, mask = {"type": (58, 0xF), "tseq": (32, 0xFF), "rseq": (40, 0xFF), "vc": (62, 0x3),
+                       "vcr": (54, 0x3), "cr": (48, 0x3F)}[field]
         ctrl = (ctrl & ~(mask << shift)) | ((value & mask) << shift)
         struct.pack_into("!Q", out, at + 32, ctrl)
         struct.pack_into("!H", out, at + 38, F.crc16(bytes(out[at:at + 38])))  # the LCRC made right
@@ -49,6 +50,34 @@ def test_rewritten_fields_are_judged_alike(sizes, mp_edits, ack, pick):
         sent.append([bytes(d) for d in a.handle_timer(now) + a.datagrams(now)])
     assert sent[0] == sent[1] and sent[0]
     d = rewrite(sent[0][pick % len(sent[0])], mp_edits, ack)
+    for _a, b, _ in sides:
+        b.receive(d, now)
+    assert _obs(sides[0][1], now) == _obs(sides[1][1], now)
+
+
+# VC, TYPE and the credit fields changed anywhere in a long datagram: CLink takes the
+# control words eight at a time and one group of one VC without credits or CREDIT
+# micropackets as one run (receive_sequenced); any other group goes one by one
+VC_EDITS = [("type", 4), ("type", 0), ("type", 2), ("vc", 0), ("vc", 2), ("vc", 3), ("vcr", 2), ("cr", 5), ("cr", 63)]
+vc_edits = st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(VC_EDITS)).map(lambda t: (t[0], *t[1])),
+                    min_size=1, max_size=6)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sizes=st.lists(st.integers(200, 3000), min_size=1, max_size=3), mp_edits=vc_edits, pick=st.integers(0, 100))
+@example(sizes=[2000], mp_edits=[(20, "type", 4)], pick=0)  # a CREDIT micropacket inside a group of eight
+@example(sizes=[2000], mp_edits=[(20, "vc", 2)], pick=0)
+@example(sizes=[2000], mp_edits=[(20, "cr", 5)], pick=0)
+def test_vc_type_and_credit_edits_in_long_datagrams_are_judged_alike(sizes, mp_edits, pick):
+    sides = [_pair(Link), _pair(CLink)]
+    now = sides[0][2] + 0.001
+    sent = []
+    for a, _b, _ in sides:
+        for n in sizes:
+            a.enqueue(1, Message(1, A, B, 0x88B5, bytes(n)).records())
+        sent.append([bytes(d) for d in a.handle_timer(now) + a.datagrams(now)])
+    assert sent[0] == sent[1] and sent[0]
+    d = rewrite(sent[0][pick % len(sent[0])], mp_edits, None)
     for _a, b, _ in sides:
         b.receive(d, now)
     assert _obs(sides[0][1], now) == _obs(sides[1][1], now)
