@@ -33,8 +33,12 @@ static PyTypeObject CoreType; /* defined after this header, in _link.c */
 /* PROJECT CHOICE: a segment of at least this many bytes is forwarded out of the received
  * datagram's own buffer (a reference to it, no copy); a smaller one is copied, so that a
  * few micropackets never hold a whole receive buffer: what waits in the queues holds at
- * most 4x its own size (bench/ip_over_gsn.py (b): the copy was ~7% of the switch's CPU). */
-#define SW_REF_MIN_BYTES (DP_RECV_BYTES / 4)
+ * most 8x its own size (bench/ip_over_gsn.py (b): the copy was ~7% of the switch's CPU).
+ * An eighth, not a quarter: a 9000-byte underlay's datagram carries up to 8,920 bytes of
+ * micropackets, so with a quarter (16 KiB) every segment was copied there; an eighth
+ * (8 KiB) forwards its full datagrams by reference (bench/switch_cost.py --mtu 9000: the
+ * switch's CPU per 64 KiB Message ~4% lower, medians of 14 alternating runs). */
+#define SW_REF_MIN_BYTES (DP_RECV_BYTES / 8)
 
 typedef struct {
     uint8_t *buf;  /* n micropackets: in own, or a PyMem block when own is NULL */
