@@ -72,6 +72,8 @@ typedef struct {
     uint16_t gather_b0[MAX_DGRAM_MPS]; /* the same for gather */
 } DataPlane;
 
+static void tx_big_put(uint8_t *b); /* _txfast.h */
+
 static void dp_free(DataPlane *dp)
 {
     if (!dp)
@@ -79,6 +81,7 @@ static void dp_free(DataPlane *dp)
     ra_free(&dp->ra);
     PyMem_Free(dp->ulp.buf);
     PyMem_Free(dp->ulp.rbuf);
+    tx_big_put(dp->ulp.bbuf);
     PyMem_Free(dp->rbuf);
     Py_CLEAR(dp->auth);
     PyMem_Free(dp);

@@ -77,7 +77,8 @@ typedef struct {
     PyObject *obj; /* a reference to what was enqueued, or NULL: view.buf is ours (PyMem) */
     Py_buffer view;
     Py_ssize_t n; /* micropackets */
-    int raw;      /* view.buf[0:view.len] is a Message's stream from tx_buf_get(), encoded when taken (_txfast.h) */
+    int raw;      /* view.buf[0:view.len] is a Message's stream from tx_buf_get() (1) or tx_big_get() (2),
+                     encoded when taken (_txfast.h) */
     uint16_t ecrc; /* raw: the running ECRC of the micropackets taken so far */
 } Chunk;
 
@@ -191,6 +192,8 @@ static void chunk_release(Chunk *ch)
     if (ch->obj) {
         PyBuffer_Release(&ch->view);
         Py_DECREF(ch->obj);
+    } else if (ch->raw == 2) {
+        tx_big_put(ch->view.buf);
     } else if (ch->raw) {
         tx_buf_put(ch->view.buf);
     } else {

@@ -37,6 +37,51 @@ static void tx_buf_put(uint8_t *b)
         PyMem_Free(b);
 }
 
+/* Buffers for ULP SENDs larger than a pool buffer (_ulpraw.h: a client whose last frame
+ * spilled reads its next ones into one of these, whole, so that a large Message is
+ * queued raw too).  Each is a frame's room at the socket's payload limit (4 MiB + a
+ * little), of which only what frames used is ever touched; its size is kept in front of
+ * it, so one of another dp's size is not reused.  A few are kept (malloc'ing and freeing
+ * them per Message was page faults, brk and zeroing: ~20% of a gsnd sending 256 KiB ST
+ * Messages). */
+#define TX_BIG_MAX 4
+#define TX_BIG_PREFIX 16
+
+static uint8_t *tx_big[TX_BIG_MAX];
+static int tx_nbig;
+
+static size_t tx_big_size(const uint8_t *b)
+{
+    size_t len;
+    memcpy(&len, b - TX_BIG_PREFIX, sizeof len);
+    return len;
+}
+
+static uint8_t *tx_big_get(size_t len)
+{
+    while (tx_nbig) {
+        uint8_t *b = tx_big[--tx_nbig];
+        if (tx_big_size(b) == len)
+            return b;
+        PyMem_Free(b - TX_BIG_PREFIX);
+    }
+    uint8_t *p = PyMem_Malloc(len + TX_BIG_PREFIX);
+    if (!p)
+        return NULL;
+    memcpy(p, &len, sizeof len);
+    return p + TX_BIG_PREFIX;
+}
+
+static void tx_big_put(uint8_t *b)
+{
+    if (!b)
+        return;
+    if (tx_nbig < TX_BIG_MAX)
+        tx_big[tx_nbig++] = b;
+    else
+        PyMem_Free(b - TX_BIG_PREFIX);
+}
+
 /* Datagrams the peer has acknowledged, kept for the next ones instead of going back to
  * malloc (with a 1500-byte underlay a 64 KiB frame is 57 datagrams, and malloc/free of
  * each was 5-6% of the sender).  Only full datagrams (max_mps micropackets, the most

@@ -290,7 +290,7 @@ static PyObject *Core_ulp_client(Core *s, PyObject *args)
     }
     if (!c) {
         c = &u->c[u->n++];
-        c->closed = c->hup = c->lone = 0, c->parked = -1, c->read_at = 0;
+        c->closed = c->hup = c->lone = c->large = 0, c->parked = -1, c->read_at = 0;
     }
     c->fd = fd, c->privileged = priv, c->direct = direct, c->nets = (int)(ets.len / 2);
     for (int k = 0; k < c->nets; k++)

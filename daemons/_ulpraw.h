@@ -8,8 +8,11 @@
  * and copied once more into the datagram.
  *
  * A frame larger than a pool buffer spills into the registry's receive buffer and is
- * made contiguous there (one extra copy, only for Messages over 64 KiB).  Included by
- * _ulploop.h.
+ * made contiguous there (one extra copy), then encoded into a malloc'd block; and the
+ * client is marked `large`: its next frames are read into a large-frame buffer
+ * (tx_big_get, room for the largest frame) and queued raw from there as well, until one
+ * fits a pool buffer again.  A stream of large Messages (ST's 256 KiB STUs) thus pays one
+ * user-space copy each, not four and the block's page faults.  Included by _ulploop.h.
  */
 #ifndef GSN_ULPRAW_H
 #define GSN_ULPRAW_H
@@ -28,6 +31,20 @@
  * had (an exception set). */
 static ssize_t ul_raw_recv(UlpReg *u, UlClient *c, struct msghdr *mh, const uint8_t **f)
 {
+    if (c->large) { /* the whole frame (and the byte that shows truncation) into a large buffer */
+        if (!u->bbuf && !(u->bbuf = tx_big_get((size_t)(UL_RAW_AT + u->buf_len)))) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        struct iovec iov = {u->bbuf + UL_RAW_AT, (size_t)u->buf_len};
+        mh->msg_iov = &iov, mh->msg_iovlen = 1;
+        ssize_t n = recvmsg(c->fd, mh, MSG_DONTWAIT | MSG_TRUNC);
+        mh->msg_iov = NULL, mh->msg_iovlen = 0;
+        *f = u->bbuf + UL_RAW_AT;
+        if (n >= 0 && n <= UL_RAW_CAP)
+            c->large = 0;
+        return n;
+    }
     if (!u->rbuf && !(u->rbuf = tx_buf_get())) {
         PyErr_NoMemory();
         return -2;
@@ -38,6 +55,7 @@ static ssize_t ul_raw_recv(UlpReg *u, UlClient *c, struct msghdr *mh, const uint
     mh->msg_iov = NULL, mh->msg_iovlen = 0;
     *f = u->rbuf + UL_RAW_AT;
     if (n > UL_RAW_CAP) { /* spilled: u->buf holds the rest; make the frame's head contiguous there */
+        c->large = 1;
         Py_ssize_t keep = n < u->buf_len ? n : u->buf_len;
         if (keep > UL_RAW_CAP)
             memmove(u->buf + UL_RAW_CAP, u->buf, (size_t)(keep - UL_RAW_CAP));
@@ -55,13 +73,14 @@ static int ul_queue_raw(Core *s, UlpReg *u, const uint8_t *f, Py_ssize_t n)
     Py_ssize_t plen = n - UL_HEADER;
     uint64_t m_len = RA_LLC + (uint64_t)plen;
     Py_ssize_t nmps = (Py_ssize_t)((RA_MAC + m_len + MP_DATA - 1) / MP_DATA);
-    if (f != u->rbuf + UL_RAW_AT || nmps < UL_RAW_MIN)
+    int big = u->bbuf && f == u->bbuf + UL_RAW_AT;
+    if ((!big && f != u->rbuf + UL_RAW_AT) || nmps < UL_RAW_MIN)
         return 0;
     int vc = f[1];
     VcQueue *q = &s->q[vc];
     if (q_room(q) < 0)
         return -1;
-    uint8_t hdr[UL_HEADER], *head = u->rbuf;
+    uint8_t hdr[UL_HEADER], *head = big ? u->bbuf : u->rbuf;
     memcpy(hdr, f, UL_HEADER); /* head's last 10 bytes are the ULP header: read it first */
     memcpy(head, hdr + 4, 6);  /* D_ULA */
     memcpy(head + 6, s->dp->ula, 6);
@@ -70,10 +89,13 @@ static int ul_queue_raw(Core *s, UlpReg *u, const uint8_t *f, Py_ssize_t n)
     head[22] = hdr[2], head[23] = hdr[3]; /* EtherType */
     Chunk *ch = &q->c[q->end++];
     memset(ch, 0, sizeof *ch);
-    ch->view.buf = head, ch->view.len = RA_PREFIX + plen, ch->raw = 1, ch->ecrc = CRC_INIT;
+    ch->view.buf = head, ch->view.len = RA_PREFIX + plen, ch->raw = big ? 2 : 1, ch->ecrc = CRC_INIT;
     ch->obj = NULL, ch->n = nmps;
     q->count += nmps;
-    u->rbuf = NULL; /* the chunk owns it (back to the pool when taken) */
+    if (big) /* the chunk owns it (back to its pool when taken) */
+        u->bbuf = NULL;
+    else
+        u->rbuf = NULL;
     return 1;
 }
 

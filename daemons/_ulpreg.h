@@ -40,6 +40,7 @@ typedef struct {
     int parked;     /* the VC whose queue its next SEND waits for (wait_room), or -1 */
     int hup;        /* it hung up: what its socket holds is read without waiting for room */
     int lone;       /* its last burst was one frame: read one per wake-up, no probe for a second (_ulploop.h) */
+    int large;      /* its last frame did not fit a pool buffer: the next is read into a large one (_ulpraw.h) */
     uint64_t read_at; /* the poll (UlpReg.polls) it was last read at */
     int nets;
     uint16_t ets[UL_BINDINGS];
@@ -50,6 +51,7 @@ typedef struct {
     UlClient c[UL_CLIENTS];
     uint8_t *buf; /* one receive buffer for every client: a whole frame and one byte more */
     uint8_t *rbuf; /* a transmit pool buffer a frame is read into first (_ulpraw.h), or NULL */
+    uint8_t *bbuf; /* a large-frame buffer (tx_big_get) a `large` client's frame is read into, or NULL */
     Py_ssize_t buf_len;
     uint64_t polls; /* dp_run's poll returns that read clients (ul_poll_read) */
     uint64_t counters[UL_N];

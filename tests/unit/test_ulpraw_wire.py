@@ -107,6 +107,15 @@ def through_the_oracle(msgs, key: bytes | None, max_mps: int | None = None) -> l
 @example(sends=[(1, 32712, 0x88B5, b"a"), (2, 32713, 0x1234, b"bc")], keyed=False, max_mps=None)
 @example(sends=[(3, 65618, 0x88B5, b"\x00\xff"), (1, 65619, 0x0800 ^ 1, b"z")], keyed=True, max_mps=333)
 @example(sends=[(0, 2184, 0x88B5, b"q"), (3, 200_001, 0xFFFF, b"xyz")], keyed=False, max_mps=None)
+# after a spilled frame the client's next ones are read into a large buffer: queued raw
+# from there (large, or from 1024 micropackets), encoded at once from there (small), and
+# the frame that fits a pool buffer again puts the client back on the pool
+@example(sends=[(3, 200_001, 0x88B5, b"a"), (2, 131207, 0x1234, b"b"), (1, 32713, 0x88B5, b"cd"),
+                (0, 40, 0x88B5, b"e")], keyed=False, max_mps=None)
+@example(sends=[(3, 262_184, 0x8181, b"st"), (3, 262_184, 0x8181, b"ts"), (3, 65619, 0x8181, b"u"),
+                (3, 500, 0x8181, b"v")], keyed=True, max_mps=333)
+@example(sends=[(1, 65619, 0x88B5, b"w"), (1, 32712, 0x88B5, b"x"), (1, 65619, 0x88B5, b"y")],
+         keyed=False, max_mps=37)
 @given(sends=SENDS, keyed=st.booleans(), max_mps=st.sampled_from([None, None, 1000, 333, 37]))
 def test_the_loops_datagrams_for_ulp_sends_equal_the_python_encoding(sends, keyed, max_mps):
     key = KEY if keyed else None
