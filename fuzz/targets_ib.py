@@ -189,3 +189,163 @@ def ib_cswitch(data: bytes) -> None:
         assert fast.on_cable(port, raw, 0.0) == py.on_cable(port, raw, 0.0), "compiled switch decided otherwise"
     c, _socks = fast.counters()
     assert +(c + core.counters) == +Counter(py.counters), "switch counters differ"
+
+
+# --- the compiled switch's pump thread (Switch.start: recvmmsg with GRO, the cut into segments,
+# the peer check, sw_route, sendmmsg; take_slow / resume) through real sockets -------------------
+IB_PUMP_PORTS = (1, 2, 3)
+IB_PUMP_RIG_INPUTS = 200  # inputs per rig before a fresh switch and thread (the rest meet earlier state)
+IB_PUMP_WAIT_S = 5.0  # every datagram sent must be accounted for within this (loopback: far less)
+UDP_SEGMENT = 103  # linux/udp.h
+SOL_UDP = 17
+
+
+class _IbPumpRig:
+    def __init__(self) -> None:
+        import socket
+
+        from ib import _ibfast
+        from ib.fastpath import SwitchFast
+        from ib.switchcore import SwitchCore
+
+        def sock() -> socket.socket:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            return s
+
+        self.mine = {n: sock() for n in IB_PUMP_PORTS}  # the switch's cable sockets
+        self.peer = {n: sock() for n in IB_PUMP_PORTS}  # the neighbour on each cable
+        self.stranger = sock()
+        self.core = SwitchCore(0x1001, list(IB_PUMP_PORTS))
+        self.py = SwitchCore(0x1001, list(IB_PUMP_PORTS))  # the oracle: every datagram, no C
+        self.sw = _ibfast.Switch([(n, self.mine[n].fileno(), "127.0.0.1", self.peer[n].getsockname()[1])
+                                  for n in IB_PUMP_PORTS])
+        self.fast = SwitchFast(self.core, self.sw)
+        self.note = self.sw.start()
+        self.inputs = 0
+        self.strangers: dict[int, int] = {n: 0 for n in IB_PUMP_PORTS}
+        self.lids: list[int] = []  # the LFT's LIDs (drawn by the first input, maybe redrawn by later ones)
+
+    def close(self) -> None:
+        self.sw.stop()
+        for s in [*self.mine.values(), *self.peer.values(), self.stranger]:
+            s.close()
+
+
+_IB_PUMP: list[_IbPumpRig] = []
+
+
+def _ib_pump_rig() -> _IbPumpRig:
+    if _IB_PUMP and _IB_PUMP[0].inputs >= IB_PUMP_RIG_INPUTS:
+        _IB_PUMP.pop().close()
+    if not _IB_PUMP:
+        _IB_PUMP.append(_IbPumpRig())
+    return _IB_PUMP[0]
+
+
+@target("ib.pump", seeds=[b"", b"\x05" * 60, bytes(range(100)), b"\x03\x01" * 120])
+def ib_pump(data: bytes) -> None:
+    """ib/_ibfast.c's switch pump thread (Switch.start: recvmmsg with UDP GRO, the cut into
+    segments, the peer check, the LFT lookup, sendmmsg; take_slow / resume) fed hostile
+    datagrams through real loopback sockets (built, mutated, raw, GSO bursts, strangers),
+    against SwitchCore alone: what the thread forwards plus what the core makes of what it
+    hands back is what the oracle sends, and the counters agree."""
+    import errno
+    import select
+    import struct
+    import time
+    from collections import Counter
+
+    rig = _ib_pump_rig()
+    rig.inputs += 1
+    d = Draw(data)
+    ports = list(IB_PUMP_PORTS)
+    if d.bool() or rig.inputs == 1:  # a new LFT / MFT (the SM's), into C while the thread runs
+        lids = [d.int(2) for _ in range(1 + d.below(4))] + [0xBFFF, 0xC000, 0xFFFF]
+        rig.py.lft = rig.core.lft = {lid: d.choice([*ports, 7]) for lid in lids}  # 7: not a port
+        rig.py.mft = rig.core.mft = {0xC001: d.int(1)}
+        rig.fast.sync()
+        rig.lids = lids
+    lids = rig.lids
+    sent: dict[int, list[bytes]] = {n: [] for n in ports}
+    strangers: Counter[int] = Counter()
+    for _ in range(1 + d.below(10)):
+        k = d.below(6)
+        if k == 0:
+            raw = d.take(d.below(40))
+        else:
+            raw = _ud(d)
+            if k in (1, 4, 5):
+                raw = raw[:2] + d.choice(lids).to_bytes(2, "big") + raw[4:]
+            elif k == 2:
+                raw = mutate_bytes(d, raw, offsets=[0, 1, 2, 3])
+        port = d.choice(ports)
+        if k == 5 and len(raw) >= 8:  # a GSO burst of equal segments (the last may be shorter)
+            n = 2 + d.below(4)
+            burst = [raw[:2] + d.choice(lids).to_bytes(2, "big") + raw[4:] for _ in range(n)]
+            if d.bool():
+                burst[-1] = burst[-1][: 4 + d.below(len(raw) - 4)]
+            try:
+                rig.peer[port].sendmsg([b"".join(burst)], [(SOL_UDP, UDP_SEGMENT, struct.pack("H", len(raw)))], 0,
+                                       rig.mine[port].getsockname())
+            except OSError as exc:  # no GSO here: one at a time
+                assert exc.errno in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT), exc
+                for b in burst:
+                    rig.peer[port].sendto(b, rig.mine[port].getsockname())
+            sent[port].extend(burst)
+        elif d.below(6) == 5:  # not from the cable's peer: dropped and counted
+            rig.stranger.sendto(raw, rig.mine[port].getsockname())
+            strangers[port] += 1
+        else:
+            rig.peer[port].sendto(raw, rig.mine[port].getsockname())
+            sent[port].append(raw)
+    # what the thread forwards arrives at the out port's peer; what it hands back goes
+    # through the core (as ib/switchd.py does), then the port is read again
+    total = sum(map(len, sent.values()))
+    forwarded: list[tuple[int, bytes]] = []
+    slow: dict[int, list[bytes]] = {n: [] for n in ports}
+    out: list[tuple[int, bytes]] = []
+    until = time.monotonic() + IB_PUMP_WAIT_S
+    poller = [rig.note, *(s.fileno() for s in rig.peer.values())]
+    by_fd = {s.fileno(): n for n, s in rig.peer.items()}
+
+    def foreign() -> Counter:
+        c: Counter[int] = Counter()
+        for (where, what), v in rig.sw.counters().items():
+            if where.startswith("port") and what == "drop_foreign_source":
+                c[int(where[4:])] = v
+        return c
+
+    want_foreign = Counter(rig.strangers) + strangers
+    while len(forwarded) + sum(map(len, slow.values())) < total or +foreign() != +want_foreign:
+        left = until - time.monotonic()
+        assert left > 0, (f"the pump thread lost datagrams: {total} sent, {len(forwarded)} forwarded, "
+                          f"{sum(map(len, slow.values()))} handed back, foreign {foreign()} != {want_foreign}")
+        r, _, _ = select.select(poller, [], [], min(left, 0.05))
+        for fd in r:
+            if fd == rig.note:
+                for number, dgram in rig.sw.take_slow():
+                    slow[number].append(dgram)
+                    out.extend(rig.core.on_cable(number, dgram, 0.0))
+                    rig.sw.resume(number)
+            else:
+                while True:
+                    try:
+                        forwarded.append((by_fd[fd], rig.peer[by_fd[fd]].recv(70000)))
+                    except BlockingIOError:
+                        break
+    rig.strangers = dict(want_foreign)
+    assert len(forwarded) + sum(map(len, slow.values())) == total, "more out than in"
+    want: list[tuple[int, bytes]] = []
+    for port in ports:
+        it = iter(sent[port])  # each port's hand-backs in its arrival order
+        assert all(any(s == x for x in it) for s in slow[port]), f"port {port}'s hand-backs out of order"
+        for raw in sent[port]:
+            want.extend(rig.py.on_cable(port, raw, 0.0))
+    assert not Counter(forwarded) - Counter(want), "the pump thread forwarded what the oracle does not send"
+    assert Counter(forwarded + out) == Counter(want), "the pump thread and the core sent otherwise than the oracle"
+    c, socks = rig.fast.counters()
+    assert +(c + rig.core.counters) == +Counter(rig.py.counters), "switch counters differ"
+    for n, cnt in socks.items():
+        assert set(cnt) <= {"drop_foreign_source"}, f"port {n}: socket errors {cnt}"
