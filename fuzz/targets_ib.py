@@ -349,3 +349,189 @@ def ib_pump(data: bytes) -> None:
     assert +(c + rig.core.counters) == +Counter(rig.py.counters), "switch counters differ"
     for n, cnt in socks.items():
         assert set(cnt) <= {"drop_foreign_source"}, f"port {n}: socket errors {cnt}"
+
+
+# --- the compiled port's pump thread (Port.start: TAP reads, recvmmsg with GRO, the peer check,
+# tx/rx per packet, sendmmsg and TAP writes; take_slow / resume) through real descriptors ------------
+IB_PORT_MAC = b"\x00\x02\xc9\x00\x00\x01"
+IB_PORT_IFACES = ((0x48, 0xFFFF, 0xB1B, 2044), (0x49, 0x8001, 0xB1B, 1500))  # (qpn, pkey, qkey, mtu) per TAP
+IB_PORT_LID = 2
+
+
+class _IbPortRig:
+    def __init__(self) -> None:
+        import socket
+
+        from ib import _ibfast, addr
+
+        def udp() -> socket.socket:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            return s
+
+        self.cable, self.peer, self.stranger = udp(), udp(), udp()
+        self.taps, self.kernels = [], []  # a datagram socket pair stands for each TAP (a frame per read)
+        for _ in IB_PORT_IFACES:
+            tap, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            tap.setblocking(False)
+            kernel.setblocking(False)
+            self.taps.append(tap)
+            self.kernels.append(kernel)
+        self.port = _ibfast.Port(self.cable.fileno(), *self.peer.getsockname())
+        self.twin = _ibfast.Port(-1, "127.0.0.1", 9)  # the oracle: the per-packet functions, no I/O
+        self.neigh = [addr.remac(q, 3 + i) for i, (q, *_r) in enumerate(IB_PORT_IFACES)]
+        for p, fds in ((self.port, [t.fileno() for t in self.taps]), (self.twin, [-1] * len(self.taps))):
+            p.configure(IB_PORT_LID, True, IB_PORT_MAC, [(fd, True, *i) for fd, i in zip(fds, IB_PORT_IFACES)])
+            p.set_neighbours([(k, self.neigh[k], 3 + k, IB_PORT_IFACES[k][0], k) for k in range(len(self.taps))])
+        self.note = self.port.start(0.0, 1 + IB_PUMP_RIG_INPUTS % 7)  # a small budget: sources take turns
+        self.inputs = self.strangers = 0
+
+    def close(self) -> None:
+        self.port.stop()
+        for s in [self.cable, self.peer, self.stranger, *self.taps, *self.kernels]:
+            s.close()
+
+
+_IB_PORT: list[_IbPortRig] = []
+
+
+def _ib_port_rig() -> _IbPortRig:
+    if _IB_PORT and _IB_PORT[0].inputs >= IB_PUMP_RIG_INPUTS:
+        _IB_PORT.pop().close()
+    if not _IB_PORT:
+        _IB_PORT.append(_IbPortRig())
+    return _IB_PORT[0]
+
+
+@target("ib.port.pump", seeds=[b"", b"\x04" * 80, bytes(range(120)), b"\x01\x00" * 150])
+def ib_port_pump(data: bytes) -> None:
+    """ib/_ibfast.c's port pump thread (Port.start: TAP reads, recvmmsg with UDP GRO, the peer
+    check, the per-packet tx/rx, sendmmsg and TAP writes; take_slow / resume) fed hostile TAP
+    frames and UD datagrams through real descriptors (two TAPs, GSO bursts, strangers), against
+    a twin Port's per-packet functions (which ib.fastpath checks against Python): the same
+    packets to the cable and frames to each TAP, in order, the rest handed back in order."""
+    import errno
+    import select
+    import struct
+    import time
+    from collections import Counter
+
+    from ib import packet
+
+    rig = _ib_port_rig()
+    rig.inputs += 1
+    d = Draw(data)
+    lid, mac = IB_PORT_LID, IB_PORT_MAC
+    want_cable: list[list[bytes]] = [[] for _ in IB_PORT_IFACES]  # per TAP (the thread takes them in turns)
+    want_tap: list[list[bytes]] = [[] for _ in IB_PORT_IFACES]
+    want_slow: dict[int, list[bytes]] = {}
+    sent = strangers = 0
+    to = rig.cable.getsockname()
+
+    def ud() -> bytes:
+        k = d.below(len(IB_PORT_IFACES))
+        qpn, pkey, qkey, _mtu = IB_PORT_IFACES[k]
+        p = packet.UdPacket(slid=d.choice([3, 4, d.int(2)]), dlid=d.choice([lid, lid, d.int(2)]),
+                            pkey=d.choice([pkey, pkey, d.int(2)]), dqpn=d.choice([qpn, qpn, d.int(3)]),
+                            sqpn=d.choice([qpn, d.int(3)]), qkey=d.choice([qkey, qkey, d.int(4)]),
+                            payload=d.choice([b"\x08\x00\x00\x00", b"\x86\xdd\x00\x00", d.take(4)])
+                            + d.take(d.below(200)))
+        raw = p.encode()
+        return mutate_bytes(d, raw, offsets=[0, 1, 2, 4, 5, 9, 10, 20]) if d.below(4) == 0 else raw
+
+    def expect_rx(dgram: bytes) -> None:
+        r = rig.twin.rx(dgram)
+        if r is None:
+            want_slow.setdefault(-1, []).append(dgram)
+        else:
+            want_tap[r[0]].append(r[1])
+
+    for _ in range(1 + d.below(10)):
+        what = d.below(8)
+        if what < 3:  # a TAP frame
+            k = d.below(len(IB_PORT_IFACES))
+            frame = (d.choice([rig.neigh[k], rig.neigh[k], rig.neigh[1 - k], d.take(6).ljust(6, b"\0")]) + mac
+                     + d.choice([b"\x08\x00", b"\x86\xdd", b"\x08\x06", d.take(2)]) + d.take(d.below(200)))
+            if d.below(4) == 0:
+                frame = mutate_bytes(d, frame, offsets=[0, 12, 13, 14, 20])
+            if not frame:
+                continue
+            rig.kernels[k].send(frame)
+            pkt = rig.twin.tx(k, frame, 0.0)
+            if pkt is None:
+                want_slow.setdefault(k, []).append(frame)
+            else:
+                want_cable[k].append(pkt)
+            sent += 1
+        elif what == 3 and d.bool():  # a GSO burst of equal segments
+            raw = ud()
+            if len(raw) < 8:
+                continue
+            burst = [raw] * (2 + d.below(3))
+            try:
+                rig.peer.sendmsg([b"".join(burst)], [(SOL_UDP, UDP_SEGMENT, struct.pack("H", len(raw)))], 0, to)
+            except OSError as exc:
+                assert exc.errno in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT), exc
+                for b in burst:
+                    rig.peer.sendto(b, to)
+            for b in burst:
+                expect_rx(b)
+            sent += len(burst)
+        elif what == 3:  # a stranger's: counted, not carried
+            rig.stranger.sendto(ud(), to)
+            strangers += 1
+        else:
+            raw = ud() if what < 7 else d.take(d.below(60))
+            rig.peer.sendto(raw, to)
+            expect_rx(raw)
+            sent += 1
+    got_cable: list[bytes] = []  # in the order sent: each TAP's packets in order, TAPs interleaved
+    got_tap: list[list[bytes]] = [[] for _ in IB_PORT_IFACES]
+    got_slow: dict[int, list[bytes]] = {}
+    until = time.monotonic() + IB_PUMP_WAIT_S
+    fds = {rig.note: None, rig.peer.fileno(): "cable", **{k.fileno(): i for i, k in enumerate(rig.kernels)}}
+
+    def foreign() -> int:
+        return rig.port.counters().get(("cable", "drop_foreign_source"), 0)
+
+    def done() -> int:
+        return len(got_cable) + sum(map(len, got_tap)) + sum(map(len, got_slow.values()))
+
+    while done() < sent or foreign() < rig.strangers + strangers:
+        left = until - time.monotonic()
+        assert left > 0, (f"the port thread lost packets: {sent} sent, {len(got_cable)} to the cable, "
+                          f"{[len(t) for t in got_tap]} to the TAPs, {got_slow} handed back; foreign {foreign()}")
+        r, _, _ = select.select(list(fds), [], [], min(left, 0.05))
+        for fd in r:
+            where = fds[fd]
+            if where is None:
+                for src, x in rig.port.take_slow():
+                    got_slow.setdefault(src, []).append(x)
+                    rig.port.resume(src)
+                continue
+            s = rig.peer if where == "cable" else rig.kernels[where]
+            while True:
+                try:
+                    x = s.recv(70000)
+                except BlockingIOError:
+                    break
+                if isinstance(where, int):
+                    got_tap[where].append(x)
+                else:
+                    got_cable.append(x)
+    rig.strangers += strangers
+    assert done() == sent and foreign() == rig.strangers, "more out than in"
+    assert not Counter(got_cable) - Counter(sum(want_cable, [])), "the thread sent a packet the twin would not"
+    by_tap: list[list[bytes]] = [[] for _ in IB_PORT_IFACES]
+    qpns = [i[0] for i in IB_PORT_IFACES]
+    for pkt in got_cable:
+        by_tap[qpns.index(packet.decode(pkt).sqpn)].append(pkt)
+    assert by_tap == want_cable, "the thread's packets to the cable differ from the twin's, or their order"
+    assert got_tap == want_tap, "the thread's frames to the TAPs differ from the twin's, or their order"
+    assert got_slow == want_slow, "the thread handed back otherwise than the twin, or out of order"
+    mine, twin = rig.port.counters(), rig.twin.counters()
+    assert {k: v for k, v in mine.items() if k[0].startswith("iface")} == \
+        {k: v for k, v in twin.items() if k[0].startswith("iface")}, "per-interface counts differ from the twin's"
+    errs = {k: v for k, v in mine.items() if k[0] in ("send", "recv") or k[0].startswith("tap_")}
+    assert not errs, f"descriptor errors {errs}"
