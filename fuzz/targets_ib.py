@@ -195,7 +195,7 @@ def ib_cswitch(data: bytes) -> None:
 # the peer check, sw_route, sendmmsg; take_slow / resume) through real sockets -------------------
 IB_PUMP_PORTS = (1, 2, 3)
 IB_PUMP_RIG_INPUTS = 200  # inputs per rig before a fresh switch and thread (the rest meet earlier state)
-IB_PUMP_WAIT_S = 5.0  # every datagram sent must be accounted for within this (loopback: far less)
+IB_PUMP_WAIT_S = 10.0  # every datagram sent must be accounted for within this (loopback: far less; nice 19 under load)
 UDP_SEGMENT = 103  # linux/udp.h
 SOL_UDP = 17
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -45,7 +46,11 @@ STRANGER_EVERY = 5  # every 5th datagram is preceded by a stranger's (not drawn:
 # and a hair after it for the other would part them.  The steps are chosen so that no sum
 # of them is a sum of the link's delays (ACK_DELAY_S, RTX_TIMEOUT_*, KEEPALIVE_S,
 # RESET_INTERVAL_S, DEAD_INTERVAL_S) in the rig's life.
+# Under load a run() call can be preempted for milliseconds, and its clock runs ahead of
+# the oracle's by as much: a rig where any call took longer than RUN_EXACT_S is compared no
+# more (its invariants still are) and is rebuilt.
 STEPS_S = (0.0, 0.00037, 0.0043, 0.371)
+RUN_EXACT_S = 0.0003
 MAX_RUNS = 64  # run() calls to take one round's datagrams in (each takes up to LOOP_DATAGRAMS)
 
 
@@ -116,9 +121,10 @@ class Rig:
         self.history: list[bytes] = []
         self.inputs = self.sent = self.strangers = 0
         self.reasons: Counter[str] = Counter()
+        self.tainted = False  # a run() call took longer than RUN_EXACT_S: no oracle comparison
 
     def usable(self) -> bool:
-        return (self.inputs < RIG_INPUTS and self.attacker.up and self.other.up and self.py_other.up
+        return (not self.tainted and self.inputs < RIG_INPUTS and self.attacker.up and self.other.up and self.py_other.up
                 and all(p.link.up for sw in (self.sw, self.py) for p in sw.ports.values()))
 
     def close(self) -> None:
@@ -129,6 +135,7 @@ class Rig:
 
 
 _RIG: list[Rig] = []
+COMPARED, TAINTED = [0], [0]  # inputs compared with the oracle / not (a slow run() call in their rig)
 
 
 def _rig() -> Rig:
@@ -146,7 +153,9 @@ def _run_until(rig: Rig, now: float, dgrams: list[bytes], control: bool) -> list
     sw, py, got, wire = rig.sw, rig.py, 0, []
     if control:  # trio has work: run returns at once, receiving nothing
         os.write(rig.trio_w, b"x")
+        t0 = time.monotonic()
         reason, received, refused = sw.plane.run(now, now, rig.trio_r)
+        rig.tainted |= time.monotonic() - t0 > RUN_EXACT_S
         assert REASONS[reason] == "control" and received == {} and refused == {}, (reason, received, refused)
         rig.reasons["control"] += 1
         os.read(rig.trio_r, 16)
@@ -154,7 +163,9 @@ def _run_until(rig: Rig, now: float, dgrams: list[bytes], control: bool) -> list
         if got >= len(dgrams):
             break
         tx0 = rig.cable["tx_datagrams"]
+        t0 = time.monotonic()
         reason, received, refused = sw.plane.run(now, now, rig.trio_r)
+        rig.tainted |= time.monotonic() - t0 > RUN_EXACT_S
         assert REASONS[reason] in ("idle", "deadline", "events", "timer"), REASONS[reason]
         assert refused == {}, refused  # loopback takes all
         assert set(received) <= {1}, received  # only port 1 is cabled
@@ -222,8 +233,12 @@ def one_input(data: bytes) -> None:
     rig.now = now
     sw.handle_timer(now)
     py.handle_timer(now)
-    assert got_c == got_py, "the compiled loop forwarded to port 2 otherwise than the Python switch"
     rx = {k: v for k, v in rig.cable.items() if k.startswith("rx_")}
     assert rx == {k: v for k, v in (("rx_datagrams", rig.sent), ("rx_foreign_datagram", rig.strangers)) if v}, rx
+    if rig.tainted:
+        TAINTED[0] += 1
+        return
+    COMPARED[0] += 1
+    assert got_c == got_py, "the compiled loop forwarded to port 2 otherwise than the Python switch"
     fwd_c, fwd_py = (Counter({k: v for k, v in s.status()["counters"].items() if v}) for s in (sw, py))
     assert fwd_c == fwd_py, f"switch counters differ: {fwd_c - fwd_py} / {fwd_py - fwd_c}"
