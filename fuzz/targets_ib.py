@@ -226,6 +226,7 @@ class _IbPumpRig:
         self.inputs = 0
         self.strangers: dict[int, int] = {n: 0 for n in IB_PUMP_PORTS}
         self.lids: list[int] = []  # the LFT's LIDs (drawn by the first input, maybe redrawn by later ones)
+        self.failed = False  # an input raised: the next one starts on a fresh rig
 
     def close(self) -> None:
         self.sw.stop()
@@ -237,7 +238,7 @@ _IB_PUMP: list[_IbPumpRig] = []
 
 
 def _ib_pump_rig() -> _IbPumpRig:
-    if _IB_PUMP and _IB_PUMP[0].inputs >= IB_PUMP_RIG_INPUTS:
+    if _IB_PUMP and (_IB_PUMP[0].inputs >= IB_PUMP_RIG_INPUTS or _IB_PUMP[0].failed):
         _IB_PUMP.pop().close()
     if not _IB_PUMP:
         _IB_PUMP.append(_IbPumpRig())
@@ -259,6 +260,7 @@ def ib_pump(data: bytes) -> None:
 
     rig = _ib_pump_rig()
     rig.inputs += 1
+    rig.failed = True  # until this input passes
     d = Draw(data)
     ports = list(IB_PUMP_PORTS)
     if d.bool() or rig.inputs == 1:  # a new LFT / MFT (the SM's), into C while the thread runs
@@ -349,6 +351,7 @@ def ib_pump(data: bytes) -> None:
     assert +(c + rig.core.counters) == +Counter(rig.py.counters), "switch counters differ"
     for n, cnt in socks.items():
         assert set(cnt) <= {"drop_foreign_source"}, f"port {n}: socket errors {cnt}"
+    rig.failed = False
 
 
 # --- the compiled port's pump thread (Port.start: TAP reads, recvmmsg with GRO, the peer check,
@@ -386,6 +389,7 @@ class _IbPortRig:
             p.set_neighbours([(k, self.neigh[k], 3 + k, IB_PORT_IFACES[k][0], k) for k in range(len(self.taps))])
         self.note = self.port.start(0.0, 1 + IB_PUMP_RIG_INPUTS % 7)  # a small budget: sources take turns
         self.inputs = self.strangers = 0
+        self.failed = False  # an input raised: the next one starts on a fresh rig
 
     def close(self) -> None:
         self.port.stop()
@@ -397,7 +401,7 @@ _IB_PORT: list[_IbPortRig] = []
 
 
 def _ib_port_rig() -> _IbPortRig:
-    if _IB_PORT and _IB_PORT[0].inputs >= IB_PUMP_RIG_INPUTS:
+    if _IB_PORT and (_IB_PORT[0].inputs >= IB_PUMP_RIG_INPUTS or _IB_PORT[0].failed):
         _IB_PORT.pop().close()
     if not _IB_PORT:
         _IB_PORT.append(_IbPortRig())
@@ -421,6 +425,7 @@ def ib_port_pump(data: bytes) -> None:
 
     rig = _ib_port_rig()
     rig.inputs += 1
+    rig.failed = True  # until this input passes
     d = Draw(data)
     lid, mac = IB_PORT_LID, IB_PORT_MAC
     want_cable: list[list[bytes]] = [[] for _ in IB_PORT_IFACES]  # per TAP (the thread takes them in turns)
@@ -535,3 +540,4 @@ def ib_port_pump(data: bytes) -> None:
         {k: v for k, v in twin.items() if k[0].startswith("iface")}, "per-interface counts differ from the twin's"
     errs = {k: v for k, v in mine.items() if k[0] in ("send", "recv") or k[0].startswith("tap_")}
     assert not errs, f"descriptor errors {errs}"
+    rig.failed = False
