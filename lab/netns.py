@@ -285,10 +285,11 @@ class Fabric:
         peers = [f"--peer=192.0.2.{i}={ula}" for i, ula in enumerate(ulas, 1)]
         return [self.start_stpd(i, *peers, *args) for i in range(1, self.n + 1)]
 
-    def iperf3(self, client: int, server: int, *args: str) -> float:
+    def iperf3(self, client: int, server: int, *args: str, server_args: tuple[str, ...] = ()) -> float:
         """iperf3 TCP from host ``client`` to host ``server`` (192.0.2.x); Gbit/s received."""
         return iperf3_run(lambda *a: self.ns_exec(client, *a, check=False, timeout=900),
-                          ["ip", "netns", "exec", self.host_ns[server - 1]], f"192.0.2.{server}", *args)
+                          ["ip", "netns", "exec", self.host_ns[server - 1]], f"192.0.2.{server}", *args,
+                          server_args=server_args)
 
     def ns_exec(self, i: int, *argv: str, check: bool = True, timeout: float | None = 60) -> subprocess.CompletedProcess:
         """Run a command in host i's namespace (i = 0: the switch's)."""
@@ -310,10 +311,10 @@ class Fabric:
                     timeout, what=f"gsnd{i} link up with a ULA")
 
 
-def iperf3_run(run_client, server_prefix: list[str], addr: str, *args: str) -> float:
+def iperf3_run(run_client, server_prefix: list[str], addr: str, *args: str, server_args: tuple[str, ...] = ()) -> float:
     """One iperf3 TCP run: server via ``server_prefix`` (e.g. ip netns exec NS), client
     via ``run_client(*argv)``; Gbit/s received (0.0 if it failed)."""
-    srv = subprocess.Popen(server_prefix + ["iperf3", "-s", "-1", "-B", addr], stdout=subprocess.DEVNULL,
+    srv = subprocess.Popen(server_prefix + ["iperf3", "-s", "-1", "-B", addr, *server_args], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
