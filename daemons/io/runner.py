@@ -23,6 +23,23 @@ def cable_window(max_mps: int) -> int:
     return max(max_mps, min(C.SEQ_WINDOW_MPS, C.SOCKET_BUFFER_BYTES // per_datagram * max_mps))
 
 
+async def alone(waiting: Callable[[], bool] = lambda: False) -> bool:
+    """True once every other task waits for a descriptor or a timer (trio's poll found
+    nothing ready and nothing is runnable, and none waits on ``waiting()``), False if
+    they kept running for C.DP_SLICE_S.  Only trio's epoll descriptor or its next
+    deadline can wake one of them then, and a C loop that watches both (gsnd's dp_run,
+    gsn-switch's SwitchPlane.run) may then wait in C until that deadline."""
+    LinkRunner._idle_waiters += 1
+    try:
+        with trio.move_on_after(C.DP_SLICE_S):
+            await wait_all_tasks_blocked()
+            # two loops in one run (tests) woke together: one waiting in C would starve the other
+            return LinkRunner._idle_waiters == 1 and not waiting()
+        return False
+    finally:
+        LinkRunner._idle_waiters -= 1
+
+
 class LinkRunner:
     """Owns the loop of one cable.
 
@@ -148,19 +165,7 @@ class LinkRunner:
                     await trio.lowlevel.checkpoint()
 
     async def _alone(self) -> bool:
-        """True once every other task waits for a descriptor or a timer (trio's poll found
-        nothing ready and nothing is runnable, and none waits on ``waiting()``), False if
-        they kept running for C.DP_SLICE_S.  Only trio's epoll descriptor or its next
-        deadline can wake one of them then, and the loop watches both."""
-        LinkRunner._idle_waiters += 1
-        try:
-            with trio.move_on_after(C.DP_SLICE_S):
-                await wait_all_tasks_blocked()
-                # two loops in one run (tests) woke together: one waiting in C would starve the other
-                return LinkRunner._idle_waiters == 1 and not self._waiting()
-            return False
-        finally:
-            LinkRunner._idle_waiters -= 1
+        return await alone(self._waiting)
 
     def _handled(self, now: float) -> None:
         """After input or a timer: retransmissions, the core's events, what it queued."""

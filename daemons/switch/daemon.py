@@ -12,6 +12,7 @@ import structlog
 import trio
 
 from ..io.runner import LinkRunner, cable_window
+from ..io.runner import alone as wait_alone
 from ..io.trioprivate import trio_epoll_fd
 from ..io.udp import UdpTransport
 from ..runtime.control import serve_control
@@ -80,8 +81,11 @@ class SwitchDaemon:
         """The compiled data path: SwitchPlane.run (daemons/_switchrun.h) receives every
         cable, forwards, pumps and sends in C, waiting with the GIL released, until Python
         has work (a link's events or timer, a control socket, a refused send, the slice or
-        the fabric agent's deadline); then one pass here.  While nothing arrives it waits in
-        trio on every cable (no wake-ups while idle)."""
+        the fabric agent's deadline); then one pass here.  While nothing arrives and no
+        other task can run, it waits in C until trio's next deadline (io/runner.py alone(),
+        as gsnd's loop does): a datagram after a quiet spell is forwarded at once, without a
+        trio pass first (that pass was most of a ping's time through the switch).  Without
+        trio's epoll descriptor it waits in trio on every cable (no wake-ups while idle)."""
         plane = self.core.plane
         if plane is None:
             raise LocalProtocolError("gsn-switch", "python data path", "the compiled plane's loop started without it")
@@ -90,10 +94,14 @@ class SwitchDaemon:
         for t in self.transports.values():
             ready.register(t.sock.fileno(), select.EPOLLIN)
         links = [p.link for p in self.core.ports.values()]
+        alone = False
         try:
             while True:
                 now = trio.current_time()
-                reason, got, refused = plane.run(now, min(now + C.SWITCH_SLICE_S, self.core.agent.timer()), trio_fd)
+                until = now + C.SWITCH_SLICE_S
+                if alone:  # no other task can run before trio's next deadline: wait in C until then
+                    until = now + min(trio.lowlevel.current_statistics().seconds_to_next_deadline, C.DP_IDLE_MAX_S)
+                reason, got, refused = plane.run(now, min(until, self.core.agent.timer()), trio_fd)
                 now = trio.current_time()
                 self.loop_returns[REASONS[reason]] += 1
                 for n, dgrams in refused.items():
@@ -102,7 +110,10 @@ class SwitchDaemon:
                     self.runners[n].last_heard = now
                 if reason != DEADLINE:  # the slice only ran out: the plane pumped and sent all, no timer is due
                     self._plane_pass(now)
-                if reason == IDLE:
+                alone = False
+                if reason == IDLE and trio_fd >= 0:
+                    alone = await wait_alone()
+                elif reason == IDLE:
                     with trio.move_on_at(min(link.timer() for link in links)):
                         await trio.lowlevel.wait_readable(ready.fileno())
                 else:

@@ -229,3 +229,90 @@ def test_link_events_return_for_python():
         assert r.sw.ports[1].counters["link_up"] + r.sw.ports[2].counters["link_up"] >= 1
     finally:
         r.close()
+
+
+class _Stop(Exception):
+    pass
+
+
+def _switch_idle_waits(calls: int, beside=None) -> list[float]:
+    """gsn-switch's driver (SwitchDaemon._run_plane) with its plane's run() replaced by one
+    that records how long it was allowed to wait and says IDLE; ends after ``calls`` runs.
+    Beside ``beside`` (a task that never blocks), or else beside a 0.5 s sleep that every
+    task has blocked on first."""
+    import socket as _socket
+
+    import trio
+
+    from daemons.switch import config as sconfig
+    from daemons.switch.daemon import SwitchDaemon
+
+    def free_udp():
+        with _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    waits: list[float] = []
+
+    class Recorder:
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def run(self, now, deadline, trio_fd):
+            assert trio_fd >= 0  # trio's epoll descriptor: the loop may wait in C
+            waits.append(deadline - now)
+            if len(waits) == calls:
+                raise _Stop
+            return IDLE, {}, {}
+
+    async def main(tmp):
+        cfg = tmp / "sw.toml"
+        cfg.write_text(f'[switch]\nruntime_dir = "{tmp}"\n' + ''.join(
+            f'[[port]]\nnumber = {n}\nlocal = "127.0.0.1:{free_udp()}"\npeer = "127.0.0.1:{free_udp()}"\n'
+            for n in (1, 2)))
+        d = SwitchDaemon(sconfig.load(str(cfg), {}))
+        assert d.core.plane is not None
+        d.core.plane = Recorder(d.core.plane)
+        try:
+            async with trio.open_nursery() as n:
+                if beside is None:
+                    n.start_soon(trio.sleep, 0.5)
+                    await trio.testing.wait_all_tasks_blocked()
+                else:
+                    n.start_soon(beside)
+                with pytest.raises(_Stop):
+                    await d._run_plane()
+                n.cancel_scope.cancel()
+        finally:
+            for t in d.transports.values():
+                t.close()
+
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        trio.run(main, Path(tmp))
+    return waits
+
+
+def test_an_idle_switch_waits_in_c_until_trios_next_deadline_when_no_task_can_run():
+    """After an idle slice, with every other task waiting (here: a 0.5 s sleep), the
+    switch's next run may wait until that sleep's deadline, in C: a datagram after a quiet
+    spell is forwarded at once, without trio's wake-up and a Python pass first (a ping
+    through the switch paid that twice per round trip)."""
+    waits = _switch_idle_waits(3)
+    assert waits[0] == pytest.approx(C.SWITCH_SLICE_S)
+    assert 0.3 < waits[1] <= 0.5 and 0.3 < waits[2] <= 0.5, waits
+
+
+def test_an_idle_switch_keeps_its_slice_while_another_task_keeps_running():
+    """A task that never blocks must keep running: the switch's loop never waits longer
+    than its slice then."""
+    import trio
+
+    async def busy():
+        while True:
+            await trio.lowlevel.checkpoint()
+    assert _switch_idle_waits(4, beside=busy) == [pytest.approx(C.SWITCH_SLICE_S)] * 4
