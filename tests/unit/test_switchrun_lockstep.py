@@ -45,22 +45,27 @@ def _batch(rig: Rig) -> list[bytes]:
 
 
 def test_run_takes_a_batch_as_one_pass_of_the_python_switch():
-    rig = Rig(1)  # the attacker's source bound, time standing still
-    try:
-        dgrams = _batch(rig)
-        py_out: list[bytes] = []
-        wire = _run_until(rig, rig.now, dgrams, False, py_out)
-        assert [(reason, n) for _, reason, n, _ in rig.trace] == [("events", 2)]  # one batch (the ADMIN: events)
-        assert rig.sw.rng.getstate() == rig.py.rng.getstate()  # the same shuffles
-        assert wire == py_out and wire  # port 1: the Admin answer, acks and credits, byte for byte
-        got = []
-        for sw, other in ((rig.sw, rig.other), (rig.py, rig.py_other)):
-            _port2(sw, other, rig.now)
-            got.append(_delivered(other))
-        assert got[0] == got[1] and len(got[0]) == 1  # the Message, at port 2's neighbour
-        assert rig.sw.status()["ports"] == rig.py.status()["ports"]
-    finally:
-        rig.close()
+    for _ in range(5):  # a run() call preempted past RUN_EXACT_S runs on another clock: try again
+        rig = Rig(1)  # the attacker's source bound, time standing still
+        try:
+            dgrams = _batch(rig)
+            py_out: list[bytes] = []
+            wire = _run_until(rig, rig.now, dgrams, False, py_out)
+            if rig.tainted:
+                continue
+            assert [(reason, n) for _, reason, n, _ in rig.trace] == [("events", 2)]  # one batch (ADMIN: events)
+            assert rig.sw.rng.getstate() == rig.py.rng.getstate()  # the same shuffles
+            assert wire == py_out and wire  # port 1: the Admin answer, acks and credits, byte for byte
+            got = []
+            for sw, other in ((rig.sw, rig.other), (rig.py, rig.py_other)):
+                _port2(sw, other, rig.now)
+                got.append(_delivered(other))
+            assert got[0] == got[1] and len(got[0]) == 1  # the Message, at port 2's neighbour
+            assert rig.sw.status()["ports"] == rig.py.status()["ports"]
+            return
+        finally:
+            rig.close()
+    raise AssertionError("every run() call was slower than RUN_EXACT_S")
 
 
 def test_a_pump_per_datagram_draws_otherwise():
