@@ -41,6 +41,7 @@ again (``python -m tests.fuzz.switchrun_target DUMP``).
 ``one_input(data)`` is driven by ``./gsn fuzz`` (target "switchloop.run") and the suite's
 short runs (test_fuzz_targets.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -174,8 +175,9 @@ def _rig() -> Rig:
 
 def _run_until(rig: Rig, now: float, dgrams: list[bytes], control: bool, py_out: list[bytes]) -> list[bytes]:
     """run() until `dgrams` (sent on the socket) are received; what it sent on port 1, read off
-    the wire.  The oracle, in lockstep: each batch run received, then its port 1's datagrams
-    built (run's flush) and its timer (the daemon's pass after a return other than DEADLINE)."""
+    the wire.  The oracle, in lockstep: each batch run received into its port 1 link and one
+    Switch.process for the batch (run's pump), then its port 1's datagrams built (run's flush;
+    into `py_out`) and its timer (the daemon's pass after a return other than DEADLINE)."""
     sw, py, got, wire = rig.sw, rig.py, 0, []
     if control:  # trio has work: run returns at once, receiving nothing
         os.write(rig.trio_w, b"x")
