@@ -187,6 +187,14 @@ def switchloop_rx(data: bytes) -> None:
     one_input(data)
 
 
+@target("switchloop.run", seeds=[b"", bytes(range(64)) * 4, b"\x05\x03" * 100])
+def switchloop_run(data: bytes) -> None:
+    """gsn-switch's compiled loop (SwitchPlane.run: ppoll, receive, pump, flush, reasons) against the Python Switch."""
+    from tests.fuzz.switchrun_target import one_input
+
+    one_input(data)
+
+
 @target("switch.fabric", seeds=[b"", b"\x01\x00\x01", b"\x01\x01" * 30])
 def switch_fabric(data: bytes) -> None:
     """The switch with a hostile neighbouring *switch* on port 1 (an inter-switch port, so

@@ -30,7 +30,7 @@ def test_every_decoder_and_handler_has_a_target():
         "fastpath", "wire.cableauth", "ib.packet", "ib.sm", "ib.port", "ib.switch",
         "servernet.codec", "servernet.router", "servernet.crouter", "servernet.crouter.sock", "servernet.node", "servernet.cnode",
         "servernet.cengine", "servernet.cengine.sock", "gsnd.dataplane", "switchfwd",
-        "ib.fastpath", "ib.cswitch", "ib.pump", "ib.port.pump", "switchloop", "switchloop.rx",
+        "ib.fastpath", "ib.cswitch", "ib.pump", "ib.port.pump", "switchloop", "switchloop.rx", "switchloop.run",
         "pktwayd.fastpath", "pktwayd.fastburst",
         "lcrc_scan", "txfast"}
 
