@@ -107,14 +107,14 @@ def gsnd_core(data: bytes) -> None:
 
 
 # --- the switch --------------------------------------------------------------------------
-def _switch(forwarder=None, fabric_ports=(), seed=5, plane=False):
-    """A switch (with the given ingress walk, default the compiled one), a hostile
-    neighbour on port 1 (another switch when ``fabric_ports`` has it) and a well-behaved
-    one on port 2, both links up."""
+def _switch(forwarder=None, fabric_ports=(), seed=5, plane=False, static=None):
+    """A switch (with the given ingress walk, default the compiled one, and the given
+    static ULA -> port entries), a hostile neighbour on port 1 (another switch when
+    ``fabric_ports`` has it) and a well-behaved one on port 2, both links up."""
     from daemons.switch.core import Switch
 
     sw = Switch(7, [1, 2], 0.0, rng=random.Random(seed), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder,
-                fabric_ports=list(fabric_ports), plane=plane)
+                fabric_ports=list(fabric_ports), plane=plane, static=static)
     attacker, other = new_link(CABLE, seed + 1), new_link(2, seed + 2)
 
     def rx(port):

@@ -45,16 +45,15 @@ short runs (test_fuzz_targets.py).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections import Counter
-from types import SimpleNamespace
 
 from daemons import constants as C
 from daemons.link.clink import REASONS
 from daemons.link.link import Received
 from fuzz.draw import Draw
 from tests.fuzz.switchfwd_target import recv_all
+from tests.fuzz.switchrx_target import loopback_cable
 
 RIG_INPUTS = 64  # inputs per rig before it is rebuilt (a fresh pair of switches now and then)
 STRANGER_EVERY = 5  # every 5th datagram is preceded by a stranger's (not drawn: cheap)
@@ -90,27 +89,10 @@ def _switch(forwarder=None, plane=False, bound=True):
     """fuzz.targets_cores._switch with port 2's neighbour's address bound (static) and, with
     ``bound``, the attacker's source address (fuzz/frames.py S_ULA) too, so that its
     well-formed Messages are forwarded; without, they are all spoofed."""
-    import random
+    from fuzz.frames import S_ULA
+    from fuzz.targets_cores import _switch as switch
 
-    from daemons.switch.core import Switch
-    from fuzz.frames import CABLE, S_ULA, bring_up, new_link
-
-    sw = Switch(7, [1, 2], 0.0, rng=random.Random(5), cable_ids={1: CABLE, 2: 2}, forwarder=forwarder,
-                static={S_ULA: 1, OTHER_ULA: 2} if bound else {OTHER_ULA: 2}, plane=plane)
-    attacker, other = new_link(CABLE, 6), new_link(2, 7)
-
-    def rx(port):
-        def f(dg, now):
-            sw.ports[port].link.receive(dg, now)
-            sw.process(port, now)
-        return f
-
-    def out(port):
-        return lambda now: sw.ports[port].link.handle_timer(now) + sw.ports[port].link.datagrams(now)
-
-    now = bring_up(other, rx(2), out(2))
-    now = bring_up(attacker, rx(1), out(1), now)
-    return sw, attacker, other, now
+    return switch(forwarder, plane=plane, static={S_ULA: 1, OTHER_ULA: 2} if bound else {OTHER_ULA: 2})
 
 
 class Rig:
@@ -130,14 +112,8 @@ class Rig:
         self.sw, self.attacker, self.other, self.now = _switch(None, plane=True, bound=bound)
         self.py, _att, self.py_other, now = _switch(PyForwarder, bound=bound)
         assert now == self.now
-        self.socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]  # switch, peer, stranger
-        for s in self.socks:
-            s.bind(("127.0.0.1", 0))
-            s.setblocking(False)
+        self.socks, self.cable = loopback_cable(self.sw)
         self.addr = self.socks[0].getsockname()
-        self.cable: Counter = Counter()
-        self.sw.plane.cable(1, SimpleNamespace(sock=self.socks[0], peer=self.socks[1].getsockname(),
-                                               counters=self.cable, gso=True, max_sent=0))
         self.trio_r, self.trio_w = os.pipe()  # trio's epoll descriptor's stand-in
         os.set_blocking(self.trio_r, False)
         self.targets = [C.ULA_BROADCAST, C.ULA_NONE, OTHER_ULA, OTHER_ULA, self.sw.ula, *list(self.sw.table)[:4]]

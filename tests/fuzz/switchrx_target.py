@@ -34,19 +34,26 @@ RIG_INPUTS = 64  # inputs per rig before it is rebuilt (a fresh switch now and t
 STRANGER_EVERY = 5  # every 5th datagram is preceded by a stranger's (not drawn: cheap)
 
 
+def loopback_cable(sw) -> tuple[list[socket.socket], Counter]:
+    """Port 1 of ``sw``'s compiled plane on a loopback UDP socket: the sockets (switch,
+    its peer, a stranger) and the cable's counters."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+    counters: Counter = Counter()
+    sw.plane.cable(1, SimpleNamespace(sock=socks[0], peer=socks[1].getsockname(), counters=counters, gso=True,
+                                      max_sent=0))
+    return socks, counters
+
+
 class Rig:
     def __init__(self) -> None:
         from fuzz.targets_cores import _switch
 
         self.sw, self.attacker, self.other, self.now = _switch(None, plane=True)
-        self.socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]  # switch, peer, stranger
-        for s in self.socks:
-            s.bind(("127.0.0.1", 0))
-            s.setblocking(False)
+        self.socks, self.cable = loopback_cable(self.sw)
         self.addr = self.socks[0].getsockname()
-        self.cable: Counter = Counter()
-        self.sw.plane.cable(1, SimpleNamespace(sock=self.socks[0], peer=self.socks[1].getsockname(),
-                                               counters=self.cable, gso=True, max_sent=0))
         self.targets = [C.ULA_BROADCAST, C.ULA_NONE, self.sw.ula, *list(self.sw.table)[:4]]
         self.history: list[bytes] = []
         self.inputs = self.sent = self.strangers = 0
