@@ -593,35 +593,24 @@ static inline void run_scan_done(RunScan *r, uint64_t counts)
 static int accept_run(Core *s, PyObject *dgram, const uint8_t *shim, const uint8_t *mps, Py_ssize_t n,
                       const uint16_t *b0_run, const RunScan *scan, double now);
 
+
 #ifdef GSN_CLMUL
 /* receive_sequenced's pass over n8 (a multiple of 8) control words, eight per step by
  * AVX-512 (with crc_vec): their OR (*a), AND (*b), the OR of each one XOR the RSEQ and
  * TSEQ it should carry (*seqs: micropacket i, TSEQ seq + i), and the OR of 1 << TYPE
- * (*types); the scalar loop's values for the same micropackets.  The eight control words
- * of a 320-byte group are qwords 4, 9, ..., 39 of it: five loads and three permutes
- * instead of eight dependent scalar loads (the scalar pass was ~60% of receive_raw's
- * samples on a receiving gsnd, perf). */
+ * (*types); the scalar loop's values for the same micropackets (the scalar pass was ~60%
+ * of receive_raw's samples on a receiving gsnd, perf). */
 __attribute__((target("avx512f,avx512bw"))) static void ctrl_scan_avx512(const uint8_t *mps, Py_ssize_t n8,
                                                                           uint64_t seq, uint64_t rseq, uint64_t *a,
                                                                           uint64_t *b, uint64_t *seqs, unsigned *types)
 {
-    const __m512i bswap = _mm512_broadcast_i32x4(_mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-    const __m512i ix = _mm512_setr_epi64(4, 9, 14, 0, 0, 0, 0, 0);  /* qwords 0..15: v0, v1 */
-    const __m512i iy = _mm512_setr_epi64(0, 0, 0, 3, 8, 13, 0, 0);  /* qwords 16..31: v2, v3 */
-    const __m512i iz = _mm512_setr_epi64(0, 0, 0, 0, 0, 0, 2, 7);   /* qwords 32..39: v4 */
     const __m512i one = _mm512_set1_epi64(1), nib = _mm512_set1_epi64(0xF), low8 = _mm512_set1_epi64(0xFF);
     const __m512i r40 = _mm512_set1_epi64((long long)(rseq << 40)), eight = _mm512_set1_epi64(8);
     __m512i va = _mm512_setzero_si512(), vb = _mm512_set1_epi64(-1), vs = _mm512_setzero_si512();
     __m512i vt = _mm512_setzero_si512();
     __m512i t = _mm512_add_epi64(_mm512_set1_epi64((long long)seq), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
     for (Py_ssize_t i = 0; i < n8; i += 8, mps += 8 * MP_BYTES) {
-        const __m512i v0 = _mm512_loadu_si512(mps), v1 = _mm512_loadu_si512(mps + 64);
-        const __m512i v2 = _mm512_loadu_si512(mps + 128), v3 = _mm512_loadu_si512(mps + 192);
-        const __m512i v4 = _mm512_loadu_si512(mps + 256);
-        __m512i c = _mm512_mask_blend_epi64(0x38, _mm512_permutex2var_epi64(v0, ix, v1),
-                                            _mm512_permutex2var_epi64(v2, iy, v3));
-        c = _mm512_mask_blend_epi64(0xC0, c, _mm512_permutexvar_epi64(iz, v4));
-        c = _mm512_shuffle_epi8(c, bswap); /* big-endian words */
+        const __m512i c = ctrl8_avx512(mps);
         vt = _mm512_or_si512(vt, _mm512_sllv_epi64(one, _mm512_and_si512(_mm512_srli_epi64(c, 58), nib)));
         const __m512i want = _mm512_or_si512(r40, _mm512_slli_epi64(_mm512_and_si512(t, low8), 32));
         vs = _mm512_ternarylogic_epi64(vs, c, want, 0xF6); /* vs | (c ^ want) */
