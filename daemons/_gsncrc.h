@@ -24,6 +24,7 @@ static uint16_t T[16][256];
 static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
 static uint16_t M32K[3][2][256];          /* M32 applied 2, 3, 4 times (ecrc_run) */
 static uint16_t K32;                      /* M32(0xFFFF) */
+static uint64_t M32N[4][16];              /* M32 by nibbles: adv32(x) = XOR of M32N[k][nibble k of x] (_reasm.h) */
 /* block_crc0 by carry-less multiply (PCLMULQDQ) instead of the tables, and block_crcs
  * (_crcvec.h) four blocks at a time by AVX-512 VPCLMULQDQ: chosen by init_tables() when
  * the CPU has them, unless GSN_CRC=tables or GSN_CRC=clmul; crc_use() switches (tests). */
@@ -70,6 +71,9 @@ static void init_tables(void)
             M32K[k][1][v] = advance_slow((uint16_t)v, 32 * (k + 2));
         }
     K32 = advance_slow(CRC_INIT, 32);
+    for (int k = 0; k < 4; k++) /* M32 is linear: its value on each nibble alone */
+        for (int v = 0; v < 16; v++)
+            M32N[k][v] = advance_slow((uint16_t)(v << (4 * k)), 32);
     KX208 = advance_slow(1, 26), KX144 = advance_slow(1, 18), KX80 = advance_slow(1, 10);
     KL38 = advance_slow(CRC_INIT, 38);
     unsigned __int128 num = (unsigned __int128)1 << 80, p = (1u << 16) | CRC_POLY, q = 0;

@@ -58,6 +58,64 @@ typedef int (*ra_sink)(void *ctx, int vc, uint8_t *data, uint64_t mps);
 
 static inline unsigned ra_type(const uint8_t *mp) { return (unsigned)(load_be64(mp + MP_DATA) >> 58) & 0xF; }
 
+#ifdef GSN_CLMUL
+/* The control words of the eight micropackets at m (AVX-512, with crc_vec), decoded
+ * (big-endian): they are qwords 4, 9, ..., 39 of the 320 bytes, so five loads and three
+ * permutes instead of eight dependent scalar loads.  Also receive_sequenced's. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i ctrl8_avx512(const uint8_t *m)
+{
+    const __m512i bswap = _mm512_broadcast_i32x4(_mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    const __m512i ix = _mm512_setr_epi64(4, 9, 14, 0, 0, 0, 0, 0); /* qwords 0..15: v0, v1 */
+    const __m512i iy = _mm512_setr_epi64(0, 0, 0, 3, 8, 13, 0, 0); /* qwords 16..31: v2, v3 */
+    const __m512i iz = _mm512_setr_epi64(0, 0, 0, 0, 0, 0, 2, 7);  /* qwords 32..39: v4 */
+    const __m512i v0 = _mm512_loadu_si512(m), v1 = _mm512_loadu_si512(m + 64);
+    const __m512i v2 = _mm512_loadu_si512(m + 128), v3 = _mm512_loadu_si512(m + 192);
+    const __m512i v4 = _mm512_loadu_si512(m + 256);
+    __m512i c = _mm512_mask_blend_epi64(0x38, _mm512_permutex2var_epi64(v0, ix, v1),
+                                        _mm512_permutex2var_epi64(v2, iy, v3));
+    c = _mm512_mask_blend_epi64(0xC0, c, _mm512_permutexvar_epi64(iz, v4));
+    return _mm512_shuffle_epi8(c, bswap);
+}
+
+/* ra_append's loop, eight micropackets per step, for the whole groups of eight of the n
+ * at m (their block CRCs b, the stream at q) up to the first group with an ERROR bit
+ * (the scalar loop takes that one, in order): each copied, and each stored ECRC s[i]
+ * checked against adv32(s[i-1]) ^ b[i] (s[-1] = *e; adv32 by nibble tables, M32N, in
+ * each 64-bit lane), ORing the differences into *bad (0: all right).  Returns how many
+ * it took (a multiple of 8) and leaves *e = the last one's stored ECRC. */
+__attribute__((target("avx512f,avx512bw"))) static Py_ssize_t ra_ecrc_copy_avx512(const uint8_t *m, const uint16_t *b,
+                                                                                  Py_ssize_t n, uint8_t *q,
+                                                                                  uint16_t *e, unsigned *bad_out)
+{
+    const __m512i n0l = _mm512_loadu_si512(M32N[0]), n0h = _mm512_loadu_si512(M32N[0] + 8);
+    const __m512i n1l = _mm512_loadu_si512(M32N[1]), n1h = _mm512_loadu_si512(M32N[1] + 8);
+    const __m512i n2l = _mm512_loadu_si512(M32N[2]), n2h = _mm512_loadu_si512(M32N[2] + 8);
+    const __m512i n3l = _mm512_loadu_si512(M32N[3]), n3h = _mm512_loadu_si512(M32N[3] + 8);
+    const __m512i nib = _mm512_set1_epi64(0xF), w16 = _mm512_set1_epi64(0xFFFF), err = _mm512_set1_epi64(1ll << 56);
+    __m512i prev = _mm512_set1_epi64(*e), bad = _mm512_setzero_si512();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8, m += 8 * MP_BYTES, q += 8 * MP_DATA) {
+        const __m512i c = ctrl8_avx512(m);
+        if (_mm512_test_epi64_mask(c, err))
+            break;
+        const __m512i s = _mm512_and_si512(_mm512_srli_epi64(c, 16), w16); /* stored ECRCs */
+        const __m512i x = _mm512_alignr_epi64(s, prev, 7); /* s[i-1]: prev's last, then s[0..6] */
+        __m512i a = _mm512_permutex2var_epi64(n0l, _mm512_and_si512(x, nib), n0h);
+        a = _mm512_xor_si512(a, _mm512_permutex2var_epi64(n1l, _mm512_and_si512(_mm512_srli_epi64(x, 4), nib), n1h));
+        a = _mm512_xor_si512(a, _mm512_permutex2var_epi64(n2l, _mm512_and_si512(_mm512_srli_epi64(x, 8), nib), n2h));
+        a = _mm512_xor_si512(a, _mm512_permutex2var_epi64(n3l, _mm512_srli_epi64(x, 12), n3h));
+        const __m512i bv = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(b + i)));
+        bad = _mm512_ternarylogic_epi64(bad, s, _mm512_xor_si512(a, bv), 0xF6); /* bad | (s ^ adv32(x) ^ b) */
+        prev = s;
+        for (int k = 0; k < 8; k++)
+            memcpy(q + k * MP_DATA, m + k * MP_BYTES, MP_DATA);
+    }
+    *e = (uint16_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(prev, 3), 4);
+    *bad_out |= (unsigned)_mm512_reduce_or_epi64(bad);
+    return i;
+}
+#endif
+
 static inline uint64_t ra_max_m_len(int vc)
 {
     uint64_t m = RA_MAC + MP_DATA * ra_vc_max_data[vc];
@@ -151,7 +209,14 @@ static int ra_append(Reasm *r, int vc, const uint8_t *mps, Py_ssize_t k, const u
         if (!b0)
             block_crcs(m, MP_BYTES, cn, bs);
         const uint16_t *b = b0 ? b0 + c0 : bs;
-        for (Py_ssize_t j = 0; j < cn; j++, m += MP_BYTES, q += MP_DATA) {
+        Py_ssize_t j = 0;
+#ifdef GSN_CLMUL
+        if (crc_vec && cn >= 8) { /* whole groups of eight at once, up to one with an ERROR bit */
+            j = ra_ecrc_copy_avx512(m, b, cn, q, &e, &ecrc_bad);
+            m += j * MP_BYTES, q += j * MP_DATA;
+        }
+#endif
+        for (; j < cn; j++, m += MP_BYTES, q += MP_DATA) {
             const uint64_t c = load_be64(m + MP_DATA);
             if ((c >> 56) & 1) {
                 st->bad = RA_D_ERROR;

@@ -111,6 +111,33 @@ def test_compiled_reassembly_matches_oracle(bs, max_payload):
     check(bs, max_payload)
 
 
+_DEFAULT = _link.crc_impl()
+IMPLS = ["tables"] + [i for i in ("clmul", "vpclmul") if _link.crc_impl(i) == i]
+_link.crc_impl(_DEFAULT)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("k", [1, 5, 7, 8, 13, 16, 63, 64, 100, 120])
+def test_an_error_bit_anywhere_in_a_long_run(impl, k):
+    """ra_append takes whole groups of eight at once where the CPU can (crc_impl
+    "vpclmul"), up to a group with an ERROR bit, which the scalar loop takes in order:
+    the ERROR bit of micropacket k alone, after a wrong ECRC earlier in the run, and
+    before one later, gives the oracle's reason each time (ERROR before ECRC)."""
+    before = _link.crc_impl()
+    assert _link.crc_impl(impl) == impl
+    try:
+        m = bytearray(message(1, 4000, fill=7))
+        m[40 * k + 32] ^= 0x01  # bit 56 of micropacket k's control word: ERROR
+        check([(1, bytes(m))])
+        for other in (k - 1, k + 3):
+            e = bytearray(m)
+            e[40 * other + 3] ^= 0x20  # a data bit: that micropacket's stored ECRC is wrong
+            check([(1, bytes(e))])
+            check([(1, bytes(e[: 40 * (k + 9)])), (1, bytes(e[40 * (k + 9):]))])  # the run cut after it
+    finally:
+        _link.crc_impl(before)
+
+
 def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(ValueError):
         _link.reassemble(-1, [(4, b"")])
