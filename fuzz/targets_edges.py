@@ -97,6 +97,9 @@ def line(d: Draw, req) -> bytes:
 
 
 # --- the control socket ------------------------------------------------------------------
+PORTAL_AUTOJUMP_S = 0.001  # real seconds every task waits before the portal's mock clock jumps
+
+
 class _Portal:
     """The daemons (gsnd, switch, harpd, pktwayd, pktway-san), built once in a trio run
     on a mock clock in a thread; each input's request runs through the real edge there."""
@@ -128,7 +131,10 @@ class _Portal:
             self.ready.set()
             await trio.sleep_forever()
 
-        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        # not 0: with no deadline pending, a threshold of 0 polls without blocking, so the
+        # idle thread spun a whole core for the rest of the process (the test suite's
+        # namespace tests ran beside it); PORTAL_AUTOJUMP_S of real idleness per jump
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=PORTAL_AUTOJUMP_S))
 
     def _free_udp(self) -> str:
         import socket

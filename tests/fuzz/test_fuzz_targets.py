@@ -85,3 +85,22 @@ def test_runner_minimises_saves_and_replays_a_crash(engine):
 def test_list_names_every_target():
     run = _gsn_fuzz("--list")
     assert run.returncode == 0 and all(name in run.stdout for name in TARGETS)
+
+
+def test_control_targets_portal_is_quiet_while_idle():
+    """The control target's daemons live in a trio run on a mock clock in a thread for the
+    rest of the process; idle, that thread must sleep, not poll (with an autojump threshold
+    of 0 it spun a core beside every later test)."""
+    import resource
+    import time
+
+    TARGETS["control"].one_input(b"")
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    c0, w0 = cpu(), time.monotonic()
+    time.sleep(1.0)  # the main thread sleeps: what the process spends now is the portal's
+    used, wall = cpu() - c0, time.monotonic() - w0
+    assert used < 0.3 * wall, f"the idle portal used {used:.2f} s of CPU in {wall:.2f} s"
