@@ -31,6 +31,9 @@ from typing import Self
 BIN = Path(sys.executable).parent
 _counter = itertools.count()
 LIVE: set[Fabric] = set()  # fabrics not yet closed (a test's failure report dumps them)
+# (tag, diagnostics) of fabrics closed by a with-block that raised: the test's failure
+# report shows them too (by then the fabric, its logs and its daemons are gone)
+DUMPS: list[tuple[str, str]] = []
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -115,7 +118,12 @@ class Fabric:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None and self in LIVE:
+            try:
+                DUMPS.append((self.tag, self.diagnostics()))
+            except Exception as err:  # never hide the test's own failure
+                DUMPS.append((self.tag, f"(diagnostics failed: {err!r})"))
         self.close()
 
     # --- processes ------------------------------------------------------------------

@@ -472,12 +472,20 @@ class Engine:
     def _heard(self, sa: int, src_route: bytes) -> list[Action]:
         if self.routers.get(sa) != src_route:
             return []
+        first = sa not in self.heard
         self.heard[sa] = self.now
+        out = []
         if sa in self.silent:
             self.silent.discard(sa)
             self.counters["buddy_back"] += 1
-            return self._relrt()
-        return []
+            out = self._relrt()
+        if first and sa in self.hr.buddies:
+            # What went to it before it could hear (my greeting, the RTs my twin taught me)
+            # may be lost, and its greeting to me too: greet it once more (SNs make repeats
+            # harmless).  Nothing else would repair that until the next change.
+            self.counters["buddy_greeted"] += 1
+            out += self._greet(sa)
+        return out
 
     def _register(self, pkt: Packet, src_route: bytes) -> list[Action]:
         try:

@@ -18,14 +18,18 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_makereport(item, call):
     """A failing namespace test shows its fabrics' daemon logs and gsnctl counters
     (the temporary directory holding them is removed at teardown)."""
+    from lab.netns import DUMPS, LIVE
+
     report = yield
     if report.failed and call.when in ("setup", "call"):
-        from lab.netns import LIVE
-
-        for _k, fab in enumerate(sorted(LIVE, key=lambda f: f.tag)):
+        for tag, text in DUMPS:
+            report.sections.append((f"fabric {tag} daemons (at its close)", text))
+        for fab in sorted(LIVE, key=lambda f: f.tag):
             try:
                 text = fab.diagnostics()
             except Exception as exc:  # never hide the test's own failure
                 text = f"(diagnostics failed: {exc!r})"
             report.sections.append((f"fabric {fab.tag} daemons", text))
+    if call.when in ("call", "teardown"):
+        DUMPS.clear()
     return report

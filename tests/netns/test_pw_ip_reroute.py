@@ -82,8 +82,16 @@ def test_router_kill_9_gsn_to_infiniband_reroutes_and_the_redirect_is_followed()
             except (OSError, KeyError):
                 return {}
 
-        poll(lambda: all((h := half(n)) and h["twin_alive"] and len(h["rts"]) >= 3 for n in ctl), 30,
-             what="every half: twin alive, the other SAN by two paths")
+        seen: dict[str, dict] = {}
+
+        def ready():
+            seen.update((n, half(n)) for n in ctl)
+            return all(h and h["twin_alive"] and len(h["rts"]) >= 3 for h in seen.values())
+
+        try:
+            poll(ready, 30, what="every half: twin alive, the other SAN by two paths")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {json.dumps(seen, default=str)}") from None
         ca = pw0(fa, 1, "pwa", IP_A, IP6_A, "--ulp", fa.ulp_path(1), "--addr", hex(H_A), "--router", ula[1],
                  "--peer", f"{IP_X}={H_X:#x}", "--peer", f"{IP6_X}={H_X:#x}", "--mtu-recheck", "0")
         pw0(fa, 2, "pwib", IP_X, IP6_X, "--ib", f"{G_H:#x},{ib_local(G_H)},{ib_switch(G_H)},{SM}",

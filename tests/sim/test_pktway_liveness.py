@@ -32,6 +32,7 @@ class Net:
         self.q: deque = deque()
         self.dead: set[int] = set()
         self.port_down: set[int] = set()  # running, twin reachable, SAN port not up yet
+        self.san_lost_until = -1.0  # before this time, everything sent on a SAN is lost
         self.seen: list = []  # (receiver, packet) of every ERR delivered
 
     def emit(self, src: int, acts) -> None:
@@ -39,7 +40,7 @@ class Net:
         for where, to, pkt in acts:
             if where == "twin":
                 dest, kind = e.hr.twin, "twin"
-            elif src in self.port_down:
+            elif src in self.port_down or self.t < self.san_lost_until:
                 continue
             elif where == "san":
                 dest, kind = to, "san"
@@ -235,3 +236,21 @@ def test_a_restarted_router_whose_far_half_comes_up_first_leaves_no_san_loops():
     net.powerup(RAD)
     net.run(3 * LIVENESS_S)
     assert tables(net) == expected_tables()
+
+
+def test_what_is_sent_on_the_sans_before_they_carry_is_repaired_when_a_buddy_is_first_heard():
+    """Every half powers up at once and for its first second nothing it sends on its SAN
+    arrives (as when its buddies were not reachable yet: an IB switch without a route to
+    their LIDs, a gsnd whose router had not bound yet), in both directions: the greetings
+    and the RTs passed on from the twins are lost.  The first packet heard from a buddy
+    (its WRU probe) greets it again (GVRT, and the RTs it would have had), and the tables
+    end exactly as the simulation's."""
+    net = Net()
+    net.san_lost_until = 1.0
+    for a in net.e:
+        net.powerup(a)
+    net.run(1.0)
+    assert tables(net) != expected_tables()
+    net.run(2 * LIVENESS_S)  # every buddy probed at least once
+    assert tables(net) == expected_tables()
+    assert all(e.counters["buddy_greeted"] == len(e.hr.buddies) for e in net.e.values())
