@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from lab.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, gsn_router_toml, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd.constants import PT, ErrTE
@@ -26,20 +26,8 @@ def net():
     with Fabric(2, prefix="sn") as fa:
         ula_a = fa.up(v6=False)
         ctl, san_ctl = fa.tmp / "router.sock", fa.tmp / "san.sock"
-        (fa.tmp / "router.toml").write_text(f"""
-[router]
-name = "gs"
-control = "{ctl}"
-
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 8192
-ulp = "{fa.ulp_path(2)}"
-[[half.node]]
-addr = {H_A}
-ula = "{ula_a[0]}"
-
+        gsn_half = gsn_router_toml("gs", ctl, [(R_A, 0x100, 8192, fa.ulp_path(2), [(H_A, ula_a[0])])])
+        (fa.tmp / "router.toml").write_text(gsn_half + f"""
 [[half]]
 kind = "udp"
 addr = {R_S}

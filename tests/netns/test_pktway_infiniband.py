@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from lab.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, gsn_router_toml, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from ib.constants import QPN_PACKETWAY
@@ -43,20 +43,8 @@ local = "127.0.0.1:7502"
 peer = "127.0.0.1:7602"
 """)
         ctl = t / "router.sock"
-        (t / "router.toml").write_text(f"""
-[router]
-name = "gi"
-control = "{ctl}"
-
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 8192
-ulp = "{fa.ulp_path(2)}"
-[[half.node]]
-addr = {H_A}
-ula = "{ula_a[0]}"
-
+        gsn_half = gsn_router_toml("gi", ctl, [(R_A, 0x100, 8192, fa.ulp_path(2), [(H_A, ula_a[0])])])
+        (t / "router.toml").write_text(gsn_half + f"""
 [[half]]
 kind = "infiniband"
 addr = {R_I}

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from lab.netns import BIN, Fabric, poll
+from lab.netns import BIN, Fabric, gsn_router_toml, poll
 from daemons.runtime.control import request
 from daemons.wire.ula import parse_ula
 from pktwayd.constants import PT
@@ -52,20 +52,8 @@ def net():
         ctl = fa.tmp / "router.sock"
         (fa.tmp / "snet-r.toml").write_text(snet_toml(SN_R, SN_H, 7610, 7611, "pw-half"))
         (fa.tmp / "snet-h.toml").write_text(snet_toml(SN_H, SN_R, 7620, 7621, "sn-host"))
-        (fa.tmp / "router.toml").write_text(f"""
-[router]
-name = "gs"
-control = "{ctl}"
-
-[[half]]
-addr = {R_A}
-san_id = 0x100
-mtu = 8192
-ulp = "{fa.ulp_path(2)}"
-[[half.node]]
-addr = {H_A}
-ula = "{ula_a[0]}"
-
+        gsn_half = gsn_router_toml("gs", ctl, [(R_A, 0x100, 8192, fa.ulp_path(2), [(H_A, ula_a[0])])])
+        (fa.tmp / "router.toml").write_text(gsn_half + f"""
 [[half]]
 kind = "servernet"
 addr = {R_S}
