@@ -328,8 +328,9 @@ def cengine_sock(data: bytes) -> None:
     """snetd's compiled receive loop (servernet._snetnode.Engine.serve in a thread: recvmmsg on
     both fabrics, the sender check, truncation, sendmmsg) on requests, responses and raw
     datagrams (up to 600 bytes: longer than its buffer) from each fabric's router and from
-    strangers, against a twin Engine fed the same datagrams by receive(): the same datagrams
-    sent on each fabric, the same left for Python, the same counters (strangers apart)."""
+    strangers, against a twin Engine fed the same datagrams by receive() (X's, then Y's: the
+    order serve() drains the two sockets in): the same datagrams sent on each fabric, the same
+    left for Python, the same counters (strangers apart)."""
     import os
     import threading
 
@@ -344,6 +345,7 @@ def cengine_sock(data: bytes) -> None:
     served, twin = _engine(ii), _engine(ii)
     served.attach(node[0].fileno(), routers[0].getsockname(), node[1].fileno(), routers[1].getsockname(), efd)
     sent = strangers = 0
+    feed: tuple[list[bytes], list[bytes]] = ([], [])  # what the twin receives, per fabric
     for _ in range(1 + d.below(12)):
         f, k = d.bits(1), d.below(4)
         if k == 0:
@@ -365,9 +367,14 @@ def cengine_sock(data: bytes) -> None:
         src.sendto(raw, node[f].getsockname())  # loopback: queued on the node's socket when sendto returns
         sent += 1
         if src is routers[f]:
-            twin.receive(f, raw[:533], 0.0)  # the engine's receive buffer: MAX_DATAGRAM_II + 1
+            feed[f].append(raw[:533])  # the engine's receive buffer: MAX_DATAGRAM_II + 1
         else:
             strangers += 1
+    # X and Y are two sockets with no order between them: serve()'s first poll finds both
+    # ready and drains X, then Y (a WRITE on X read back on Y depends on it)
+    for f in (0, 1):
+        for raw in feed[f]:
+            twin.receive(f, raw, 0.0)
     taken: list = []
     loop = threading.Thread(target=served.serve, args=(1,))
     loop.start()
