@@ -169,46 +169,6 @@ __attribute__((target("avx512f,avx512bw,vpclmulqdq"))) static void tx_ctrl_vpclm
     }
 }
 
-/* ecrc_run for n a multiple of 32, 32 blocks a vector (16-bit lanes): the chain of the 32
- * block CRCs alone by a prefix scan (five steps: lane j takes lane j - 2^s through M32
- * applied 2^s times, by four nibble lookups, vpermw), then lane j gets M32 applied j + 1
- * times to the ECRC before them (four table rows by e's nibbles).  The serial dependency
- * from one vector to the next is that one step, instead of eight table steps. */
-__attribute__((target("avx512f,avx512bw"))) static uint16_t ecrc_run_avx512(uint16_t e, const uint16_t *b,
-                                                                            Py_ssize_t n, uint16_t *out)
-{
-    const __m512i nib = _mm512_set1_epi16(0xF);
-    __m512i idx[5], tab[5][4];
-    __mmask32 keep[5];
-    for (int s = 0; s < 5; s++) {
-        uint16_t from[32];
-        for (int j = 0; j < 32; j++)
-            from[j] = (uint16_t)(j >= 1 << s ? j - (1 << s) : 0);
-        idx[s] = _mm512_loadu_si512(from);
-        keep[s] = (__mmask32)(0xFFFFFFFFu << (1 << s));
-        for (int k = 0; k < 4; k++)
-            tab[s][k] = _mm512_load_si512(ECS[s][k]);
-    }
-    for (Py_ssize_t i = 0; i < n; i += 32) {
-        __m512i x = _mm512_loadu_si512(b + i);
-        for (int s = 0; s < 5; s++) {
-            const __m512i y = _mm512_maskz_permutexvar_epi16(keep[s], idx[s], x); /* lane j: x[j - 2^s], or 0 */
-            const __m512i t0 = _mm512_permutexvar_epi16(_mm512_and_si512(y, nib), tab[s][0]);
-            const __m512i t1 = _mm512_permutexvar_epi16(_mm512_and_si512(_mm512_srli_epi16(y, 4), nib), tab[s][1]);
-            const __m512i t2 = _mm512_permutexvar_epi16(_mm512_and_si512(_mm512_srli_epi16(y, 8), nib), tab[s][2]);
-            const __m512i t3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(y, 12), tab[s][3]);
-            x = _mm512_ternarylogic_epi64(x, t0, t1, 0x96);
-            x = _mm512_ternarylogic_epi64(x, t2, t3, 0x96);
-        }
-        const __m512i c = _mm512_ternarylogic_epi64(_mm512_load_si512(ECC[0][e & 15]), _mm512_load_si512(ECC[1][(e >> 4) & 15]),
-                                                    _mm512_load_si512(ECC[2][(e >> 8) & 15]), 0x96);
-        x = _mm512_ternarylogic_epi64(x, c, _mm512_load_si512(ECC[3][e >> 12]), 0x96);
-        _mm512_storeu_si512(out + i, x);
-        e = (uint16_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(x, 3), 7);
-    }
-    return e;
-}
-
 __attribute__((target("pclmul,sse4.1"))) static void block_crcs_clmul(const uint8_t *p, Py_ssize_t stride,
                                                                       Py_ssize_t n, uint16_t *out)
 {
@@ -279,12 +239,6 @@ static Py_ssize_t lcrc_scan(const uint8_t *p, Py_ssize_t n, uint16_t *b, uint8_t
 static uint16_t ecrc_run(uint16_t e, const uint16_t *b, Py_ssize_t n, uint16_t *out)
 {
     Py_ssize_t i = 0;
-#ifdef GSN_CLMUL
-    if (crc_vec && n >= 32) {
-        i = n & ~(Py_ssize_t)31;
-        e = ecrc_run_avx512(e, b, i, out);
-    }
-#endif
     for (; i + 4 <= n; i += 4) {
         const uint16_t p0 = b[i], p1 = adv32(p0) ^ b[i + 1], p2 = adv32(p1) ^ b[i + 2], p3 = adv32(p2) ^ b[i + 3];
         const uint8_t hi = e >> 8, lo = e & 0xFF;

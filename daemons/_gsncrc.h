@@ -25,12 +25,6 @@ static uint16_t M32[2][256], M6[2][256]; /* [0]: high byte, [1]: low byte */
 static uint16_t M32K[3][2][256];          /* M32 applied 2, 3, 4 times (ecrc_run) */
 static uint16_t K32;                      /* M32(0xFFFF) */
 static uint64_t M32N[4][16];              /* M32 by nibbles: adv32(x) = XOR of M32N[k][nibble k of x] (_reasm.h) */
-/* ecrc_run_avx512 (_crcvec.h), 32 u16 lanes a vector: ECS[s][k][j] is M32 applied 2^s
- * times to nibble k = j mod 16 (the prefix scan's steps, a lookup table each), ECC[k][v][j]
- * M32 applied j + 1 times to nibble k = v (what the running ECRC before the 32 blocks adds to
- * lane j). */
-static uint16_t ECS[5][4][32] __attribute__((aligned(64)));
-static uint16_t ECC[4][16][32] __attribute__((aligned(64)));
 /* block_crc0 by carry-less multiply (PCLMULQDQ) instead of the tables, and block_crcs
  * (_crcvec.h) four blocks at a time by AVX-512 VPCLMULQDQ: chosen by init_tables() when
  * the CPU has them, unless GSN_CRC=tables or GSN_CRC=clmul; crc_use() switches (tests). */
@@ -77,18 +71,6 @@ static void init_tables(void)
             M32K[k][1][v] = advance_slow((uint16_t)v, 32 * (k + 2));
         }
     K32 = advance_slow(CRC_INIT, 32);
-    for (int k = 0; k < 4; k++)
-        for (int v = 0; v < 16; v++) {
-            uint16_t x = (uint16_t)(v << (4 * k));
-            for (int s = 0, m = 0; s < 5; s++) { /* M32 applied 2^s times */
-                for (; m < 1 << s; m++)
-                    x = M32[0][x >> 8] ^ M32[1][x & 0xFF];
-                ECS[s][k][v] = ECS[s][k][v + 16] = x;
-            }
-            x = (uint16_t)(v << (4 * k));
-            for (int j = 0; j < 32; j++)
-                ECC[k][v][j] = x = M32[0][x >> 8] ^ M32[1][x & 0xFF];
-        }
     for (int k = 0; k < 4; k++) /* M32 is linear: its value on each nibble alone */
         for (int v = 0; v < 16; v++)
             M32N[k][v] = advance_slow((uint16_t)(v << (4 * k)), 32);
