@@ -54,8 +54,8 @@ messages = st.builds(
     lambda vc, t, s: (vc, t, s),
     st.integers(0, 3),
     st.sampled_from([int(C.MpType.HEADER), int(C.MpType.ADMIN), int(C.MpType.DATA)]),
-    # 1..22 blocks, and 32..200 (the running ECRC's AVX-512 path takes 32 blocks at a time,
-    # ENC_CHUNK 64: whole vectors, a chunk's tail, several chunks)
+    # 1..22 blocks, and 32..200: several of the encode's 64-block chunks, the running ECRC
+    # carried from one to the next, and a chunk's tail
     st.binary(min_size=1, max_size=700) | st.binary(min_size=1000, max_size=6400),
 )
 
