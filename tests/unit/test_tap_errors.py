@@ -3,14 +3,17 @@ the missing CAP_NET_ADMIN (run as an unprivileged user against real tun device n
 
 from __future__ import annotations
 
+import encodings.idna  # noqa: F401  (gsnd resolves its addresses; the child cannot read the stdlib)
 import os
 import socket
 import stat
-import subprocess
 import sys
+import tempfile
 
 import pytest
 
+from daemons.gsnd import daemon as _gsnd_daemon  # noqa: F401  (main imports it late: see _run_main)
+from daemons.gsnd.cli import main as gsnd_main
 from daemons.io.tap import Tap
 from tests.asuser import NOBODY, as_user, shared_dir
 
@@ -62,12 +65,28 @@ def test_gsnd_prints_the_cause_in_one_line():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with shared_dir() as d:
-        r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                            sys.executable, "-c", "from daemons.gsnd.cli import main; main()",
-                            "--peer", "127.0.0.1:9", "--local", f"127.0.0.1:{port}", "--ula", "02:00:00:00:00:01",
-                            "--runtime-dir", str(d), "--tap", "gsnerr1"],
-                           capture_output=True, text=True, timeout=60, cwd="/",
-                           env={"PYTHONPATH": os.pathsep.join(sys.path)})
-    assert r.returncode == 77, r.stderr
-    errors = [line for line in r.stderr.splitlines() if not line.startswith("{")]  # JSON log lines aside
+        argv = ["gsnd", "--peer", "127.0.0.1:9", "--local", f"127.0.0.1:{port}", "--ula", "02:00:00:00:00:01",
+                "--runtime-dir", str(d), "--tap", "gsnerr1"]
+        code, stderr = as_user(lambda: _run_main(argv), timeout=60)
+    assert code == 77, stderr
+    errors = [line for line in stderr.splitlines() if not line.startswith("{")]  # JSON log lines aside
     assert errors == ["error: " + cause.removeprefix("PermissionError: ")]
+
+
+def _run_main(argv: list[str]) -> tuple[int, str]:
+    """gsnd's main() in this (forked, unprivileged) process: its exit status and stderr.
+    Forked rather than exec'd: the checkout may sit in a directory (mktemp -d: 0700)
+    and the interpreter's stdlib under /root, neither of which the other user can read,
+    so what main() imports late is imported by this module, as root."""
+    with tempfile.TemporaryFile() as out:
+        os.dup2(out.fileno(), 2)
+        sys.stderr = open(2, "w", closefd=False)
+        sys.argv = argv
+        try:
+            gsnd_main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        sys.stderr.flush()
+        out.seek(0)
+        return code, out.read().decode(errors="replace")
