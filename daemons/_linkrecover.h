@@ -36,8 +36,10 @@ static int ooo_add(Core *s, const uint8_t *shim, const uint8_t *mps, Py_ssize_t 
     uint64_t end = seq + (uint64_t)n;
     int64_t limit = s->window > OOO_MAX_MPS ? s->window : OOO_MAX_MPS; /* the peer's window may be larger */
     /* seq > expected (the caller's test) and end may wrap: the distance is unsigned,
-     * or a seq 2^63 ahead (one flipped bit) reads as behind and is buffered */
-    if (end - s->expected > (uint64_t)limit) {
+     * or a seq 2^63 ahead (one flipped bit) reads as behind and is buffered; and an
+     * end past 2^64 (seq 2^64 - 1, n > expected + 1) is far ahead, as Link's ints say,
+     * not the small wrapped distance */
+    if (end < seq || end - s->expected > (uint64_t)limit) {
         s->counters[C_OUT_OF_WINDOW]++;
         return 0;
     }

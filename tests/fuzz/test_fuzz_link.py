@@ -29,3 +29,25 @@ def test_seed_inputs(seed):
 
 def test_atheris_short_run():
     atheris_short_run("tests.fuzz.fuzz_link", 600)
+
+
+def test_seq_whose_end_passes_2_64_is_out_of_window():
+    """A datagram at seq 2^64 - 1 with more micropackets than the victim's expected + 1:
+    its end wraps past 2^64 in CLink's u64 to just ahead of expected; Link's ints see it
+    2^64 ahead (out_of_window). CLink buffered it (out_of_order) and SACKed it."""
+    from daemons.link.clink import CLink
+    from daemons.link.link import Link
+    from daemons.wire.message import Message
+    from tests.fuzz.link_target import A, B, _obs, _pair
+
+    a, b, now = _pair(Link)
+    _ca, cb, _ = _pair(CLink)
+    a.next_seq = a.base = 2**64 - 1  # the attacker's next datagram carries shim seq 2^64 - 1
+    a.enqueue(0, Message(0, A, B, 0x88B5, bytes(1200)).records())
+    (d, *_) = [bytes(x) for x in a.handle_timer(now) + a.datagrams(now)]
+    assert (len(d) - 32) // 40 > b.expected + 1
+    b.receive(d, now)
+    cb.receive(d, now)
+    o0, o1 = _obs(b, now), _obs(cb, now)
+    assert o0[1]["counters"].get("out_of_window") == 1
+    assert o0 == o1
