@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz.link_target import one_input
+from daemons.link.clink import CLink
+from daemons.link.link import Link
+from daemons.wire.message import Message
+from tests.fuzz.link_target import A, B, _obs, _pair, one_input
 from tests.fuzz.shortrun import atheris_short_run, random_inputs
 
 
@@ -35,11 +38,6 @@ def test_seq_whose_end_passes_2_64_is_out_of_window():
     """A datagram at seq 2^64 - 1 with more micropackets than the victim's expected + 1:
     its end wraps past 2^64 in CLink's u64 to just ahead of expected; Link's ints see it
     2^64 ahead (out_of_window). CLink buffered it (out_of_order) and SACKed it."""
-    from daemons.link.clink import CLink
-    from daemons.link.link import Link
-    from daemons.wire.message import Message
-    from tests.fuzz.link_target import A, B, _obs, _pair
-
     a, b, now = _pair(Link)
     _ca, cb, _ = _pair(CLink)
     a.next_seq = a.base = 2**64 - 1  # the attacker's next datagram carries shim seq 2^64 - 1
