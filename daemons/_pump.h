@@ -363,9 +363,9 @@ static Py_ssize_t dp_rx_read(Core *s, double now, Py_ssize_t limit)
         for (Py_ssize_t off = 0; off < len; off += seg) {
             Py_ssize_t k = len - off < seg ? len - off : seg;
             got++;
-            dp->counters[DP_RX_DATAGRAMS]++;
             if (dp->auth && (k = ca_open_dp(dp->auth, dp->rx + off, k)) < 0) /* a keyed cable: counted there */
                 continue;
+            dp->counters[DP_RX_DATAGRAMS]++; /* as io/udp.py: on a keyed cable, those that opened */
             if (receive_raw(s, dp->rx + off, k, NULL, now) < 0)
                 return -1;
         }
