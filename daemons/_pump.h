@@ -357,10 +357,10 @@ static Py_ssize_t dp_rx_read(Core *s, double now, Py_ssize_t limit)
         }
         Py_ssize_t seg = gro;
         if (seg <= 0 || seg >= len)
-            seg = len;
+            seg = len ? len : 1;
         else
             dp->counters[DP_RX_GRO]++;
-        for (Py_ssize_t off = 0; off < len; off += seg) {
+        for (Py_ssize_t off = 0; off < len || !off; off += seg) { /* an empty one too: counted bad, as io/udp.py */
             Py_ssize_t k = len - off < seg ? len - off : seg;
             got++;
             if (dp->auth && (k = ca_open_dp(dp->auth, dp->rx + off, k)) < 0) /* a keyed cable: counted there */

@@ -206,3 +206,11 @@ def test_a_forged_datagram_on_a_keyed_cable_is_not_counted_received():
     one (100 zero bytes: rx_auth_truncated) as received too."""
     compiled, python = cable_rx_counts(bytes(100), bytes(range(32)))
     assert compiled == python
+
+
+@pytest.mark.parametrize("key", [None, bytes(range(32))])
+def test_an_empty_cable_datagram_is_counted_as_the_python_path_counts_it(key):
+    """An empty datagram from the peer's address: io/udp.py hands it on, so the Python path
+    counts it (rx_datagrams and bad_shim_shim; keyed: rx_auth_truncated); rx_pump skipped it."""
+    compiled, python = cable_rx_counts(b"", key)
+    assert compiled == python
