@@ -130,9 +130,8 @@ def _vnet_frames(r: Reader) -> None:
 
 def _delivered(g: Rig, want: list[bytes]) -> None:
     """Side 1's TAP gets exactly ``want``, in order.  send_frames' 20 steps usually carry
-    them; on a loaded machine loopback may hand a datagram to the socket only after the
-    sender's softirq runs, so the rig steps on (up to 5 s of real time) until as many
-    frames arrived, and then compares."""
+    them; should a datagram reach its socket a step late (a loaded machine), the rig steps
+    on (up to 5 s of real time) until as many frames arrived, and then compares."""
     got = g.taps[1].frames()
     until = time.monotonic() + 5
     while len(got) < len(want) and time.monotonic() < until:
