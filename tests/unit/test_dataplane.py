@@ -6,11 +6,13 @@ reason frame_to_message gives, counted under the same name."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from daemons.constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ULA_BROADCAST
+from daemons.constants import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, SHIM_BYTES, ULA_BROADCAST
+from daemons.wire.shim import decode_datagram
 from daemons.wire.ether import FrameDrop, frame_to_message, message_to_frame
 from tests.unit.dprig import MTU, ULAS, Rig
 
@@ -230,9 +232,8 @@ def test_a_datagram_whose_shim_seq_was_moved_loses_messages_but_never_corrupts_o
         a = g.eps[0]
         a.send(1, ULAS[1], 0x88B5, bytes(300))
         real = a.link.datagrams(g.now)
-        d = bytearray(real[0])
-        seq_at = 16  # after magic, version, flags, cable id and the two nonces (wire/shim.py)
-        struct.pack_into("!Q", d, seq_at, struct.unpack_from("!Q", d, seq_at)[0] + 512)
+        shim, _ = decode_datagram(real[0])
+        d = replace(shim, seq=shim.seq + 512).encode() + bytes(real[0])[SHIM_BYTES:]
         g.transports[0].sock.sendto(bytes(d), g.transports[1].local)  # keyed: the forger has no key
         g.dps[0].send_many(real)
         sent, got = [], []
