@@ -21,6 +21,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from daemons.runtime.control import request  # noqa: E402
+from lab.cpu import cpu_seconds  # noqa: E402
 from daemons.ulpclient import UlpClient  # noqa: E402
 from pktwayd.constants import ETHERTYPE_PKTWAY, PT  # noqa: E402
 from pktwayd.eep import Packet  # noqa: E402
@@ -66,12 +67,6 @@ def start_routed(tmp, procs):
             raise SystemExit("bench: pktwayd did not come up in 60 s (or a daemon exited)")
         time.sleep(0.05)
     return dirs
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def clients_cpu() -> float:

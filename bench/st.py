@@ -32,20 +32,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from lab.cpu import cpu_seconds, machine_busy  # noqa: E402
 from lab.netns import BIN, Fabric, poll  # noqa: E402
 from stpd.client import StClient  # noqa: E402
 
 COST_OF = ("stpd1", "stpd2", "gsnd1", "gsnd2", "switch")
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + system CPU of process ``pid`` so far (0.0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -74,16 +65,20 @@ def main() -> int:
             poll(lambda: 5001 in StClient(apis[1]).status()["listeners"], 10)
             pids = {name: fab.procs[name].pid for name in COST_OF if name in fab.procs}
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            busy0 = machine_busy()
             r = subprocess.run([str(BIN / "stp"), "--socket", apis[0], "send", "--vc", "3", str(src), "192.0.2.2"],
                                capture_output=True, text=True, timeout=900)
             rx.wait(60)
+            st_busy = (machine_busy() - busy0) / (size / (1 << 30))
             cost = {name: (cpu_seconds(pid) - cpu0[name]) / (size / (1 << 30)) for name, pid in pids.items()}
             m = re.search(r"in ([\d.]+) s", r.stdout)
             st_gbps = size * 8 / float(m.group(1)) / 1e9 if m else 0.0
             if not m:
                 print(f"stp send failed: {r.stdout.strip()} {r.stderr.strip()}", file=sys.stderr)
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            busy0 = machine_busy()
             tcp_gbps = fab.iperf3(1, 2, "-n", str(size))
+            tcp_busy = (machine_busy() - busy0) / (size / (1 << 30))
             tcp_cost = {name: (cpu_seconds(pid) - cpu0[name]) / (size / (1 << 30))
                         for name, pid in pids.items() if not name.startswith("stpd")}
             # the same file, read and written as ST does: iperf3 -F at both ends (not the issue's anchor)
@@ -99,6 +94,8 @@ def main() -> int:
           + "   (stpd1 sends, stpd2 receives)")
     print("CPU s/GiB during TCP    " + "  ".join(f"{name} {c:.2f}" for name, c in tcp_cost.items())
           + "   (the same gsnds and switch carry it)")
+    print(f"machine CPU s/GiB        ST {st_busy:.2f}  TCP {tcp_busy:.2f}   (every core, every process and the "
+          f"kernel; on 2 busy cores the rates follow these)")
     print(f"load average            {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -28,17 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.constants import ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD  # noqa: E402
+from lab.cpu import cpu_seconds  # noqa: E402
 from daemons.wire.ulp import HEADER, Frame, Op  # noqa: E402
 from stpd.client import StClient  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ULAS = [bytes([2, 0, 0, 0, 0, 1]), bytes([2, 0, 0, 0, 0, 2])]
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Relay:
