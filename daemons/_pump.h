@@ -335,8 +335,9 @@ static PyObject *Core_tap_pump(Core *s, PyObject *args)
 static Py_ssize_t dp_rx_read(Core *s, double now, Py_ssize_t limit)
 {
     DataPlane *dp = s->dp;
-    Py_ssize_t got = 0, tries = 0;
-    while (got < limit && tries++ < 4 * limit) {
+    Py_ssize_t got = 0, tries = 0; /* receives tried: at most 4 * limit, not wrapped (a limit from Python) */
+    const Py_ssize_t max_tries = limit <= 0 ? 0 : limit > PY_SSIZE_T_MAX / 4 ? PY_SSIZE_T_MAX : 4 * limit;
+    while (got < limit && tries++ < max_tries) {
         struct sockaddr_storage from;
         socklen_t fromlen;
         int flags, gro;
