@@ -196,11 +196,12 @@ SWITCH_PLANE_DATAGRAMS = 64
 # Receive buffer per VC, in micropackets.  The spec's 64 suits a 40 m copper
 # cable; an emulated UDP cable needs the buffer (hence the credit grant) to
 # cover its bandwidth-delay product, exactly as the sequence window does
-# (DESIGN §4).  A full-MTU IP datagram is 2041 micropackets.  VC1 (IP) holds 32768
-# (1 MiB of data): at 16384 a path with 1 ms more delay each way (the impairer's
-# reordering, bench/ip_over_gsn.py (a5)) was credit-bound near 1 Gbit/s
-# (bench/link_loss_sim.py: 1.07 -> 1.88 Gbit/s with 32768 under 5% loss + 1% dup + 25% reorder).
-VC_BUFFER_MPS = (512, 32768, 4096, 16384)
+# (DESIGN §4).  A full-MTU IP datagram is 2041 micropackets.  VC1 (IP) holds 65536
+# (2 MiB of data): a path with 1 ms more delay each way (the impairer's reordering,
+# bench/ip_over_gsn.py (a5)) is credit-bound (bench/link_loss_sim.py --delay 1, 5% loss
+# + 1% dup + 25% reorder: 1.07 Gbit/s at 16384, 1.88 at 32768, 2.39 at 65536; (a5)
+# itself 1.9 -> 2.6 Gbit/s from 32768 to 65536, 2.7 at 131072).
+VC_BUFFER_MPS = (512, 65536, 4096, 16384)
 ACK_DELAY_S = 0.001  # spec default 1 ms
 RTX_TIMEOUT_S = 0.020  # spec default 20 ms: the first retransmission
 RTX_LIMIT = 8  # consecutive timeouts without progress -> link reset
