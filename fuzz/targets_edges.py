@@ -105,9 +105,12 @@ class _Portal:
     on a mock clock in a thread; each input's request runs through the real edge there."""
 
     def __init__(self) -> None:
+        import atexit
+        import shutil
         import tempfile
 
         self.tmp = Path(tempfile.mkdtemp(prefix="gsn-fuzz-"))
+        atexit.register(shutil.rmtree, self.tmp, ignore_errors=True)  # it lives as long as the process
         self.ready = threading.Event()
         self.daemons: dict = {}
         self.error: BaseException | None = None
