@@ -21,8 +21,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from daemons.runtime.control import request  # noqa: E402
-from lab.cpu import cpu_seconds  # noqa: E402
 from daemons.ulpclient import UlpClient  # noqa: E402
+from lab.cpu import cpu_seconds  # noqa: E402
 from pktwayd.constants import ETHERTYPE_PKTWAY, PT  # noqa: E402
 from pktwayd.eep import Packet  # noqa: E402
 from ulp import _free_udp_ports, _sender as _ulp_sender, measure, start_pair, stop  # noqa: E402

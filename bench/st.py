@@ -65,6 +65,7 @@ def main() -> int:
         print(f"bench/st.py: --dir {args.dir}: not a directory", file=sys.stderr)
         return 1
     size = args.size_mib << 20
+    gib = size / (1 << 30)
     files = Path(tempfile.mkdtemp(prefix="gsn-stbench-", dir=args.dir))
     try:
         with Fabric(2, prefix="stb", keys=False) as fab:  # plain cables: the compiled data plane
@@ -85,8 +86,8 @@ def main() -> int:
                 r = subprocess.run([str(BIN / "stp"), "--socket", apis[0], "send", "--vc", "3", str(src), "192.0.2.2"],
                                    capture_output=True, text=True, timeout=900)
                 rx.wait(60)
-                busy = (machine_busy() - busy0) / (size / (1 << 30))
-                cost = {name: (cpu_seconds(pid) - cpu0[name]) / (size / (1 << 30)) for name, pid in pids.items()}
+                busy = (machine_busy() - busy0) / gib
+                cost = {name: (cpu_seconds(pid) - cpu0[name]) / gib for name, pid in pids.items()}
                 m = re.search(r"in ([\d.]+) s", r.stdout)
                 if not m or rx.returncode:
                     print(f"stp send failed: {r.stdout.strip()} {r.stderr.strip()}", file=sys.stderr)
@@ -99,8 +100,8 @@ def main() -> int:
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             busy0 = machine_busy()
             tcp_gbps = fab.iperf3(1, 2, "-n", str(size))
-            tcp_busy = (machine_busy() - busy0) / (size / (1 << 30))
-            tcp_cost = {name: (cpu_seconds(pid) - cpu0[name]) / (size / (1 << 30))
+            tcp_busy = (machine_busy() - busy0) / gib
+            tcp_cost = {name: (cpu_seconds(pid) - cpu0[name]) / gib
                         for name, pid in pids.items() if not name.startswith("stpd")}
             # the same file, read and written as ST does: iperf3 -F at both ends (not the anchor)
             file_gbps = fab.iperf3(1, 2, "-n", str(size), "-F", str(src), server_args=("-F", str(files / "tcp.bin")))

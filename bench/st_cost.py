@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from daemons.constants import ULP_CLIENT_SOCKET_BYTES, ULP_MAX_PAYLOAD  # noqa: E402
-from lab.cpu import cpu_seconds  # noqa: E402
 from daemons.wire.ulp import HEADER, Frame, Op  # noqa: E402
+from lab.cpu import cpu_seconds  # noqa: E402
 from stpd.client import StClient  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -234,7 +234,7 @@ def test_a_datagram_whose_shim_seq_was_moved_loses_messages_but_never_corrupts_o
         real = a.link.datagrams(g.now)
         shim, _ = decode_datagram(real[0])
         d = replace(shim, seq=shim.seq + 512).encode() + bytes(real[0])[SHIM_BYTES:]
-        g.transports[0].sock.sendto(bytes(d), g.transports[1].local)  # keyed: the forger has no key
+        g.transports[0].sock.sendto(d, g.transports[1].local)  # keyed: the forger has no key
         g.dps[0].send_many(real)
         sent, got = [], []
         for i in range(40):  # ~900 micropackets: past the moved seq
